@@ -1,0 +1,97 @@
+#include "hlo/attributes.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace torchtpu::hlo {
+
+std::string int_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string i64_array(const std::vector<int64_t>& v) {
+  if (v.empty()) return "array<i64>";
+  std::string s = "array<i64: ";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + ">";
+}
+
+std::string i64_matrix(const std::vector<std::vector<int64_t>>& rows) {
+  size_t cols = rows.empty() ? 0 : rows[0].size();
+  std::string s = "dense<[";
+  for (size_t r = 0; r < rows.size(); ++r) {
+    require(rows[r].size() == cols, "replica groups / pairs must all have the same size");
+    s += (r ? ", " : "") + int_list(rows[r]);
+  }
+  return s + "]> : tensor<" + std::to_string(rows.size()) + "x" + std::to_string(cols) + "xi64>";
+}
+
+std::string i64_attr(int64_t v) { return std::to_string(v) + " : i64"; }
+
+namespace {
+
+// MLIR float literals: decimal when finite (it must contain '.' or 'e'), else the bit pattern.
+std::string float_literal(double value, DType dtype) {
+  if (std::isfinite(value)) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17e", value);
+    return buf;
+  }
+  // Non-finite values must be spelled as the type's bit pattern.
+  uint64_t bits = 0;
+  bool neg = std::signbit(value);
+  switch (dtype) {
+    case DType::kF64:
+      bits = std::isnan(value) ? 0x7FF8000000000000ull : (neg ? 0xFFF0000000000000ull : 0x7FF0000000000000ull);
+      break;
+    case DType::kF32:
+      bits = std::isnan(value) ? 0x7FC00000u : (neg ? 0xFF800000u : 0x7F800000u);
+      break;
+    case DType::kBF16:
+      bits = std::isnan(value) ? 0x7FC0u : (neg ? 0xFF80u : 0x7F80u);
+      break;
+    case DType::kF16:
+      bits = std::isnan(value) ? 0x7E00u : (neg ? 0xFC00u : 0x7C00u);
+      break;
+    default:
+      throw std::invalid_argument("non-finite constant for a non-float type");
+  }
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llX", static_cast<unsigned long long>(bits));
+  return buf;
+}
+
+}  // namespace
+
+std::string splat_literal(double value, DType dtype) {
+  if (dtype == DType::kBool) return value != 0 ? "true" : "false";
+  if (is_floating(dtype)) return float_literal(value, dtype);
+  if (is_complex(dtype)) {
+    DType part = dtype == DType::kC64 ? DType::kF32 : DType::kF64;
+    return "(" + float_literal(value, part) + ", " + float_literal(0.0, part) + ")";
+  }
+  require(std::isfinite(value), "integer constant must be finite");
+  if (is_unsigned(dtype)) return std::to_string(static_cast<uint64_t>(value));
+  return std::to_string(static_cast<int64_t>(value));
+}
+
+std::string hex_literal(const void* data, size_t size) {
+  static const char kDigits[] = "0123456789ABCDEF";
+  std::string s = "\"0x";
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    s += kDigits[bytes[i] >> 4];
+    s += kDigits[bytes[i] & 15];
+  }
+  return s + "\"";
+}
+
+void require(bool ok, std::string_view what) {
+  if (!ok) throw std::invalid_argument("StableHLO builder: " + std::string(what));
+}
+
+}  // namespace torchtpu::hlo

@@ -1,0 +1,135 @@
+// Core of the emitter: SSA naming, blocks and regions, the generic op syntax, the module wrapper.
+#include "hlo/builder.h"
+
+#include "hlo/attributes.h"
+
+namespace torchtpu::hlo {
+namespace {
+
+std::string join_types(const std::vector<TensorType>& types) {
+  std::string s;
+  for (size_t i = 0; i < types.size(); ++i) s += (i ? ", " : "") + types[i].str();
+  return s;
+}
+
+std::string join_names(const std::vector<Value>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + values[i].name;
+  return s;
+}
+
+std::vector<TensorType> types_of(const std::vector<Value>& values) {
+  std::vector<TensorType> types;
+  for (const Value& v : values) types.push_back(v.type);
+  return types;
+}
+
+}  // namespace
+
+Builder::Builder(std::string function_name) : function_name_(std::move(function_name)) {
+  blocks_.push_back({{}, 4});
+}
+
+Value Builder::parameter(const TensorType& type) {
+  params_.push_back(type);
+  return {"%arg" + std::to_string(params_.size() - 1), type};
+}
+
+void Builder::results(const std::vector<Value>& values) { results_ = values; }
+
+std::string Builder::fresh_name() { return "%" + std::to_string(next_id_++); }
+
+std::vector<Value> Builder::emit(std::string_view op, const std::vector<Value>& operands,
+                                 const std::vector<TensorType>& result_types,
+                                 const std::string& attributes,
+                                 const std::vector<std::string>& regions) {
+  std::string name = result_types.empty() ? "" : fresh_name();
+  std::string line;
+  if (result_types.size() == 1) line = name + " = ";
+  if (result_types.size() > 1) line = name + ":" + std::to_string(result_types.size()) + " = ";
+  line += "\"" + std::string(op) + "\"(" + join_names(operands) + ")";
+  if (!regions.empty()) {
+    line += " (";
+    for (size_t i = 0; i < regions.size(); ++i) line += (i ? ", " : "") + regions[i];
+    line += ")";
+  }
+  if (!attributes.empty()) line += " {" + attributes + "}";
+  std::string results = result_types.size() == 1 ? result_types[0].str()
+                                                 : "(" + join_types(result_types) + ")";
+  line += " : (" + join_types(types_of(operands)) + ") -> " + results;
+  blocks_.back().lines.push_back(std::move(line));
+
+  std::vector<Value> out;
+  for (size_t i = 0; i < result_types.size(); ++i)
+    out.push_back({result_types.size() == 1 ? name : name + "#" + std::to_string(i),
+                   result_types[i]});
+  return out;
+}
+
+Value Builder::emit1(std::string_view op, const std::vector<Value>& operands,
+                     const TensorType& type, const std::string& attributes) {
+  return emit(op, operands, {type}, attributes)[0];
+}
+
+std::string Builder::region(const std::vector<TensorType>& arg_types, const RegionBody& body) {
+  // The op line sits at `outer`; the block label two deeper, its ops four deeper.
+  int outer = blocks_.back().indent;
+  blocks_.push_back({{}, outer + 4});
+  std::vector<Value> args;
+  std::string header = std::string(outer + 2, ' ') + "^bb0(";
+  for (size_t i = 0; i < arg_types.size(); ++i) {
+    args.push_back({fresh_name(), arg_types[i]});
+    header += (i ? ", " : "") + args.back().name + ": " + arg_types[i].str();
+  }
+  header += "):";
+  std::vector<Value> yielded = body(*this, args);
+  emit("stablehlo.return", yielded, {});
+
+  std::string text = "{\n" + header + "\n";
+  for (const std::string& line : blocks_.back().lines)
+    text += std::string(blocks_.back().indent, ' ') + line + "\n";
+  text += std::string(outer, ' ') + "}";
+  blocks_.pop_back();
+  return text;
+}
+
+std::vector<TensorType> Builder::scalar_pairs(const std::vector<Value>& values, bool interleave) {
+  // reduce / reduce_window / sort take (acc0.., x0..) or (a0, b0, a1, b1..) block arguments.
+  std::vector<TensorType> types;
+  if (interleave) {
+    for (const Value& v : values) types.insert(types.end(), 2, TensorType{v.type.dtype, {}});
+  } else {
+    for (int pass = 0; pass < 2; ++pass)
+      for (const Value& v : values) types.push_back({v.type.dtype, {}});
+  }
+  return types;
+}
+
+std::string Builder::module_text(int num_replicas, int num_partitions) const {
+  require(blocks_.size() == 1, "module_text called while a region is still open");
+  std::string s = "module @torchtpu attributes {mhlo.num_partitions = " +
+                  std::to_string(num_partitions) + " : i32, mhlo.num_replicas = " +
+                  std::to_string(num_replicas) + " : i32} {\n";
+  s += "  func.func public @" + function_name_ + "(";
+  for (size_t i = 0; i < params_.size(); ++i)
+    s += (i ? ", " : "") + std::string("%arg") + std::to_string(i) + ": " + params_[i].str();
+  s += ") -> (" + join_types(types_of(results_)) + ") {\n";
+  for (const std::string& line : blocks_.front().lines) s += "    " + line + "\n";
+  s += "    \"func.return\"(" + join_names(results_) + ") : (" + join_types(types_of(results_)) +
+       ") -> ()\n";
+  return s + "  }\n}\n";
+}
+
+Value Builder::constant(double value, const TensorType& type) {
+  std::string attr = "value = dense<" + splat_literal(value, type.dtype) + "> : " + type.str();
+  return emit1("stablehlo.constant", {}, type, attr);
+}
+
+Value Builder::constant_bytes(const void* data, const TensorType& type) {
+  std::string attr = "value = dense<" +
+                     hex_literal(data, type.element_count() * element_size(type.dtype)) +
+                     "> : " + type.str();
+  return emit1("stablehlo.constant", {}, type, attr);
+}
+
+}  // namespace torchtpu::hlo

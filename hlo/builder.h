@@ -1,0 +1,163 @@
+// Emits a StableHLO module as MLIR text.
+//
+// Ops are written in MLIR's generic form ("stablehlo.add"(%a, %b) : (...) -> ...), which has been
+// stable across StableHLO releases while the pretty forms changed. Result types are inferred here,
+// so a malformed graph fails while it is built (std::invalid_argument) rather than inside XLA.
+// Output is deterministic: the same sequence of calls gives byte-identical text.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hlo/tensor_type.h"
+
+namespace torchtpu::hlo {
+
+// An SSA value: its name in the text ("%3", "%arg0", "%5#1") and its type.
+struct Value {
+  std::string name;
+  TensorType type;
+};
+
+enum class UnaryOp {
+  kAbs, kCbrt, kCeil, kCosine, kCountLeadingZeros, kExponential, kExponentialMinusOne, kFloor,
+  kImag, kIsFinite, kLog, kLogPlusOne, kLogistic, kNegate, kNot, kPopcnt, kReal,
+  kRoundNearestAfz, kRoundNearestEven, kRsqrt, kSign, kSine, kSqrt, kTan, kTanh,
+};
+
+enum class BinaryOp {
+  kAdd, kAnd, kAtan2, kComplex, kDivide, kMaximum, kMinimum, kMultiply, kOr, kPower, kRemainder,
+  kShiftLeft, kShiftRightArithmetic, kShiftRightLogical, kSubtract, kXor,
+};
+
+enum class Compare { kEQ, kNE, kGE, kGT, kLE, kLT };
+
+struct DotDims {
+  std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+};
+
+struct GatherDims {
+  std::vector<int64_t> offset_dims, collapsed_slice_dims, start_index_map;
+  int64_t index_vector_dim;
+};
+
+struct ScatterDims {
+  std::vector<int64_t> update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims;
+  int64_t index_vector_dim;
+};
+
+struct Window {
+  std::vector<int64_t> dims, strides, base_dilations, window_dilations;
+  std::vector<std::pair<int64_t, int64_t>> padding;  // (low, high) per dimension
+};
+
+class Builder;
+// Builds the body of a region (reduce, sort, scatter, collectives) from its block arguments and
+// returns the values the region yields.
+using RegionBody = std::function<std::vector<Value>(Builder&, const std::vector<Value>& args)>;
+
+class Builder {
+ public:
+  explicit Builder(std::string function_name = "main");
+
+  // Function signature.
+  Value parameter(const TensorType& type);
+  void results(const std::vector<Value>& values);
+
+  // Constants.
+  Value constant(double value, const TensorType& type);  // splat; ints and bools convert
+  Value constant_bytes(const void* data, const TensorType& type);  // dense row-major host bytes
+
+  // Element-wise.
+  Value unary(UnaryOp op, const Value& x);
+  Value binary(BinaryOp op, const Value& a, const Value& b);
+  Value compare(Compare dir, const Value& a, const Value& b);
+  Value select(const Value& pred, const Value& on_true, const Value& on_false);
+  Value clamp(const Value& lo, const Value& x, const Value& hi);
+  Value convert(const Value& x, DType to);
+  Value bitcast_convert(const Value& x, DType to);
+
+  // Shape.
+  Value broadcast_in_dim(const Value& x, const std::vector<int64_t>& dims,
+                         const std::vector<int64_t>& broadcast_dimensions);
+  Value reshape(const Value& x, const std::vector<int64_t>& dims);
+  Value transpose(const Value& x, const std::vector<int64_t>& permutation);
+  Value slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+              const std::vector<int64_t>& strides);
+  Value dynamic_slice(const Value& x, const std::vector<Value>& start_indices,
+                      const std::vector<int64_t>& sizes);
+  Value dynamic_update_slice(const Value& x, const Value& update,
+                             const std::vector<Value>& start_indices);
+  Value concatenate(const std::vector<Value>& xs, int64_t dimension);
+  Value pad(const Value& x, const Value& padding_value, const std::vector<int64_t>& low,
+            const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+  Value iota(const TensorType& type, int64_t dimension);
+
+  // Contractions, reductions, indexing.
+  Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims,
+                    DType result_dtype);
+  std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
+                            const std::vector<int64_t>& dimensions, const RegionBody& body);
+  std::vector<Value> reduce_window(const std::vector<Value>& inputs,
+                                   const std::vector<Value>& inits, const Window& window,
+                                   const RegionBody& body);
+  Value gather(const Value& operand, const Value& indices, const GatherDims& dims,
+               const std::vector<int64_t>& slice_sizes, const std::vector<int64_t>& result_dims);
+  Value scatter(const Value& operand, const Value& indices, const Value& updates,
+                const ScatterDims& dims, const RegionBody& combine);
+  std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dimension, bool stable,
+                          const RegionBody& comparator);
+
+  // Random numbers: returns {new_state, bits}.
+  std::pair<Value, Value> rng_bit_generator(const Value& state, const TensorType& bits_type);
+
+  std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
+                                 const std::vector<TensorType>& result_types,
+                                 const std::string& backend_config = "",
+                                 bool has_side_effect = false);
+
+  // Collectives over replica groups (each group lists replica ids).
+  using ReplicaGroups = std::vector<std::vector<int64_t>>;
+  Value all_reduce(const Value& x, const ReplicaGroups& groups, const RegionBody& combine);
+  Value all_gather(const Value& x, int64_t dimension, const ReplicaGroups& groups);
+  Value reduce_scatter(const Value& x, int64_t dimension, const ReplicaGroups& groups,
+                       const RegionBody& combine);
+  Value all_to_all(const Value& x, int64_t split_dimension, int64_t concat_dimension,
+                   const ReplicaGroups& groups);
+  Value collective_permute(const Value& x,
+                           const std::vector<std::pair<int64_t, int64_t>>& source_target_pairs);
+
+  // The whole module, ready for Client::compile.
+  std::string module_text(int num_replicas = 1, int num_partitions = 1) const;
+
+ private:
+  struct Block {
+    std::vector<std::string> lines;
+    int indent;
+  };
+
+  // Appends `name(operands) ({regions}) {attrs} : (operand types) -> results` and returns the
+  // results as values.
+  std::vector<Value> emit(std::string_view op, const std::vector<Value>& operands,
+                          const std::vector<TensorType>& result_types,
+                          const std::string& attributes = "",
+                          const std::vector<std::string>& regions = {});
+  Value emit1(std::string_view op, const std::vector<Value>& operands, const TensorType& type,
+              const std::string& attributes = "");
+  // Text of a region whose block takes `arg_types`.
+  std::string region(const std::vector<TensorType>& arg_types, const RegionBody& body);
+  // The scalar types a combiner region of `values` takes: two per value (accumulator, element).
+  static std::vector<TensorType> scalar_pairs(const std::vector<Value>& values, bool interleave);
+  std::string fresh_name();
+
+  std::string function_name_;
+  std::vector<TensorType> params_;
+  std::vector<Value> results_;
+  std::vector<Block> blocks_;  // blocks_.front() is the function body; the rest are open regions
+  int next_id_ = 0;
+};
+
+}  // namespace torchtpu::hlo

@@ -1,0 +1,80 @@
+// Element-wise ops: unary, binary, compare, select, clamp, conversions.
+#include "hlo/attributes.h"
+#include "hlo/builder.h"
+
+namespace torchtpu::hlo {
+namespace {
+
+constexpr std::string_view kUnaryNames[] = {
+    "abs", "cbrt", "ceil", "cosine", "count_leading_zeros", "exponential",
+    "exponential_minus_one", "floor", "imag", "is_finite", "log", "log_plus_one", "logistic",
+    "negate", "not", "popcnt", "real", "round_nearest_afz", "round_nearest_even", "rsqrt", "sign",
+    "sine", "sqrt", "tan", "tanh"};
+
+constexpr std::string_view kBinaryNames[] = {
+    "add", "and", "atan2", "complex", "divide", "maximum", "minimum", "multiply", "or", "power",
+    "remainder", "shift_left", "shift_right_arithmetic", "shift_right_logical", "subtract", "xor"};
+
+constexpr std::string_view kCompareNames[] = {"EQ", "NE", "GE", "GT", "LE", "LT"};
+
+std::string op_name(std::string_view short_name) { return "stablehlo." + std::string(short_name); }
+
+DType complex_part(DType t) { return t == DType::kC128 ? DType::kF64 : DType::kF32; }
+
+}  // namespace
+
+Value Builder::unary(UnaryOp op, const Value& x) {
+  TensorType type = x.type;
+  if (op == UnaryOp::kIsFinite) type.dtype = DType::kBool;
+  if ((op == UnaryOp::kReal || op == UnaryOp::kImag || op == UnaryOp::kAbs) &&
+      is_complex(x.type.dtype))
+    type.dtype = complex_part(x.type.dtype);
+  return emit1(op_name(kUnaryNames[static_cast<int>(op)]), {x}, type);
+}
+
+Value Builder::binary(BinaryOp op, const Value& a, const Value& b) {
+  require(a.type == b.type, "binary op operands differ: " + a.type.str() + " vs " + b.type.str());
+  TensorType type = a.type;
+  if (op == BinaryOp::kComplex)
+    type.dtype = a.type.dtype == DType::kF64 ? DType::kC128 : DType::kC64;
+  return emit1(op_name(kBinaryNames[static_cast<int>(op)]), {a, b}, type);
+}
+
+Value Builder::compare(Compare dir, const Value& a, const Value& b) {
+  require(a.type == b.type, "compare operands differ: " + a.type.str() + " vs " + b.type.str());
+  std::string attrs = "comparison_direction = #stablehlo<comparison_direction " +
+                      std::string(kCompareNames[static_cast<int>(dir)]) + ">";
+  // Floats compare with IEEE semantics (TOTALORDER would order NaNs); ints by signedness.
+  DType t = a.type.dtype;
+  std::string kind = is_floating(t) || is_complex(t) ? "FLOAT"
+                     : (is_unsigned(t) || t == DType::kBool) ? "UNSIGNED"
+                                                             : "SIGNED";
+  attrs += ", compare_type = #stablehlo<comparison_type " + kind + ">";
+  return emit1("stablehlo.compare", {a, b}, a.type.with_dtype(DType::kBool), attrs);
+}
+
+Value Builder::select(const Value& pred, const Value& on_true, const Value& on_false) {
+  require(on_true.type == on_false.type, "select branches differ: " + on_true.type.str() +
+                                             " vs " + on_false.type.str());
+  require(pred.type.dtype == DType::kBool, "select predicate must be i1");
+  require(pred.type.dims.empty() || pred.type.dims == on_true.type.dims,
+          "select predicate shape must be scalar or match the branches");
+  return emit1("stablehlo.select", {pred, on_true, on_false}, on_true.type);
+}
+
+Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
+  return emit1("stablehlo.clamp", {lo, x, hi}, x.type);
+}
+
+Value Builder::convert(const Value& x, DType to) {
+  return emit1("stablehlo.convert", {x}, x.type.with_dtype(to));
+}
+
+Value Builder::bitcast_convert(const Value& x, DType to) {
+  // Only same-width bitcasts: the result keeps the operand's shape.
+  require(element_size(x.type.dtype) == element_size(to),
+          "bitcast_convert between element types of different width");
+  return emit1("stablehlo.bitcast_convert", {x}, x.type.with_dtype(to));
+}
+
+}  // namespace torchtpu::hlo

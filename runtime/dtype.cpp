@@ -1,0 +1,37 @@
+#include "runtime/dtype.h"
+
+namespace torchtpu {
+namespace {
+
+struct DTypeInfo {
+  size_t size;
+  std::string_view mlir;
+  std::string_view name;
+};
+
+// Indexed by DType; keep in enum order.
+constexpr DTypeInfo kInfo[] = {
+    {1, "i1", "bool"},          {1, "i8", "int8"},
+    {2, "i16", "int16"},        {4, "i32", "int32"},
+    {8, "i64", "int64"},        {1, "ui8", "uint8"},
+    {4, "ui32", "uint32"},      {8, "ui64", "uint64"},
+    {2, "f16", "float16"},      {2, "bf16", "bfloat16"},
+    {4, "f32", "float32"},      {8, "f64", "float64"},
+    {8, "complex<f32>", "complex64"}, {16, "complex<f64>", "complex128"},
+};
+
+const DTypeInfo& info(DType t) { return kInfo[static_cast<size_t>(t)]; }
+
+}  // namespace
+
+size_t element_size(DType t) { return info(t).size; }
+std::string_view mlir_name(DType t) { return info(t).mlir; }
+std::string_view dtype_name(DType t) { return info(t).name; }
+
+bool is_floating(DType t) {
+  return t == DType::kF16 || t == DType::kBF16 || t == DType::kF32 || t == DType::kF64;
+}
+bool is_complex(DType t) { return t == DType::kC64 || t == DType::kC128; }
+bool is_unsigned(DType t) { return t == DType::kU8 || t == DType::kU32 || t == DType::kU64; }
+
+}  // namespace torchtpu

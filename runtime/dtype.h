@@ -1,0 +1,28 @@
+// Element types shared by the runtime and the StableHLO emitter.
+// Plain C++: no PJRT or PyTorch types here, so every layer can name a dtype.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace torchtpu {
+
+enum class DType : uint8_t {
+  kBool, kS8, kS16, kS32, kS64, kU8, kU32, kU64, kF16, kBF16, kF32, kF64, kC64, kC128,
+};
+
+// Size of one element in bytes.
+size_t element_size(DType t);
+
+// The MLIR spelling used in StableHLO tensor types ("f32", "i1", "ui8", "complex<f32>").
+std::string_view mlir_name(DType t);
+
+// A short human name for messages ("float32", "bfloat16").
+std::string_view dtype_name(DType t);
+
+bool is_floating(DType t);
+bool is_complex(DType t);
+bool is_unsigned(DType t);
+
+}  // namespace torchtpu

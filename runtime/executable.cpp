@@ -1,0 +1,132 @@
+#include "runtime/executable.h"
+
+#include <stdexcept>
+
+#include "runtime/error.h"
+#include "runtime/pjrt_args.h"
+
+namespace torchtpu::runtime {
+
+Executable::Executable(const PJRT_Api* api, PJRT_LoadedExecutable* executable)
+    : api_(api), loaded_(executable) {
+  PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, get);
+  get.loaded_executable = loaded_;
+  check(api_, api_->PJRT_LoadedExecutable_GetExecutable(&get),
+        "PJRT_LoadedExecutable_GetExecutable");
+  executable_ = get.executable;
+
+  PJRT_ARGS(PJRT_Executable_NumOutputs_Args, outputs);
+  outputs.executable = executable_;
+  check(api_, api_->PJRT_Executable_NumOutputs(&outputs), "PJRT_Executable_NumOutputs");
+  num_outputs_ = outputs.num_outputs;
+}
+
+Executable& Executable::operator=(Executable&& other) noexcept {
+  if (this != &other) {
+    release();
+    api_ = other.api_;
+    loaded_ = other.loaded_;
+    executable_ = other.executable_;
+    num_outputs_ = other.num_outputs_;
+    other.loaded_ = nullptr;
+    other.executable_ = nullptr;
+  }
+  return *this;
+}
+
+Executable::~Executable() { release(); }
+
+void Executable::release() {
+  if (executable_) {
+    PJRT_ARGS(PJRT_Executable_Destroy_Args, args);
+    args.executable = executable_;
+    api_->PJRT_Executable_Destroy(&args);
+    executable_ = nullptr;
+  }
+  if (loaded_) {
+    PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args, args);
+    args.executable = loaded_;
+    api_->PJRT_LoadedExecutable_Destroy(&args);
+    loaded_ = nullptr;
+  }
+}
+
+std::string Executable::name() const {
+  PJRT_ARGS(PJRT_Executable_Name_Args, args);
+  args.executable = executable_;
+  check(api_, api_->PJRT_Executable_Name(&args), "PJRT_Executable_Name");
+  return std::string(args.executable_name, args.executable_name_size);
+}
+
+std::vector<PJRT_Device*> Executable::devices() const {
+  PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, args);
+  args.executable = loaded_;
+  check(api_, api_->PJRT_LoadedExecutable_AddressableDevices(&args),
+        "PJRT_LoadedExecutable_AddressableDevices");
+  return std::vector<PJRT_Device*>(args.addressable_devices,
+                                   args.addressable_devices + args.num_addressable_devices);
+}
+
+std::string Executable::serialize() const {
+  PJRT_ARGS(PJRT_Executable_Serialize_Args, args);
+  args.executable = executable_;
+  check(api_, api_->PJRT_Executable_Serialize(&args), "PJRT_Executable_Serialize");
+  std::string bytes(args.serialized_bytes, args.serialized_bytes_size);
+  if (args.serialized_executable_deleter)
+    args.serialized_executable_deleter(args.serialized_executable);
+  return bytes;
+}
+
+ExecuteResult Executable::execute(const std::vector<std::vector<const Buffer*>>& args) const {
+  return run(args, nullptr);
+}
+
+ExecuteResult Executable::execute_on(PJRT_Device* device,
+                                     const std::vector<const Buffer*>& args) const {
+  return run({args}, device);
+}
+
+ExecuteResult Executable::run(const std::vector<std::vector<const Buffer*>>& args,
+                              PJRT_Device* device) const {
+  if (args.empty()) throw std::invalid_argument("execute: no argument lists (one per device)");
+  const size_t num_devices = args.size();
+  const size_t num_args = args[0].size();
+  std::vector<std::vector<PJRT_Buffer*>> raw_args(num_devices);
+  for (size_t d = 0; d < num_devices; ++d) {
+    if (args[d].size() != num_args)
+      throw std::invalid_argument("execute: device " + std::to_string(d) + " got " +
+                                  std::to_string(args[d].size()) + " arguments, device 0 got " +
+                                  std::to_string(num_args));
+    for (const Buffer* b : args[d]) raw_args[d].push_back(b->raw());
+  }
+  std::vector<PJRT_Buffer* const*> arg_lists;
+  for (auto& list : raw_args) arg_lists.push_back(list.data());
+
+  std::vector<std::vector<PJRT_Buffer*>> raw_outputs(num_devices,
+                                                     std::vector<PJRT_Buffer*>(num_outputs_));
+  std::vector<PJRT_Buffer**> output_lists;
+  for (auto& list : raw_outputs) output_lists.push_back(list.data());
+  std::vector<PJRT_Event*> events(num_devices, nullptr);
+
+  PJRT_ARGS(PJRT_ExecuteOptions, options);
+  PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, exec);
+  exec.executable = loaded_;
+  exec.options = &options;
+  exec.argument_lists = arg_lists.data();
+  exec.num_devices = num_devices;
+  exec.num_args = num_args;
+  exec.output_lists = output_lists.data();
+  exec.device_complete_events = events.data();
+  exec.execute_device = device;
+  check(api_, api_->PJRT_LoadedExecutable_Execute(&exec), "PJRT_LoadedExecutable_Execute");
+
+  ExecuteResult result;
+  for (size_t d = 0; d < num_devices; ++d) {
+    result.done.emplace_back(api_, events[d]);
+    auto& outputs = result.outputs.emplace_back();
+    for (PJRT_Buffer* b : raw_outputs[d]) outputs.emplace_back(api_, b);
+  }
+  return result;
+}
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,51 @@
+// A compiled, loaded executable, owned.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pjrt_c_api.h"
+#include "runtime/buffer.h"
+#include "runtime/event.h"
+
+namespace torchtpu::runtime {
+
+struct ExecuteResult {
+  std::vector<std::vector<Buffer>> outputs;  // outputs[device][i]
+  std::vector<Event> done;                   // one per device: that device finished the program
+};
+
+class Executable {
+ public:
+  Executable(const PJRT_Api* api, PJRT_LoadedExecutable* executable);
+  Executable(Executable&& other) noexcept { *this = std::move(other); }
+  Executable& operator=(Executable&& other) noexcept;
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+  ~Executable();
+
+  size_t num_outputs() const { return num_outputs_; }
+  std::string name() const;
+  // The devices the program was compiled for, in argument-list order (empty for portable ones).
+  std::vector<PJRT_Device*> devices() const;
+  // Bytes that DeserializeAndLoad turns back into an equivalent executable.
+  std::string serialize() const;
+
+  // Runs on every device it was compiled for: args[d] is the argument list of devices()[d].
+  // Asynchronous: returns once dispatched; outputs become ready as the devices finish.
+  ExecuteResult execute(const std::vector<std::vector<const Buffer*>>& args) const;
+  // Runs a portable executable on one chosen device.
+  ExecuteResult execute_on(PJRT_Device* device, const std::vector<const Buffer*>& args) const;
+
+ private:
+  ExecuteResult run(const std::vector<std::vector<const Buffer*>>& args,
+                    PJRT_Device* device) const;
+  void release();
+
+  const PJRT_Api* api_ = nullptr;
+  PJRT_LoadedExecutable* loaded_ = nullptr;
+  PJRT_Executable* executable_ = nullptr;  // the unloaded view, for metadata and serialization
+  size_t num_outputs_ = 0;
+};
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,166 @@
+#include "runtime/plugin.h"
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include "runtime/error.h"
+
+namespace torchtpu::runtime {
+namespace fs = std::filesystem;
+namespace {
+
+// The last PJRT_Api entry this runtime calls; a plugin whose table ends earlier is too old.
+constexpr size_t kRequiredApiSize =
+    offsetof(PJRT_Api, PJRT_Executable_OutputDimensions) + sizeof(void*);
+
+std::string named_value_text(const PJRT_NamedValue& v) {
+  switch (v.type) {
+    case PJRT_NamedValue_kString:
+      return std::string(v.string_value, v.value_size);
+    case PJRT_NamedValue_kInt64:
+      return std::to_string(v.int64_value);
+    case PJRT_NamedValue_kInt64List: {
+      std::string out;
+      for (size_t i = 0; i < v.value_size; ++i)
+        out += (i ? "." : "") + std::to_string(v.int64_array_value[i]);
+      return out;
+    }
+    case PJRT_NamedValue_kFloat:
+      return std::to_string(v.float_value);
+    case PJRT_NamedValue_kBool:
+      return v.bool_value ? "true" : "false";
+  }
+  return "";
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, sep);)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+bool tpu_present() { return fs::exists("/dev/accel0") || fs::exists("/dev/vfio/0"); }
+
+bool gpu_visible() {
+  std::string visible = env("CUDA_VISIBLE_DEVICES");
+  if (visible == "-1" || (std::getenv("CUDA_VISIBLE_DEVICES") && visible.empty())) return false;
+  return fs::exists("/dev/nvidiactl") || fs::exists("/proc/driver/nvidia/version");
+}
+
+// One class of plugin: its relative locations under a search folder, and whether it applies here.
+struct PluginKind {
+  const char* name;
+  std::vector<const char*> relative_paths;
+  bool (*usable)();
+};
+
+const std::vector<PluginKind>& plugin_kinds() {
+  static const std::vector<PluginKind> kinds = {
+      {"libtpu", {"libtpu/libtpu.so"}, tpu_present},
+      {"XLA CUDA",
+       {"jax_plugins/xla_cuda13/xla_cuda_plugin.so", "xla_plugins/xla_cuda13_pjrt/xla_gpu_pjrt.so",
+        "jax_plugins/xla_cuda12/xla_cuda_plugin.so", "xla_plugins/xla_cuda12_pjrt/xla_gpu_pjrt.so"},
+       gpu_visible},
+      {"XLA CPU", {"xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"}, [] { return true; }},
+  };
+  return kinds;
+}
+
+}  // namespace
+
+Plugin::Plugin(std::string path, const PJRT_Api* api) : path_(std::move(path)), api_(api) {
+  if (api_->pjrt_api_version.major_version != PJRT_API_MAJOR)
+    throw std::runtime_error("PJRT plugin " + path_ + " speaks PJRT C API " +
+                             std::to_string(api_major()) + "." + std::to_string(api_minor()) +
+                             "; torchtpu was built for major version " +
+                             std::to_string(PJRT_API_MAJOR));
+  if (api_->struct_size < kRequiredApiSize)
+    throw std::runtime_error("PJRT plugin " + path_ + " (API " + std::to_string(api_major()) + "." +
+                             std::to_string(api_minor()) +
+                             ") is too old: it lacks functions torchtpu calls");
+
+  PJRT_Plugin_Initialize_Args init{};
+  init.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE;
+  check(api_, api_->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
+
+  PJRT_Plugin_Attributes_Args attrs{};
+  attrs.struct_size = PJRT_Plugin_Attributes_Args_STRUCT_SIZE;
+  check(api_, api_->PJRT_Plugin_Attributes(&attrs), "PJRT_Plugin_Attributes");
+  for (size_t i = 0; i < attrs.num_attributes; ++i) {
+    const PJRT_NamedValue& v = attrs.attributes[i];
+    attributes_[std::string(v.name, v.name_size)] = named_value_text(v);
+  }
+}
+
+std::string Plugin::attribute(const std::string& name) const {
+  auto it = attributes_.find(name);
+  return it == attributes_.end() ? "" : it->second;
+}
+
+const Plugin& Plugin::load(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Plugin>> loaded;  // never unloaded
+  std::lock_guard<std::mutex> lock(mu);
+  std::string key = fs::weakly_canonical(path).string();
+  if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
+
+  if (!fs::exists(path)) throw std::runtime_error("PJRT plugin not found: " + path);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    throw std::runtime_error("cannot load PJRT plugin " + path + ": " + std::string(dlerror()));
+  using GetPjrtApiFn = const PJRT_Api* (*)();
+  auto get_api = reinterpret_cast<GetPjrtApiFn>(dlsym(handle, "GetPjrtApi"));
+  if (!get_api) throw std::runtime_error(path + " is not a PJRT plugin: it has no GetPjrtApi");
+  auto plugin = std::unique_ptr<Plugin>(new Plugin(path, get_api()));
+  return *loaded.emplace(key, std::move(plugin)).first->second;
+}
+
+const Plugin& Plugin::discover() { return load(find_plugin_path()); }
+
+std::vector<std::string> plugin_search_dirs() {
+  std::vector<std::string> dirs = split(env("TORCHTPU_PLUGIN_DIRS"), ':');
+#ifdef TORCHTPU_DEFAULT_PLUGIN_DIRS
+  for (auto& d : split(TORCHTPU_DEFAULT_PLUGIN_DIRS, ':')) dirs.push_back(d);
+#endif
+  return dirs;
+}
+
+std::string find_plugin_path(const std::vector<std::string>& search_dirs) {
+  if (std::string forced = env("TORCHTPU_PJRT_PLUGIN"); !forced.empty()) return forced;
+  std::vector<std::string> searched;
+  for (const PluginKind& kind : plugin_kinds()) {
+    std::vector<std::string> candidates;
+    if (std::string(kind.name) == "libtpu" && !env("TPU_LIBRARY_PATH").empty())
+      candidates.push_back(env("TPU_LIBRARY_PATH"));
+    for (const std::string& dir : search_dirs)
+      for (const char* rel : kind.relative_paths) candidates.push_back(dir + "/" + rel);
+    bool usable = kind.usable();
+    for (const std::string& c : candidates) {
+      if (usable && fs::exists(c)) return c;
+      searched.push_back(std::string(kind.name) + ": " + c +
+                         (usable ? "" : " (skipped: no such device here)"));
+    }
+  }
+  std::string msg =
+      "no PJRT plugin found. Install one (pip install xla-cpu-pjrt) or set TORCHTPU_PJRT_PLUGIN "
+      "to a plugin path. Searched:";
+  for (const auto& s : searched) msg += "\n  " + s;
+  if (searched.empty()) msg += " nothing (TORCHTPU_PLUGIN_DIRS is empty)";
+  throw std::runtime_error(msg);
+}
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,96 @@
+// Plugin discovery, versions, client and device enumeration.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "runtime/plugin.h"
+#include "tests/runtime/test_util.h"
+
+namespace torchtpu {
+namespace {
+
+TEST(Plugin, DiscoversAndReportsVersions) {
+  const runtime::Plugin& p = runtime::Plugin::discover();
+  EXPECT_EQ(p.api_major(), PJRT_API_MAJOR);
+  EXPECT_GT(p.api_minor(), 0);
+  EXPECT_FALSE(p.attribute("xla_version").empty());
+  // StableHLO versions are "major.minor.patch".
+  EXPECT_NE(p.attribute("stablehlo_current_version").find('.'), std::string::npos);
+  EXPECT_NE(p.attribute("stablehlo_minimum_version").find('.'), std::string::npos);
+}
+
+TEST(Plugin, LoadsOncePerPath) {
+  const runtime::Plugin& a = runtime::Plugin::discover();
+  const runtime::Plugin& b = runtime::Plugin::load(a.path());
+  EXPECT_EQ(&a, &b);
+  EXPECT_EQ(a.api(), b.api());
+}
+
+TEST(Plugin, ExplicitPathWins) {
+  const std::string real = runtime::Plugin::discover().path();
+  setenv("TORCHTPU_PJRT_PLUGIN", "/nonexistent/plugin.so", 1);
+  EXPECT_EQ(runtime::find_plugin_path(), "/nonexistent/plugin.so");
+  unsetenv("TORCHTPU_PJRT_PLUGIN");
+  EXPECT_EQ(runtime::find_plugin_path(), real);
+}
+
+TEST(Plugin, MissingPathIsAnError) {
+  try {
+    runtime::Plugin::load("/nonexistent/libnothing.so");
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/libnothing.so"), std::string::npos);
+  }
+}
+
+TEST(Plugin, NotAPluginIsAnError) {
+  // libc is a shared library but exports no GetPjrtApi.
+  try {
+    runtime::Plugin::load("/lib/x86_64-linux-gnu/libc.so.6");
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("GetPjrtApi"), std::string::npos);
+  }
+}
+
+TEST(Plugin, NothingFoundListsWhatWasSearched) {
+  try {
+    runtime::find_plugin_path({"/tmp/torchtpu-empty-dir"});
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("no PJRT plugin found"), std::string::npos);
+    EXPECT_NE(msg.find("/tmp/torchtpu-empty-dir/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"),
+              std::string::npos);
+    EXPECT_NE(msg.find("TORCHTPU_PJRT_PLUGIN"), std::string::npos);
+  }
+}
+
+TEST(Plugin, SearchDirsComeFromTheEnvironmentFirst) {
+  setenv("TORCHTPU_PLUGIN_DIRS", "/a:/b", 1);
+  std::vector<std::string> dirs = runtime::plugin_search_dirs();
+  unsetenv("TORCHTPU_PLUGIN_DIRS");
+  ASSERT_GE(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], "/a");
+  EXPECT_EQ(dirs[1], "/b");
+}
+
+TEST(Client, EnumeratesDevicesAndMemories) {
+  runtime::Client& c = testing::client();
+  EXPECT_FALSE(c.platform_name().empty());
+  EXPECT_FALSE(c.platform_version().empty());
+  ASSERT_GE(c.devices().size(), 1u);
+  if (c.platform_name() == "cpu") {
+    EXPECT_EQ(c.devices().size(), 4u);  // TORCHTPU_NUM_CPU_DEVICES
+  }
+  for (size_t i = 0; i < c.devices().size(); ++i) {
+    EXPECT_FALSE(c.device(i).kind().empty());
+    EXPECT_FALSE(c.device(i).description().empty());
+  }
+  EXPECT_THROW(c.device(c.devices().size()), std::out_of_range);
+  EXPECT_FALSE(c.memories().empty());
+}
+
+}  // namespace
+}  // namespace torchtpu
