@@ -1,0 +1,195 @@
+#include "exec/executor.h"
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "exec/metrics.h"
+#include "exec/runtime_context.h"
+#include "exec/view_program.h"
+
+namespace torchtpu::exec {
+namespace {
+
+// A storage the program touches: one flat parameter (unless fully overwritten) and, if written,
+// one flat result.
+struct Slot {
+  BufferRef* storage;
+  DType flat_dtype;
+  int64_t flat_length;
+  bool read = false;     // the program needs the current contents
+  bool written = false;  // the program produces new contents
+};
+
+class Plan {
+ public:
+  explicit Plan(const OpCall& call) : call_(call) {
+    for (const Operand& in : call.inputs) slot_for(in, /*full_overwrite=*/false).read = true;
+    for (const Operand& out : call.outputs) {
+      Slot& s = slot_for(out, overwrites_all(out));
+      if (!overwrites_all(out)) s.read = true;
+      s.written = true;
+    }
+  }
+
+  std::string cache_key() const {
+    std::string key = call_.key;
+    for (const Slot& s : slots_) {
+      key += s.read ? "|r" : "|w";
+      key += dtype_name(s.flat_dtype);
+      key += std::to_string(s.flat_length);
+    }
+    for (const Operand& in : call_.inputs) append_operand(key, 'i', in);
+    for (const Operand& out : call_.outputs) append_operand(key, 'o', out);
+    return key;
+  }
+
+  std::string program_text() const {
+    hlo::Builder b;
+    std::vector<hlo::Value> flat(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].read) flat[i] = b.parameter({slots_[i].flat_dtype, {slots_[i].flat_length}});
+    std::vector<hlo::Value> inputs;
+    for (const Operand& in : call_.inputs) inputs.push_back(read_view(b, flat[index_of(in)], in.view));
+    std::vector<hlo::Value> results = call_.lower(b, inputs);
+    if (results.size() != call_.outputs.size())
+      throw std::logic_error(call_.key + ": lowering returned " + std::to_string(results.size()) +
+                             " results for " + std::to_string(call_.outputs.size()) + " outputs");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Operand& out = call_.outputs[i];
+      size_t s = index_of(out);
+      if (overwrites_all(out) && !slots_[s].read)
+        flat[s] = b.reshape(results[i], {slots_[s].flat_length});
+      else
+        flat[s] = write_view(b, flat[s], out.view, results[i]);
+    }
+    std::vector<hlo::Value> outs;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].written) outs.push_back(flat[i]);
+    b.results(outs);
+    return b.module_text();
+  }
+
+  const std::vector<Slot>& slots() const { return slots_; }
+
+ private:
+  static bool overwrites_all(const Operand& o) {
+    return o.view.is_contiguous() && o.view.offset == 0 &&
+           static_cast<size_t>(o.view.numel()) * element_size(o.view.dtype) == o.storage->nbytes();
+  }
+
+  Slot& slot_for(const Operand& o, bool full_overwrite) {
+    for (Slot& s : slots_)
+      if (s.storage == o.storage) return s;
+    // A storage being replaced whole takes the writer's dtype; otherwise keep what it holds.
+    DType dtype = o.storage->buffer() && !full_overwrite ? o.storage->buffer_dtype() : o.view.dtype;
+    int64_t length = static_cast<int64_t>(o.storage->nbytes() / element_size(dtype));
+    slots_.push_back({o.storage, dtype, length});
+    return slots_.back();
+  }
+
+  size_t index_of(const Operand& o) const {
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].storage == o.storage) return i;
+    throw std::logic_error("operand storage not planned");
+  }
+
+  void append_operand(std::string& key, char kind, const Operand& o) const {
+    key += '|';
+    key += kind;
+    key += std::to_string(index_of(o));
+    o.view.append_key(key);
+  }
+
+  const OpCall& call_;
+  std::vector<Slot> slots_;
+};
+
+class ExecutableCache {
+ public:
+  std::shared_ptr<runtime::Executable> get(const std::string& key, const Plan& plan) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = entries_.find(key); it != entries_.end()) {
+        counters().cache_hits++;
+        return it->second;
+      }
+    }
+    auto start = std::chrono::steady_clock::now();
+    runtime::CompileOptions options;
+    options.portable = true;  // one executable serves every device
+    auto exe = std::make_shared<runtime::Executable>(client().compile(plan.program_text(), options));
+    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - start).count();
+    counters().compiles++;
+    counters().compile_ns += ns;
+    int64_t prev = counters().max_compile_ns;
+    while (ns > prev && !counters().max_compile_ns.compare_exchange_weak(prev, ns)) {}
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_.emplace(key, exe).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<runtime::Executable>> entries_;
+};
+
+ExecutableCache& cache() {
+  static ExecutableCache c;
+  return c;
+}
+
+// The storage's flat buffer, creating zeros for a never-written one.
+const runtime::Buffer& materialized(BufferRef& storage, DType dtype) {
+  if (!storage.buffer()) {
+    std::vector<char> zeros(storage.nbytes(), 0);
+    upload(storage, zeros.data(), dtype);
+  }
+  return *storage.buffer();
+}
+
+}  // namespace
+
+void run(const OpCall& call) {
+  Plan plan(call);
+  std::shared_ptr<runtime::Executable> exe = cache().get(plan.cache_key(), plan);
+
+  int device = call.outputs.empty() ? call.inputs.at(0).storage->device()
+                                    : call.outputs[0].storage->device();
+  std::vector<const runtime::Buffer*> args;
+  for (const Slot& s : plan.slots()) {
+    if (s.storage->device() != device)
+      throw std::invalid_argument(call.key + ": operands are on different devices (tpu:" +
+                                  std::to_string(device) + " and tpu:" +
+                                  std::to_string(s.storage->device()) + ")");
+    if (s.read) args.push_back(&materialized(*s.storage, s.flat_dtype));
+  }
+  runtime::ExecuteResult result = exe->execute_on(exec::device(device).raw(), args);
+  counters().executions++;
+
+  size_t next = 0;
+  for (const Slot& s : plan.slots())
+    if (s.written)
+      s.storage->swap(std::make_shared<runtime::Buffer>(std::move(result.outputs[0][next++])),
+                      s.flat_dtype);
+}
+
+void upload(BufferRef& storage, const void* data, DType dtype) {
+  int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
+  runtime::Buffer b = client().to_device(data, dtype, {length}, exec::device(storage.device()));
+  counters().bytes_to_device += storage.nbytes();
+  storage.swap(std::make_shared<runtime::Buffer>(std::move(b)), dtype);
+}
+
+void download(const BufferRef& storage, void* dst) {
+  if (!storage.buffer()) {
+    std::memset(dst, 0, storage.nbytes());
+    return;
+  }
+  storage.buffer()->copy_to_host(dst, storage.nbytes());
+  counters().bytes_to_host += storage.nbytes();
+}
+
+}  // namespace torchtpu::exec

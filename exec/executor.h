@@ -1,0 +1,19 @@
+// Runs OpCalls in strict eager mode: one cached single-op executable per (op, geometry),
+// dispatched asynchronously. The host waits only when it reads data (download()).
+#pragma once
+
+#include "exec/op_call.h"
+
+namespace torchtpu::exec {
+
+// Compiles (on a cache miss) and dispatches `call`; swaps the new contents into each output
+// storage. Returns as soon as the work is queued on the device.
+void run(const OpCall& call);
+
+// Whole-storage transfers. upload() replaces the contents with host data read as elements of
+// `dtype` (storage.nbytes() bytes); download() copies storage.nbytes() raw bytes out, waiting for
+// the work that produces them. A never-written storage reads as zeros.
+void upload(BufferRef& storage, const void* data, DType dtype);
+void download(const BufferRef& storage, void* dst);
+
+}  // namespace torchtpu::exec

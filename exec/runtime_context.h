@@ -1,0 +1,18 @@
+// The one process-wide runtime context: the PJRT plugin and client every tpu tensor lives on.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "runtime/client.h"
+
+namespace torchtpu::exec {
+
+// The client, created on first use from the discovered plugin. Throws std::runtime_error naming
+// what was searched when no plugin can be found; a later call tries again.
+runtime::Client& client();
+
+// Addressable device `index`, with an error that names the valid range.
+const runtime::Device& device(int index);
+
+}  // namespace torchtpu::exec

@@ -1,0 +1,108 @@
+// Strict-mode execution of op calls over storages and views, with the single-op cache.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "exec/executor.h"
+#include "exec/metrics.h"
+
+namespace torchtpu::exec {
+namespace {
+
+using hlo::Builder;
+using hlo::Value;
+
+BufferRef storage_of(const std::vector<float>& data) {
+  BufferRef s(0, data.size() * sizeof(float));
+  upload(s, data.data(), DType::kF32);
+  return s;
+}
+
+std::vector<float> contents(const BufferRef& s) {
+  std::vector<float> out(s.nbytes() / sizeof(float));
+  download(s, out.data());
+  return out;
+}
+
+View contiguous(std::vector<int64_t> sizes, int64_t offset = 0) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t st = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = st;
+    st *= sizes[i];
+  }
+  return {DType::kF32, sizes, strides, offset};
+}
+
+Lowering identity() {
+  return [](Builder&, const std::vector<Value>& in) { return std::vector<Value>{in[0]}; };
+}
+
+Lowering add_one() {
+  return [](Builder& b, const std::vector<Value>& in) {
+    return std::vector<Value>{b.binary(hlo::BinaryOp::kAdd, in[0], b.constant(1.0, in[0].type))};
+  };
+}
+
+// Copies the view `v` of `src` into a fresh contiguous storage and returns its contents.
+std::vector<float> read(BufferRef& src, const View& v) {
+  BufferRef dst(0, v.numel() * sizeof(float));
+  run({"copy", identity(), {{&src, v}}, {{&dst, contiguous(v.sizes)}}});
+  return contents(dst);
+}
+
+TEST(Executor, ReadsViews) {
+  std::vector<float> data(12);
+  std::iota(data.begin(), data.end(), 0.0f);
+  BufferRef s = storage_of(data);  // a 3x4 matrix
+  EXPECT_EQ(read(s, contiguous({3, 4})), data);
+  EXPECT_EQ(read(s, contiguous({4}, 4)), (std::vector<float>{4, 5, 6, 7}));                     // row 1
+  EXPECT_EQ(read(s, {DType::kF32, {4, 3}, {1, 4}, 0}), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));  // .t()
+  EXPECT_EQ(read(s, {DType::kF32, {3}, {5}, 0}), (std::vector<float>{0, 5, 10}));              // diagonal
+  EXPECT_EQ(read(s, {DType::kF32, {2, 2}, {0, 2}, 1}), (std::vector<float>{1, 3, 1, 3}));       // expand
+}
+
+TEST(Executor, WritesThroughViewsSwapTheWholeStorage) {
+  std::vector<float> data(6, 0.0f);
+  BufferRef s = storage_of(data);  // 2x3
+  // x[:, 1] += 1  (a strided view written in place)
+  View column{DType::kF32, {2}, {3}, 1};
+  run({"add_one", add_one(), {{&s, column}}, {{&s, column}}});
+  EXPECT_EQ(contents(s), (std::vector<float>{0, 1, 0, 0, 1, 0}));
+  // x[1] += 1  (a contiguous sub-range)
+  run({"add_one", add_one(), {{&s, contiguous({3}, 3)}}, {{&s, contiguous({3}, 3)}}});
+  EXPECT_EQ(contents(s), (std::vector<float>{0, 1, 0, 1, 2, 1}));
+}
+
+TEST(Executor, NeverWrittenStorageReadsAsZeros) {
+  BufferRef fresh(0, 4 * sizeof(float));
+  EXPECT_EQ(read(fresh, contiguous({4})), (std::vector<float>{0, 0, 0, 0}));
+}
+
+TEST(Executor, SameGeometryHitsTheCache) {
+  BufferRef a = storage_of({1, 2, 3, 4});
+  BufferRef out(0, 4 * sizeof(float));
+  run({"add_one", add_one(), {{&a, contiguous({4})}}, {{&out, contiguous({4})}}});
+  int64_t compiles = counters().compiles, hits = counters().cache_hits;
+  BufferRef b = storage_of({5, 6, 7, 8});
+  run({"add_one", add_one(), {{&b, contiguous({4})}}, {{&out, contiguous({4})}}});
+  EXPECT_EQ(counters().compiles, compiles);
+  EXPECT_EQ(counters().cache_hits, hits + 1);
+  EXPECT_EQ(contents(out), (std::vector<float>{6, 7, 8, 9}));
+  // A new shape compiles a new program.
+  BufferRef c = storage_of({1, 2});
+  BufferRef out2(0, 2 * sizeof(float));
+  run({"add_one", add_one(), {{&c, contiguous({2})}}, {{&out2, contiguous({2})}}});
+  EXPECT_EQ(counters().compiles, compiles + 1);
+}
+
+TEST(Executor, LoweringArityMismatchIsAnError) {
+  BufferRef a = storage_of({1});
+  BufferRef out(0, sizeof(float));
+  Lowering none = [](Builder&, const std::vector<Value>&) { return std::vector<Value>{}; };
+  EXPECT_THROW(run({"broken", none, {{&a, contiguous({1})}}, {{&out, contiguous({1})}}}),
+               std::logic_error);
+}
+
+}  // namespace
+}  // namespace torchtpu::exec
