@@ -141,6 +141,34 @@ ExecutableCache& cache() {
   return c;
 }
 
+// Completion events of dispatched executions, per device, for synchronize().
+class PendingWork {
+ public:
+  void add(int device, runtime::Event done) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& events = by_device_[device];
+    while (!events.empty() && events.front().is_ready()) events.erase(events.begin());
+    events.push_back(std::move(done));
+  }
+  void wait(int device) {
+    std::vector<runtime::Event> events;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events.swap(by_device_[device]);
+    }
+    for (const runtime::Event& e : events) e.await();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<int, std::vector<runtime::Event>> by_device_;
+};
+
+PendingWork& pending() {
+  static PendingWork p;
+  return p;
+}
+
 // The storage's flat buffer, creating zeros for a never-written one.
 const runtime::Buffer& materialized(BufferRef& storage, DType dtype) {
   if (!storage.buffer()) {
@@ -168,6 +196,7 @@ void run(const OpCall& call) {
   }
   runtime::ExecuteResult result = exe->execute_on(exec::device(device).raw(), args);
   counters().executions++;
+  pending().add(device, std::move(result.done[0]));
 
   size_t next = 0;
   for (const Slot& s : plan.slots())
@@ -175,6 +204,8 @@ void run(const OpCall& call) {
       s.storage->swap(std::make_shared<runtime::Buffer>(std::move(result.outputs[0][next++])),
                       s.flat_dtype);
 }
+
+void synchronize(int device) { pending().wait(device); }
 
 void upload(BufferRef& storage, const void* data, DType dtype) {
   int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));

@@ -10,6 +10,10 @@ namespace torchtpu::exec {
 // storage. Returns as soon as the work is queued on the device.
 void run(const OpCall& call);
 
+// Waits until every execution dispatched to `device` so far has finished; rethrows the first
+// failure among them.
+void synchronize(int device);
+
 // Whole-storage transfers. upload() replaces the contents with host data read as elements of
 // `dtype` (storage.nbytes() bytes); download() copies storage.nbytes() raw bytes out, waiting for
 // the work that produces them. A never-written storage reads as zeros.

@@ -125,6 +125,14 @@ Value Builder::constant(double value, const TensorType& type) {
   return emit1("stablehlo.constant", {}, type, attr);
 }
 
+Value Builder::constant_int(int64_t value, const TensorType& type) {
+  if (is_floating(type.dtype) || is_complex(type.dtype) || type.dtype == DType::kBool)
+    return constant(static_cast<double>(value), type);
+  std::string literal = is_unsigned(type.dtype) ? std::to_string(static_cast<uint64_t>(value))
+                                                : std::to_string(value);
+  return emit1("stablehlo.constant", {}, type, "value = dense<" + literal + "> : " + type.str());
+}
+
 Value Builder::constant_bytes(const void* data, const TensorType& type) {
   std::string attr = "value = dense<" +
                      hex_literal(data, type.element_count() * element_size(type.dtype)) +

@@ -69,6 +69,7 @@ class Builder {
 
   // Constants.
   Value constant(double value, const TensorType& type);  // splat; ints and bools convert
+  Value constant_int(int64_t value, const TensorType& type);  // exact for 64-bit integers
   Value constant_bytes(const void* data, const TensorType& type);  // dense row-major host bytes
 
   // Element-wise.

@@ -1,0 +1,157 @@
+// The tpu device for PyTorch: allocator, device guard and PrivateUse1 hooks.
+//
+// A tpu storage's DataPtr points at (and owns) an exec::BufferRef; its address is the storage's
+// data_ptr() identity and is never dereferenced on the host.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "aten/device.h"
+#include "aten/tensor_operand.h"
+#include "exec/executor.h"
+#include "exec/runtime_context.h"
+
+namespace torchtpu::aten {
+namespace {
+
+thread_local c10::DeviceIndex current = 0;
+
+void delete_buffer_ref(void* ctx) { delete static_cast<exec::BufferRef*>(ctx); }
+
+c10::DataPtr make_data_ptr(int device, size_t nbytes) {
+  auto* ref = new exec::BufferRef(device, nbytes);
+  return {ref, ref, &delete_buffer_ref, c10::Device(c10::DeviceType::PrivateUse1, device)};
+}
+
+struct TpuAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override { return make_data_ptr(current, nbytes); }
+  void copy_data(void*, const void*, std::size_t) const override {
+    TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_()");
+  }
+};
+
+TpuAllocator allocator;
+
+void check_index(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < device_count(), "invalid tpu device index ", int(index),
+              ": there are ", int(device_count()), " tpu device(s)");
+}
+
+struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return {c10::DeviceType::PrivateUse1, current}; }
+  void setDevice(c10::Device d) const override { set_current_device(d.index()); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { current = d.index(); }
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+  void synchronizeDevice(c10::DeviceIndex index) const override { exec::synchronize(index); }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
+
+struct TpuHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
+  c10::DeviceIndex getCurrentDevice() const override { return current; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    c10::DeviceIndex old = current;
+    set_current_device(d);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override {
+    return exchangeDevice(d);
+  }
+  at::Device getDeviceFromPtr(void*) const override {
+    return {c10::DeviceType::PrivateUse1, current};
+  }
+  // FSDP2 frees parameters with untyped_storage().resize_(0) and re-grows them later.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto& ref = *static_cast<exec::BufferRef*>(storage.data_ptr().get_context());
+    c10::DataPtr fresh = make_data_ptr(ref.device(), newsize);
+    auto& fresh_ref = *static_cast<exec::BufferRef*>(fresh.get_context());
+    size_t keep = std::min(ref.nbytes(), newsize);
+    if (keep > 0 && ref.buffer()) {
+      std::vector<char> bytes(ref.nbytes());
+      exec::download(ref, bytes.data());
+      bytes.resize(newsize, 0);
+      exec::upload(fresh_ref, bytes.data(), DType::kU8);
+    }
+    const_cast<c10::Storage&>(storage).set_data_ptr_noswap(std::move(fresh));
+    const_cast<c10::Storage&>(storage).set_nbytes(newsize);
+  }
+};
+
+}  // namespace
+
+c10::DeviceIndex device_count() {
+  try {
+    return static_cast<c10::DeviceIndex>(exec::client().devices().size());
+  } catch (const std::exception&) {
+    return 0;  // no plugin: is_available() is False, and the first op says why
+  }
+}
+
+c10::DeviceIndex current_device() { return current; }
+
+void set_current_device(c10::DeviceIndex index) {
+  check_index(index);
+  current = index;
+}
+
+c10::Allocator* tpu_allocator() { return &allocator; }
+
+void register_device() {
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator);
+  static TpuHooks hooks;
+  at::RegisterPrivateUse1HooksInterface(&hooks);
+}
+
+// ---- the tensor bridge ----
+
+DType to_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::kBool: return DType::kBool;
+    case c10::kChar: return DType::kS8;
+    case c10::kShort: return DType::kS16;
+    case c10::kInt: return DType::kS32;
+    case c10::kLong: return DType::kS64;
+    case c10::kByte: return DType::kU8;
+    case c10::kUInt32: return DType::kU32;
+    case c10::kUInt64: return DType::kU64;
+    case c10::kHalf: return DType::kF16;
+    case c10::kBFloat16: return DType::kBF16;
+    case c10::kFloat: return DType::kF32;
+    case c10::kDouble: return DType::kF64;
+    case c10::kComplexFloat: return DType::kC64;
+    case c10::kComplexDouble: return DType::kC128;
+    default:
+      TORCH_CHECK_TYPE(false, "tpu tensors do not support dtype ", t);
+  }
+}
+
+exec::BufferRef& buffer_ref(const at::Tensor& t) {
+  return *static_cast<exec::BufferRef*>(t.storage().data_ptr().get_context());
+}
+
+exec::Operand operand(const at::Tensor& t) {
+  return {&buffer_ref(t),
+          {to_dtype(t.scalar_type()), t.sizes().vec(), t.strides().vec(), t.storage_offset()}};
+}
+
+void check_tpu(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "expected ", what,
+              " on the tpu device, got a tensor on ", t.device());
+}
+
+}  // namespace torchtpu::aten

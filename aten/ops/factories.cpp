@@ -1,0 +1,68 @@
+// Allocation and filling: empty, empty_strided, fill_, zero_.
+#include <ATen/EmptyTensor.h>
+#include <torch/library.h>
+
+#include <cstdio>
+
+#include "aten/device.h"
+#include "aten/tensor_operand.h"
+#include "exec/executor.h"
+
+namespace torchtpu::aten {
+namespace {
+
+constexpr c10::DispatchKeySet kTpuKeys{c10::DispatchKey::PrivateUse1};
+
+at::Tensor empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                 std::optional<c10::Layout>, std::optional<c10::Device> device,
+                 std::optional<bool>, std::optional<c10::MemoryFormat> memory_format) {
+  c10::DeviceGuard guard(device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device())));
+  return at::detail::empty_generic(size, tpu_allocator(), kTpuKeys,
+                                   dtype.value_or(c10::get_default_dtype_as_scalartype()),
+                                   memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout>,
+                         std::optional<c10::Device> device, std::optional<bool>) {
+  c10::DeviceGuard guard(device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device())));
+  return at::detail::empty_strided_generic(size, stride, tpu_allocator(), kTpuKeys,
+                                           dtype.value_or(c10::get_default_dtype_as_scalartype()));
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
+  exec::Operand out = operand(self);
+  hlo::TensorType type{out.view.dtype, out.view.sizes};
+  exec::Lowering lower;
+  std::string key;
+  if (value.isIntegral(/*includeBool=*/true)) {
+    int64_t v = value.isBoolean() ? value.toBool() : value.toLong();
+    key = "fill|i" + std::to_string(v);
+    lower = [v, type](hlo::Builder& b, const std::vector<hlo::Value>&) {
+      return std::vector<hlo::Value>{b.constant_int(v, type)};
+    };
+  } else {
+    TORCH_CHECK(!value.isComplex(), "fill_ with a complex value is not supported on tpu yet");
+    double v = value.toDouble();
+    char exact[32];  // the key must tell apart every double, so no rounding here
+    std::snprintf(exact, sizeof exact, "%a", v);
+    key = std::string("fill|f") + exact;
+    lower = [v, type](hlo::Builder& b, const std::vector<hlo::Value>&) {
+      return std::vector<hlo::Value>{b.constant(v, type)};
+    };
+  }
+  exec::run({key, lower, {}, {out}});
+  return self;
+}
+
+at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty);
+  m.impl("empty_strided", empty_strided);
+  m.impl("fill_.Scalar", fill_scalar);
+  m.impl("zero_", zero);
+}
+
+}  // namespace
+}  // namespace torchtpu::aten

@@ -1,0 +1,24 @@
+// Small StableHLO helpers the lowerings share: dtype casts and NumPy-style broadcasting.
+#pragma once
+
+#include <vector>
+
+#include "hlo/builder.h"
+
+namespace torchtpu::aten {
+
+inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
+  return v.type.dtype == to ? v : b.convert(v, to);
+}
+
+// Broadcasts `v` to `sizes`, aligning trailing dimensions as PyTorch does.
+inline hlo::Value broadcast_to(hlo::Builder& b, const hlo::Value& v,
+                               const std::vector<int64_t>& sizes) {
+  if (v.type.dims == sizes) return v;
+  std::vector<int64_t> dims(v.type.dims.size());
+  size_t lead = sizes.size() - v.type.dims.size();
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<int64_t>(lead + i);
+  return b.broadcast_in_dim(v, sizes, dims);
+}
+
+}  // namespace torchtpu::aten

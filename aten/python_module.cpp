@@ -1,0 +1,60 @@
+// torchtpu._C: the Python face of the C++ backend. Thin: it exposes facts and switches, while the
+// device itself is wired into PyTorch by the registrations in aten/.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "aten/device.h"
+#include "exec/executor.h"
+#include "exec/metrics.h"
+#include "exec/runtime_context.h"
+
+namespace py = pybind11;
+using namespace torchtpu;
+
+namespace {
+
+py::dict platform_info() {
+  runtime::Client& c = exec::client();
+  const runtime::Plugin& p = c.plugin();
+  py::dict info;
+  info["platform"] = c.platform_name();
+  info["platform_version"] = c.platform_version();
+  info["plugin_path"] = p.path();
+  info["pjrt_api_version"] = std::to_string(p.api_major()) + "." + std::to_string(p.api_minor());
+  for (const auto& [name, value] : p.attributes()) info[py::str(name)] = value;
+  py::list devices;
+  for (const runtime::Device& d : c.devices()) devices.append(d.kind());
+  info["device_kinds"] = devices;
+  return info;
+}
+
+py::dict memory_stats(int index) {
+  py::dict out;
+  if (auto stats = exec::device(index).memory_stats()) {
+    out["bytes_in_use"] = stats->bytes_in_use;
+    if (stats->peak_bytes_in_use) out["peak_bytes_in_use"] = *stats->peak_bytes_in_use;
+    if (stats->bytes_limit) out["bytes_limit"] = *stats->bytes_limit;
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchtpu C++ backend";
+  aten::register_device();
+  m.def("_platform_info", &platform_info, "What the PJRT plugin reports about itself");
+  m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
+  m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
+  m.def("_set_device", [](int index) { aten::set_current_device(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_synchronize", [](int device) {
+    py::gil_scoped_release no_gil;
+    exec::synchronize(device);
+  });
+  m.def("_memory_stats", &memory_stats);
+  m.def("_counters", &exec::counters_snapshot);
+  m.def("_reset_counters", &exec::reset_counters);
+  // Importing must not fail without a plugin (is_available() is then False); this re-raises the
+  // discovery error for callers who want the reason.
+  m.def("_init_runtime", [] { exec::client(); });
+}

@@ -1,0 +1,22 @@
+// The bridge from PyTorch tensors to the executor: dtype mapping and a tensor's storage + view.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "exec/op_call.h"
+
+namespace torchtpu::aten {
+
+// Throws a TypeError-style c10::Error for dtypes XLA cannot hold.
+DType to_dtype(c10::ScalarType t);
+
+// The contents object behind a tpu tensor's storage.
+exec::BufferRef& buffer_ref(const at::Tensor& t);
+
+// The tensor as the executor sees it: its storage and its view geometry.
+exec::Operand operand(const at::Tensor& t);
+
+// Checks that `t` lives on the tpu device; `what` names the argument in the message.
+void check_tpu(const at::Tensor& t, const char* what);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,47 @@
+"""torchtpu: a native PyTorch backend for XLA devices through PJRT.
+
+``import torchtpu`` makes ``torch.device("tpu")`` a PyTorch device. Every operation on a tpu tensor
+runs as StableHLO compiled by XLA on the PJRT plugin found at import (libtpu on Cloud TPUs, the
+XLA CUDA plugin on NVIDIA GPUs, the XLA CPU plugin anywhere else).
+"""
+
+import os
+import sys
+
+import torch
+
+# The C++ runtime searches these folders for PJRT plugins (xla_plugins/..., jax_plugins/...).
+os.environ.setdefault(
+    "TORCHTPU_PLUGIN_DIRS", os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+)
+
+torch.utils.rename_privateuse1_backend("tpu")
+
+from . import _C  # noqa: E402  (registers the device with PyTorch's dispatcher)
+from . import device_module  # noqa: E402
+
+torch._register_device_module("tpu", device_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_storage=True
+)
+
+__version__ = "0.1.0"
+
+
+def platform() -> str:
+    """The PJRT platform under the tpu device: "cpu", "cuda" or "tpu"."""
+    return _C._platform_info()["platform"]
+
+
+def platform_info() -> dict:
+    """Everything the PJRT plugin reports: platform, versions (xla, StableHLO), plugin path."""
+    return dict(_C._platform_info())
+
+
+def counters() -> dict:
+    """Executor counters: executions, compiles, cache hits, bytes moved."""
+    return dict(_C._counters())
+
+
+def reset_counters() -> None:
+    _C._reset_counters()
