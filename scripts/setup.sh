@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs everything torchtpu needs into .venv, builds the C++ code and the Python extension, and
+# runs examples/quickstart.py. Safe to re-run: each step is skipped when its inputs are unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+step() { printf '\n== %s\n' "$*"; }
+
+# System tools (Debian): compiler, CMake, Ninja, ccache, GoogleTest, Google Benchmark.
+missing=()
+for pkg in g++ cmake ninja-build ccache libgtest-dev libbenchmark-dev python3-venv; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  step "installing system packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# Python environment, reinstalled only when requirements.txt changes.
+if [ ! -x .venv/bin/python ]; then
+  step "creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+if ! sha256sum -c --status "$stamp" 2>/dev/null; then
+  step "installing Python packages (requirements.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt
+  sha256sum requirements.txt > "$stamp"
+fi
+# Make `import torchtpu` work from anywhere inside the environment (an in-tree, editable install).
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$ROOT/python" > "$site/torchtpu.pth"
+
+# C++ build: runtime, emitter, executor, tests, and the torchtpu._C extension.
+if [ ! -f build/build.ninja ]; then
+  step "configuring the build"
+  cmake -S . -B build -G Ninja -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+fi
+step "building"
+cmake --build build
+
+step "running examples/quickstart.py"
+.venv/bin/python examples/quickstart.py
