@@ -1,12 +1,16 @@
 #include "exec/runtime_context.h"
 
+#include <mutex>
+
 namespace torchtpu::exec {
 
 runtime::Client& client() {
   static std::mutex mu;
-  static std::unique_ptr<runtime::Client> instance;  // lives until exit; PJRT objects refer to it
+  // Deliberately never destroyed: at exit the GPU driver may already be shut down, and destroying
+  // a CUDA client then fails noisily. The OS reclaims everything.
+  static runtime::Client* instance = nullptr;
   std::lock_guard<std::mutex> lock(mu);
-  if (!instance) instance = runtime::Client::create(runtime::Plugin::discover());
+  if (!instance) instance = runtime::Client::create(runtime::Plugin::discover()).release();
   return *instance;
 }
 

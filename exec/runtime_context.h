@@ -1,9 +1,6 @@
 // The one process-wide runtime context: the PJRT plugin and client every tpu tensor lives on.
 #pragma once
 
-#include <memory>
-#include <mutex>
-
 #include "runtime/client.h"
 
 namespace torchtpu::exec {

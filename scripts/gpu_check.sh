@@ -27,10 +27,13 @@ echo "plugin: $PLUGIN"
 export TORCHTPU_PJRT_PLUGIN=$PLUGIN
 
 echo "== C++ runtime and executor tests on the CUDA plugin (collectives need 4 devices: skipped on 1 GPU)"
-.device/runtime_tests --gtest_filter=-Collectives.* 2>&1 | tail -25
-.device/exec_tests 2>&1 | tail -5
+.device/runtime_tests --gtest_filter=-Collectives.* > "$OUT/runtime_tests.log" 2>&1
+grep -E "^\[  (PASSED|FAILED) |tests? ran" "$OUT/runtime_tests.log"
+.device/exec_tests > "$OUT/exec_tests.log" 2>&1
+grep -E "^\[  (PASSED|FAILED) |tests? ran" "$OUT/exec_tests.log"
 echo "== runtime benchmark"
-.device/runtime_bench --benchmark_repetitions=10 --benchmark_report_aggregates_only=true 2>&1 | grep -E "median|Run on"
+.device/runtime_bench --benchmark_repetitions=10 --benchmark_report_aggregates_only=true > "$OUT/runtime_bench.log" 2>&1
+grep -E "median|Run on" "$OUT/runtime_bench.log"
 
 echo "== build the extension against this machine's PyTorch"
 cmake -S . -B build-gpu -G Ninja -DTORCHTPU_BUILD_TESTS=OFF -DPJRT_INCLUDE_DIR="$PWD/.device/include" \
@@ -40,4 +43,5 @@ export PYTHONPATH=$PWD/python
 echo "== quickstart"
 python3 examples/quickstart.py
 echo "== pytest"
-python3 -m pytest tests/python -q 2>&1 | tail -15
+python3 -m pytest tests/python -q > "$OUT/pytest.log" 2>&1
+grep -E "passed|failed|Error" "$OUT/pytest.log" | tail -15

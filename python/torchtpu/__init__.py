@@ -15,6 +15,9 @@ os.environ.setdefault(
     "TORCHTPU_PLUGIN_DIRS", os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
 )
 
+# XLA logs every client start at INFO level; keep warnings and errors only unless asked.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 torch.utils.rename_privateuse1_backend("tpu")
 
 from . import _C  # noqa: E402  (registers the device with PyTorch's dispatcher)

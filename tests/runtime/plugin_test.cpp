@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include "runtime/plugin.h"
 #include "tests/runtime/test_util.h"
@@ -27,12 +29,23 @@ TEST(Plugin, LoadsOncePerPath) {
   EXPECT_EQ(a.api(), b.api());
 }
 
+// Sets an environment variable for one scope, restoring the previous value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 TEST(Plugin, ExplicitPathWins) {
-  const std::string real = runtime::Plugin::discover().path();
-  setenv("TORCHTPU_PJRT_PLUGIN", "/nonexistent/plugin.so", 1);
+  ScopedEnv forced("TORCHTPU_PJRT_PLUGIN", "/nonexistent/plugin.so");
   EXPECT_EQ(runtime::find_plugin_path(), "/nonexistent/plugin.so");
-  unsetenv("TORCHTPU_PJRT_PLUGIN");
-  EXPECT_EQ(runtime::find_plugin_path(), real);
 }
 
 TEST(Plugin, MissingPathIsAnError) {
@@ -55,6 +68,7 @@ TEST(Plugin, NotAPluginIsAnError) {
 }
 
 TEST(Plugin, NothingFoundListsWhatWasSearched) {
+  ScopedEnv no_forced("TORCHTPU_PJRT_PLUGIN", nullptr);
   try {
     runtime::find_plugin_path({"/tmp/torchtpu-empty-dir"});
     FAIL() << "expected an exception";
@@ -68,9 +82,8 @@ TEST(Plugin, NothingFoundListsWhatWasSearched) {
 }
 
 TEST(Plugin, SearchDirsComeFromTheEnvironmentFirst) {
-  setenv("TORCHTPU_PLUGIN_DIRS", "/a:/b", 1);
+  ScopedEnv dirs_env("TORCHTPU_PLUGIN_DIRS", "/a:/b");
   std::vector<std::string> dirs = runtime::plugin_search_dirs();
-  unsetenv("TORCHTPU_PLUGIN_DIRS");
   ASSERT_GE(dirs.size(), 2u);
   EXPECT_EQ(dirs[0], "/a");
   EXPECT_EQ(dirs[1], "/b");
