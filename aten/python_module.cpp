@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "aten/device.h"
+#include "aten/lowering.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
@@ -43,6 +44,7 @@ py::dict memory_stats(int index) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu C++ backend";
   aten::register_device();
+  aten::install_lowerings();
   m.def("_platform_info", &platform_info, "What the PJRT plugin reports about itself");
   m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
@@ -53,6 +55,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_memory_stats", &memory_stats);
   m.def("_counters", &exec::counters_snapshot);
+  m.def("_cpu_fallbacks", &exec::fallback_counts);
   m.def("_reset_counters", &exec::reset_counters);
   // Importing must not fail without a plugin (is_available() is then False); this re-raises the
   // discovery error for callers who want the reason.

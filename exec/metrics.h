@@ -24,4 +24,8 @@ Counters& counters();
 std::map<std::string, int64_t> counters_snapshot();
 void reset_counters();
 
+// Ops that ran on the CPU because they have no lowering yet, with how often.
+void record_fallback(const std::string& op);
+std::map<std::string, int64_t> fallback_counts();
+
 }  // namespace torchtpu::exec

@@ -22,10 +22,13 @@ struct Value {
   TensorType type;
 };
 
+// StableHLO unary ops, then CHLO ones (XLA lowers CHLO to HLO when it compiles the module).
 enum class UnaryOp {
   kAbs, kCbrt, kCeil, kCosine, kCountLeadingZeros, kExponential, kExponentialMinusOne, kFloor,
   kImag, kIsFinite, kLog, kLogPlusOne, kLogistic, kNegate, kNot, kPopcnt, kReal,
   kRoundNearestAfz, kRoundNearestEven, kRsqrt, kSign, kSine, kSqrt, kTan, kTanh,
+  kAcos, kAcosh, kAsin, kAsinh, kAtan, kAtanh, kCosh, kDigamma, kErf, kErfc, kErfInv, kLgamma,
+  kSinh,
 };
 
 enum class BinaryOp {

@@ -6,10 +6,15 @@ namespace torchtpu::hlo {
 namespace {
 
 constexpr std::string_view kUnaryNames[] = {
-    "abs", "cbrt", "ceil", "cosine", "count_leading_zeros", "exponential",
-    "exponential_minus_one", "floor", "imag", "is_finite", "log", "log_plus_one", "logistic",
-    "negate", "not", "popcnt", "real", "round_nearest_afz", "round_nearest_even", "rsqrt", "sign",
-    "sine", "sqrt", "tan", "tanh"};
+    "stablehlo.abs", "stablehlo.cbrt", "stablehlo.ceil", "stablehlo.cosine",
+    "stablehlo.count_leading_zeros", "stablehlo.exponential", "stablehlo.exponential_minus_one",
+    "stablehlo.floor", "stablehlo.imag", "stablehlo.is_finite", "stablehlo.log",
+    "stablehlo.log_plus_one", "stablehlo.logistic", "stablehlo.negate", "stablehlo.not",
+    "stablehlo.popcnt", "stablehlo.real", "stablehlo.round_nearest_afz",
+    "stablehlo.round_nearest_even", "stablehlo.rsqrt", "stablehlo.sign", "stablehlo.sine",
+    "stablehlo.sqrt", "stablehlo.tan", "stablehlo.tanh", "chlo.acos", "chlo.acosh", "chlo.asin",
+    "chlo.asinh", "chlo.atan", "chlo.atanh", "chlo.cosh", "chlo.digamma", "chlo.erf", "chlo.erfc",
+    "chlo.erf_inv", "chlo.lgamma", "chlo.sinh"};
 
 constexpr std::string_view kBinaryNames[] = {
     "add", "and", "atan2", "complex", "divide", "maximum", "minimum", "multiply", "or", "power",
@@ -29,7 +34,7 @@ Value Builder::unary(UnaryOp op, const Value& x) {
   if ((op == UnaryOp::kReal || op == UnaryOp::kImag || op == UnaryOp::kAbs) &&
       is_complex(x.type.dtype))
     type.dtype = complex_part(x.type.dtype);
-  return emit1(op_name(kUnaryNames[static_cast<int>(op)]), {x}, type);
+  return emit1(kUnaryNames[static_cast<int>(op)], {x}, type);
 }
 
 Value Builder::binary(BinaryOp op, const Value& a, const Value& b) {

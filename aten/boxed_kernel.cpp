@@ -1,0 +1,318 @@
+// The one kernel behind every lowered op (see aten/lowering.h).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/result_type.h>
+#include <torch/library.h>
+
+#include <cstdio>
+#include <unordered_map>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+#include "aten/scalar_cache.h"
+#include "aten/tensor_operand.h"
+#include "exec/executor.h"
+
+namespace torchtpu::aten {
+namespace {
+
+std::unordered_map<std::string, Lowering>& registry() {
+  static std::unordered_map<std::string, Lowering> r;
+  return r;
+}
+
+std::string full_name(const c10::OperatorHandle& op) {
+  const auto& n = op.operator_name();
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+bool is_scalar_arg(const c10::Argument& a) {
+  c10::TypePtr t = a.type();
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  return t->kind() == c10::TypeKind::NumberType;
+}
+
+bool is_written(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
+
+bool on_tpu(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || !on_tpu(t)) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+// Applies `f` to every tensor inside an IValue (a Tensor, Tensor[] or Tensor?[]).
+template <typename F>
+void for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isTensor()) f(e.toTensor());
+  }
+}
+
+// Lists of (optional) tensors, as in cat's Tensor[] or index's Tensor?[].
+bool is_tensor_list(const c10::Argument& a) {
+  auto list = a.type()->cast<c10::ListType>();
+  if (!list) return false;
+  c10::TypePtr e = list->getElementType();
+  if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+  return e->kind() == c10::TypeKind::TensorType;
+}
+
+c10::IValue to_meta(const c10::Argument& arg, const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(to_meta(t));
+    return out;
+  }
+  if (is_tensor_list(arg) && v.isList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& e : v.toListRef())
+      out.push_back(e.isTensor() ? std::optional<at::Tensor>(to_meta(e.toTensor())) : std::nullopt);
+    return out;
+  }
+  return v;
+}
+
+void append_key(std::string& key, const c10::IValue& v) {
+  if (v.isNone()) {
+    key += 'N';
+  } else if (v.isBool()) {
+    key += v.toBool() ? "T" : "F";
+  } else if (v.isInt()) {
+    key += std::to_string(v.toInt());
+  } else if (v.isDouble()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%a", v.toDouble());  // exact: no two values share a key
+    key += buf;
+  } else if (v.isString()) {
+    key += v.toStringRef();
+  } else if (v.isIntList()) {
+    for (int64_t i : v.toIntVector()) key += std::to_string(i) + ",";
+  } else if (v.isList()) {
+    key += '[';
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) key += e.toTensor().defined() ? 't' : 'N';
+      else append_key(key, e);
+      key += ',';
+    }
+    key += ']';
+  } else if (v.isDevice()) {
+    key += v.toDevice().str();
+  } else {
+    key += v.tagKind();
+  }
+}
+
+// Everything the program needs from one call's arguments.
+struct Inputs {
+  std::vector<exec::Operand> operands;
+  std::vector<size_t> count;  // operands contributed by each argument
+  std::vector<std::shared_ptr<exec::BufferRef>> scalars;  // keeps scalar storages alive
+  std::vector<at::Tensor> uploaded;                       // CPU tensors moved to the device
+  std::string key;
+};
+
+void add_tensor(Inputs& in, const at::Tensor& t, int device, const std::string& op) {
+  if (on_tpu(t)) {
+    in.operands.push_back(operand(t));
+    in.key += 't';
+  } else if (t.dim() == 0) {  // a CPU scalar tensor (wrapped number) mixes with tpu tensors
+    in.scalars.push_back(device_scalar(t.item(), device));
+    in.operands.push_back({in.scalars.back().get(), {scalar_dtype(t.item()), {}, {}, 0}});
+    in.key += 's';
+  } else {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                "devices, tpu:", device, " and ", t.device(), "! (in ", op, ")");
+  }
+}
+
+Inputs gather_inputs(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
+                     int device, const std::string& op) {
+  Inputs in;
+  in.key = op;
+  for (size_t i = 0; i < args.size(); ++i) {
+    size_t before = in.operands.size();
+    const c10::IValue& a = args[i];
+    in.key += '|';
+    if (is_scalar_arg(schema.arguments()[i]) && !a.isNone()) {
+      c10::Scalar s = a.toScalar();
+      in.scalars.push_back(device_scalar(s, device));
+      in.operands.push_back({in.scalars.back().get(), {scalar_dtype(s), {}, {}, 0}});
+      in.key += 's';
+    } else if (a.isTensor() || is_tensor_list(schema.arguments()[i])) {
+      if (a.isList()) append_key(in.key, a);
+      for_each_tensor(a, [&](const at::Tensor& t) {
+        if (t.defined()) add_tensor(in, t, device, op);
+      });
+    } else {
+      append_key(in.key, a);
+    }
+    in.count.push_back(in.operands.size() - before);
+  }
+  return in;
+}
+
+int device_of(const std::vector<c10::IValue>& args) {
+  int device = -1;
+  for (const c10::IValue& a : args)
+    for_each_tensor(a, [&](const at::Tensor& t) {
+      if (device < 0 && t.defined() && on_tpu(t)) device = t.device().index();
+    });
+  return device < 0 ? 0 : device;
+}
+
+void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string name = full_name(op);
+  const size_t num_args = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
+  torch::jit::drop(*stack, num_args);
+
+  // 1. Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
+  std::vector<c10::IValue> meta_args;
+  for (size_t i = 0; i < num_args; ++i) meta_args.push_back(to_meta(schema.arguments()[i], args[i]));
+  torch::jit::Stack meta_stack = meta_args;
+  op.callBoxedForDispatchKey(c10::DispatchKey::Meta, meta_stack);
+
+  // 2. Destinations: written arguments (in-place, out=) first, then fresh tensors for the rest.
+  int device = device_of(args);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  std::vector<at::Tensor> dests;
+  for (size_t i = 0; i < num_args; ++i) {
+    if (!is_written(schema.arguments()[i])) continue;
+    std::vector<at::Tensor> metas;
+    for_each_tensor(meta_args[i], [&](const at::Tensor& t) { metas.push_back(t); });
+    size_t k = 0;
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      if (t.sizes() != metas[k].sizes()) t.resize_(metas[k].sizes());  // out= resized by meta
+      dests.push_back(t);
+      ++k;
+    });
+  }
+  std::vector<c10::IValue> fresh;  // returns that are new tensors
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    if (schema.returns()[r].alias_info()) continue;
+    const c10::IValue& m = meta_stack[r];
+    auto make = [&](const at::Tensor& mt) {
+      at::Tensor t = at::empty_strided(mt.sizes(), mt.strides(),
+                                       mt.options().device(c10::DeviceType::PrivateUse1, device));
+      dests.push_back(t);
+      return t;
+    };
+    if (m.isTensor()) {
+      fresh.emplace_back(make(m.toTensor()));
+    } else {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& mt : m.toTensorList().vec()) list.push_back(make(mt));
+      fresh.emplace_back(list);
+    }
+  }
+
+  // 3. One program: inputs read through their views, the lowering, results into destinations.
+  Inputs in = gather_inputs(schema, args, device, name);
+  std::vector<hlo::TensorType> out_types;
+  std::vector<exec::Operand> outputs;
+  for (const at::Tensor& d : dests) {
+    outputs.push_back(operand(d));
+    out_types.push_back({outputs.back().view.dtype, outputs.back().view.sizes});
+  }
+  const Lowering& fn = registry().at(name);
+  exec::Lowering lower = [&](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
+    std::vector<std::vector<hlo::Value>> values(args.size());
+    size_t next = 0;
+    for (size_t i = 0; i < args.size(); ++i)
+      for (size_t k = 0; k < in.count[i]; ++k) values[i].push_back(flat[next++]);
+    LoweringContext ctx(b, std::move(values), args, out_types);
+    std::vector<hlo::Value> results = fn(ctx);
+    TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), name, ": lowering returned ",
+                          results.size(), " values for ", out_types.size(), " outputs");
+    for (size_t i = 0; i < results.size(); ++i) results[i] = ctx.to_out(results[i], i);
+    return results;
+  };
+  try {
+    exec::run({in.key, lower, in.operands, outputs});
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, name, " on tpu failed: ", e.what());
+  }
+
+  // 4. Returns: aliased ones are the written arguments themselves, the others the fresh tensors.
+  size_t next_fresh = 0, next_written = 0;
+  std::vector<size_t> written_args;
+  for (size_t i = 0; i < num_args; ++i)
+    if (is_written(schema.arguments()[i])) written_args.push_back(i);
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    if (schema.returns()[r].alias_info())
+      stack->push_back(args[written_args.at(next_written++)]);
+    else
+      stack->push_back(fresh[next_fresh++]);
+  }
+}
+
+}  // namespace
+
+hlo::Value LoweringContext::in(size_t i) const { return in_as(i, compute_dtype()); }
+
+hlo::Value LoweringContext::in_as(size_t i, DType dtype) const { return cast(b, raw(i), dtype); }
+
+DType LoweringContext::promoted(size_t i, size_t j) const {
+  const c10::IValue& a = args_.at(i);
+  const c10::IValue& c = args_.at(j);
+  // at::result_type implements PyTorch's rules, including that dimensioned tensors win over 0-d
+  // tensors and Scalars of the same category.
+  c10::ScalarType t = a.isTensor() && c.isTensor() ? at::result_type(a.toTensor(), c.toTensor())
+                      : a.isTensor()               ? at::result_type(a.toTensor(), c.toScalar())
+                      : c.isTensor()               ? at::result_type(a.toScalar(), c.toTensor())
+                                                   : at::result_type(a.toScalar(), c.toScalar());
+  return to_dtype(t);
+}
+
+hlo::Value LoweringContext::bcast(const hlo::Value& v) const {
+  return broadcast_to(b, v, out(0).dims);
+}
+
+hlo::Value LoweringContext::to_out(const hlo::Value& v, size_t i) const {
+  return broadcast_to(b, cast(b, v, out(i).dtype), out(i).dims);
+}
+
+std::vector<int64_t> LoweringContext::int_list(size_t i) const {
+  const c10::IValue& v = arg(i);
+  if (v.isInt()) return {v.toInt()};
+  return v.toIntVector();
+}
+
+void register_lowering(std::initializer_list<const char*> ops, Lowering fn) {
+  for (const char* op : ops) registry()[std::string("aten::") + op] = fn;
+}
+
+void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
+                            Lowering fn) {
+  for (std::string ov : overloads) {
+    std::string suffix = ov.empty() ? "" : "." + ov;
+    std::string out = ov.empty() || ov == "Tensor" ? "out" : ov + "_out";
+    for (const std::string& op : {name + suffix, std::string(name) + "_" + suffix,
+                                  std::string(name) + "." + out})
+      registry()["aten::" + op] = fn;
+  }
+}
+
+void install_lowerings() {
+  static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                            __FILE__, __LINE__);
+  for (const auto& [name, fn] : registry()) {
+    size_t dot = name.find('.');
+    c10::OperatorName op{dot == std::string::npos ? name : name.substr(0, dot),
+                         dot == std::string::npos ? "" : name.substr(dot + 1)};
+    if (!c10::Dispatcher::singleton().findSchema(op)) continue;  // a variant PyTorch lacks
+    lib.impl(name.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+  }
+}
+
+}  // namespace torchtpu::aten

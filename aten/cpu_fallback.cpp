@@ -1,0 +1,35 @@
+// Ops without a lowering run on the CPU: inputs are copied out, the CPU kernel runs, results are
+// copied back. Every such run is counted per op (torchtpu.metrics.cpu_fallbacks()), and
+// TORCHTPU_FALLBACK=error turns it into an error naming the op.
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "exec/metrics.h"
+
+namespace torchtpu::aten {
+namespace {
+
+bool fallback_is_error() {
+  const char* mode = std::getenv("TORCHTPU_FALLBACK");
+  return mode && std::strcmp(mode, "error") == 0;
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& n = op.operator_name();
+  std::string name = n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), name,
+                              " has no tpu lowering, and TORCHTPU_FALLBACK=error forbids running "
+                              "it on the CPU");
+  exec::record_fallback(name);
+  at::native::cpu_fallback(op, stack);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+}  // namespace
+}  // namespace torchtpu::aten

@@ -1,0 +1,88 @@
+// The lowering registry: each ATen op maps to a short function that emits its StableHLO.
+//
+// One boxed kernel (aten/boxed_kernel.cpp) serves every registered op: it computes output metadata
+// by running the op on meta tensors (so errors, dtypes and shapes are PyTorch's own), hands the
+// lowering the op's inputs as StableHLO values, and writes the results into new tensors, `self`
+// (in-place) or `out=` tensors according to the schema. A lowering therefore only describes the
+// functional computation:
+//
+//   TORCHTPU_LOWERING(add) {
+//     return {ctx.b.binary(hlo::BinaryOp::kAdd, ctx.in(0), ctx.scaled(1, 2))};
+//   }
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "hlo/builder.h"
+
+namespace torchtpu::aten {
+
+class LoweringContext {
+ public:
+  LoweringContext(hlo::Builder& b, std::vector<std::vector<hlo::Value>> values,
+                  const std::vector<c10::IValue>& args, std::vector<hlo::TensorType> outputs)
+      : b(b), values_(std::move(values)), args_(args), outputs_(std::move(outputs)) {}
+
+  hlo::Builder& b;
+
+  // The value of tensor / Scalar argument `i` (schema position), cast to the first output's dtype.
+  hlo::Value in(size_t i) const;
+  // The same, cast to `dtype`; raw() keeps the argument's own dtype.
+  hlo::Value in_as(size_t i, DType dtype) const;
+  hlo::Value raw(size_t i) const { return values_.at(i).at(0); }
+  // in(i) broadcast to the first output's shape: the operand of an element-wise op.
+  hlo::Value in_b(size_t i) const { return bcast(in(i)); }
+  hlo::Value bcast(const hlo::Value& v) const;
+  // PyTorch's type promotion of tensor/Scalar arguments i and j (at::result_type rules).
+  DType promoted(size_t i, size_t j) const;
+  bool has(size_t i) const { return i < values_.size() && !values_[i].empty(); }
+  // All values of a Tensor[] argument.
+  const std::vector<hlo::Value>& list(size_t i) const { return values_.at(i); }
+  // Non-tensor argument `i` as PyTorch passed it (ints, bools, int lists, optionals).
+  const c10::IValue& arg(size_t i) const { return args_.at(i); }
+  std::vector<int64_t> int_list(size_t i) const;
+
+  const hlo::TensorType& out(size_t i = 0) const { return outputs_.at(i); }
+  size_t num_outputs() const { return outputs_.size(); }
+  DType compute_dtype() const { return outputs_.at(0).dtype; }
+
+  // Common shorthands.
+  hlo::Value scalar(double v, DType dtype) const { return b.constant(v, {dtype, {}}); }
+  hlo::Value full(double v, const hlo::Value& like) const { return b.constant(v, like.type); }
+  hlo::Value to_out(const hlo::Value& v, size_t i = 0) const;  // cast + broadcast to output i
+
+ private:
+  std::vector<std::vector<hlo::Value>> values_;
+  const std::vector<c10::IValue>& args_;
+  std::vector<hlo::TensorType> outputs_;
+};
+
+using Lowering = std::function<std::vector<hlo::Value>(LoweringContext&)>;
+
+// Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").
+void register_lowering(std::initializer_list<const char*> ops, Lowering fn);
+
+// Registers `fn` for `name.overload`, its in-place form `name_.overload` and its out= form
+// (`name.out` for the "Tensor" or empty overload, `name.<overload>_out` otherwise), for each
+// overload. Forms PyTorch does not define are skipped at install time.
+void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
+                            Lowering fn);
+
+// Installs the boxed kernel for every registered op on the PrivateUse1 key; once, at import.
+void install_lowerings();
+
+// Registers at static-initialization time: TORCHTPU_LOWERINGS(unary) { register_lowering(...); }
+#define TORCHTPU_LOWERINGS(family)                       \
+  static void register_##family##_lowerings();           \
+  static const bool family##_registered = [] {           \
+    register_##family##_lowerings();                     \
+    return true;                                         \
+  }();                                                   \
+  static void register_##family##_lowerings()
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,205 @@
+// Element-wise ops of two or more operands: arithmetic, comparisons, logic, where, clamp, lerp.
+// Operands arrive cast to the output dtype (PyTorch's promotion, computed by the meta kernel)
+// and are broadcast here with in_b().
+#include "aten/lowering.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::Compare;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+Value bin(LoweringContext& c, BinaryOp op, const Value& a, const Value& b) {
+  return c.b.binary(op, a, b);
+}
+
+// a + alpha * b (alpha is argument `alpha_index` when present).
+Value scaled(LoweringContext& c, size_t i, size_t alpha_index) {
+  Value v = c.in_b(i);
+  if (!c.has(alpha_index)) return v;
+  return bin(c, BinaryOp::kMultiply, v, c.bcast(c.in(alpha_index)));
+}
+
+Value is_nan(LoweringContext& c, const Value& x) { return c.b.compare(Compare::kNE, x, x); }
+
+// Python-style floor division: rounds toward negative infinity for floats and integers.
+Value floor_div(LoweringContext& c, const Value& a, const Value& b) {
+  if (is_floating(a.type.dtype))
+    return c.b.unary(UnaryOp::kFloor, bin(c, BinaryOp::kDivide, a, b));
+  Value q = bin(c, BinaryOp::kDivide, a, b);
+  Value r = bin(c, BinaryOp::kRemainder, a, b);
+  Value zero = c.full(0, a);
+  Value signs_differ = c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, r, zero),
+                                   c.b.compare(Compare::kLT, b, zero));
+  Value adjust = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kNE, r, zero), signs_differ);
+  return c.b.select(adjust, bin(c, BinaryOp::kSubtract, q, c.full(1, q)), q);
+}
+
+Value trunc(LoweringContext& c, const Value& x) {
+  Value zero = c.full(0, x);
+  return c.b.select(c.b.compare(Compare::kLT, x, zero), c.b.unary(UnaryOp::kCeil, x),
+                    c.b.unary(UnaryOp::kFloor, x));
+}
+
+// Python-style remainder: the result has the divisor's sign.
+Value py_remainder(LoweringContext& c, const Value& a, const Value& b) {
+  Value r = bin(c, BinaryOp::kRemainder, a, b);
+  Value zero = c.full(0, r);
+  Value fix = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kNE, r, zero),
+                         c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, r, zero),
+                                     c.b.compare(Compare::kLT, b, zero)));
+  return c.b.select(fix, bin(c, BinaryOp::kAdd, r, b), r);
+}
+
+Lowering simple(BinaryOp op) {
+  return [op](LoweringContext& c) { return V{bin(c, op, c.in_b(0), c.in_b(1))}; };
+}
+
+// Comparisons run in the promoted dtype of the operands, then yield bool.
+Lowering comparison(Compare dir) {
+  return [dir](LoweringContext& c) {
+    DType t = c.promoted(0, 1);
+    return V{c.b.compare(dir, c.bcast(c.in_as(0, t)), c.bcast(c.in_as(1, t)))};
+  };
+}
+
+Value truthy(LoweringContext& c, size_t i) {
+  Value v = c.bcast(c.raw(i));
+  return v.type.dtype == DType::kBool ? v : c.b.compare(Compare::kNE, v, c.full(0, v));
+}
+
+Lowering logical(BinaryOp op) {
+  return [op](LoweringContext& c) { return V{bin(c, op, truthy(c, 0), truthy(c, 1))}; };
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(binary) {
+  register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    return V{bin(c, BinaryOp::kAdd, c.in_b(0), scaled(c, 1, 2))};
+  });
+  register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    return V{bin(c, BinaryOp::kSubtract, c.in_b(0), scaled(c, 1, 2))};
+  });
+  register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    return V{bin(c, BinaryOp::kSubtract, c.in_b(1), scaled(c, 0, 2))};
+  });
+  register_with_variants("mul", {"Tensor", "Scalar"}, simple(BinaryOp::kMultiply));
+  register_with_variants("div", {"Tensor", "Scalar"}, simple(BinaryOp::kDivide));
+  register_with_variants("div", {"Tensor_mode", "Scalar_mode"}, [](LoweringContext& c) {
+    Value a = c.in_b(0), b = c.in_b(1);
+    const c10::IValue& mode = c.arg(2);
+    if (mode.isNone()) return V{bin(c, BinaryOp::kDivide, a, b)};
+    if (mode.toStringRef() == "floor") return V{floor_div(c, a, b)};
+    Value q = bin(c, BinaryOp::kDivide, a, b);  // integer divide truncates already
+    return V{is_floating(q.type.dtype) ? trunc(c, q) : q};
+  });
+  register_with_variants("floor_divide", {"", "Scalar"}, [](LoweringContext& c) {
+    return V{floor_div(c, c.in_b(0), c.in_b(1))};
+  });
+  register_with_variants("remainder", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    return V{py_remainder(c, c.in_b(0), c.in_b(1))};
+  });
+  register_lowering({"remainder.Scalar_Tensor"}, [](LoweringContext& c) {
+    return V{py_remainder(c, c.in_b(0), c.in_b(1))};
+  });
+  register_with_variants("fmod", {"Tensor", "Scalar"}, simple(BinaryOp::kRemainder));
+  register_with_variants("pow", {"Tensor_Tensor", "Tensor_Scalar"}, simple(BinaryOp::kPower));
+  register_lowering({"pow.Scalar", "pow.Scalar_out"}, simple(BinaryOp::kPower));
+  register_with_variants("maximum", {""}, simple(BinaryOp::kMaximum));
+  register_with_variants("minimum", {""}, simple(BinaryOp::kMinimum));
+  register_with_variants("fmax", {""}, [](LoweringContext& c) {
+    Value a = c.in_b(0), b = c.in_b(1);
+    Value m = bin(c, BinaryOp::kMaximum, a, b);
+    return V{c.b.select(is_nan(c, a), b, c.b.select(is_nan(c, b), a, m))};
+  });
+  register_with_variants("fmin", {""}, [](LoweringContext& c) {
+    Value a = c.in_b(0), b = c.in_b(1);
+    Value m = bin(c, BinaryOp::kMinimum, a, b);
+    return V{c.b.select(is_nan(c, a), b, c.b.select(is_nan(c, b), a, m))};
+  });
+  register_with_variants("atan2", {""}, simple(BinaryOp::kAtan2));
+  register_with_variants("hypot", {""}, [](LoweringContext& c) {
+    Value a = c.in_b(0), b = c.in_b(1);
+    Value s = bin(c, BinaryOp::kAdd, bin(c, BinaryOp::kMultiply, a, a), bin(c, BinaryOp::kMultiply, b, b));
+    return V{c.b.unary(UnaryOp::kSqrt, s)};
+  });
+  register_with_variants("copysign", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    Value mag = c.b.unary(UnaryOp::kAbs, c.in_b(0)), b = c.in_b(1);
+    Value zero = c.full(0, b);
+    // -0.0 counts as negative: its reciprocal is -inf.
+    Value negative = c.b.binary(
+        BinaryOp::kOr, c.b.compare(Compare::kLT, b, zero),
+        c.b.compare(Compare::kLT, bin(c, BinaryOp::kDivide, c.full(1, b), b), zero));
+    return V{c.b.select(negative, c.b.unary(UnaryOp::kNegate, mag), mag)};
+  });
+  register_with_variants("xlogy", {"Tensor", "Scalar_Other"}, [](LoweringContext& c) {
+    Value x = c.in_b(0), y = c.in_b(1);
+    Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLog, y));
+    Value zero = c.full(0, x);
+    return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
+  });
+  register_with_variants("logaddexp", {""}, [](LoweringContext& c) {
+    Value a = c.in_b(0), b = c.in_b(1);
+    Value m = bin(c, BinaryOp::kMaximum, a, b);
+    Value d = c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kAbs, bin(c, BinaryOp::kSubtract, a, b)));
+    return V{bin(c, BinaryOp::kAdd, m, c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kExponential, d)))};
+  });
+
+  register_with_variants("bitwise_and", {"Tensor", "Scalar"}, simple(BinaryOp::kAnd));
+  register_with_variants("bitwise_or", {"Tensor", "Scalar"}, simple(BinaryOp::kOr));
+  register_with_variants("bitwise_xor", {"Tensor", "Scalar"}, simple(BinaryOp::kXor));
+  register_with_variants("bitwise_left_shift", {"Tensor"}, simple(BinaryOp::kShiftLeft));
+  register_with_variants("bitwise_right_shift", {"Tensor"}, simple(BinaryOp::kShiftRightArithmetic));
+  register_with_variants("logical_and", {""}, logical(BinaryOp::kAnd));
+  register_with_variants("logical_or", {""}, logical(BinaryOp::kOr));
+  register_with_variants("logical_xor", {""}, logical(BinaryOp::kXor));
+
+  register_with_variants("eq", {"Tensor", "Scalar"}, comparison(Compare::kEQ));
+  register_with_variants("ne", {"Tensor", "Scalar"}, comparison(Compare::kNE));
+  register_with_variants("lt", {"Tensor", "Scalar"}, comparison(Compare::kLT));
+  register_with_variants("le", {"Tensor", "Scalar"}, comparison(Compare::kLE));
+  register_with_variants("gt", {"Tensor", "Scalar"}, comparison(Compare::kGT));
+  register_with_variants("ge", {"Tensor", "Scalar"}, comparison(Compare::kGE));
+
+  register_lowering({"where.self", "where.self_out"}, [](LoweringContext& c) {
+    return V{c.b.select(truthy(c, 0), c.in_b(1), c.in_b(2))};
+  });
+  register_lowering({"masked_fill.Scalar", "masked_fill_.Scalar", "masked_fill.Tensor",
+                     "masked_fill_.Tensor", "masked_fill.Scalar_out", "masked_fill.Tensor_out"},
+                    [](LoweringContext& c) {
+                      return V{c.b.select(truthy(c, 1), c.bcast(c.in(2)), c.in_b(0))};
+                    });
+  register_with_variants("clamp", {"", "Tensor"}, [](LoweringContext& c) {
+    Value x = c.in_b(0);
+    if (c.has(1)) x = bin(c, BinaryOp::kMaximum, x, c.in_b(1));
+    if (c.has(2)) x = bin(c, BinaryOp::kMinimum, x, c.in_b(2));
+    return V{x};
+  });
+  register_with_variants("clamp_min", {"", "Tensor"}, simple(BinaryOp::kMaximum));
+  register_with_variants("clamp_max", {"", "Tensor"}, simple(BinaryOp::kMinimum));
+  // PyTorch's lerp: weight < 0.5 ? start + w * (end - start) : end - (end - start) * (1 - w).
+  register_with_variants("lerp", {"Scalar", "Tensor"}, [](LoweringContext& c) {
+    Value start = c.in_b(0), end = c.in_b(1), w = c.in_b(2);
+    Value diff = bin(c, BinaryOp::kSubtract, end, start);
+    Value low = bin(c, BinaryOp::kAdd, start, bin(c, BinaryOp::kMultiply, w, diff));
+    Value high = bin(c, BinaryOp::kSubtract, end,
+                     bin(c, BinaryOp::kMultiply, diff, bin(c, BinaryOp::kSubtract, c.full(1, w), w)));
+    Value half = c.full(0.5, w);
+    Value small = c.b.compare(Compare::kLT, c.b.unary(UnaryOp::kAbs, w), half);
+    return V{c.b.select(small, low, high)};
+  });
+  register_with_variants("addcmul", {""}, [](LoweringContext& c) {
+    Value prod = bin(c, BinaryOp::kMultiply, c.in_b(1), c.in_b(2));
+    return V{bin(c, BinaryOp::kAdd, c.in_b(0), bin(c, BinaryOp::kMultiply, c.bcast(c.in(3)), prod))};
+  });
+  register_with_variants("addcdiv", {""}, [](LoweringContext& c) {
+    Value q = bin(c, BinaryOp::kDivide, c.in_b(1), c.in_b(2));
+    return V{bin(c, BinaryOp::kAdd, c.in_b(0), bin(c, BinaryOp::kMultiply, c.bcast(c.in(3)), q))};
+  });
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,228 @@
+// Element-wise ops of one operand, activation functions and their backward formulas.
+#include <cmath>
+
+#include "aten/lowering.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::Compare;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+struct Ops {
+  LoweringContext& c;
+  Value add(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kAdd, a, b); }
+  Value sub(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kSubtract, a, b); }
+  Value mul(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kMultiply, a, b); }
+  Value div(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kDivide, a, b); }
+  Value max(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kMaximum, a, b); }
+  Value min(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kMinimum, a, b); }
+  Value k(double v, const Value& like) { return c.full(v, like); }
+  Value u(UnaryOp op, const Value& x) { return c.b.unary(op, x); }
+  Value gt(const Value& a, const Value& b) { return c.b.compare(Compare::kGT, a, b); }
+  Value le(const Value& a, const Value& b) { return c.b.compare(Compare::kLE, a, b); }
+  Value sel(const Value& p, const Value& a, const Value& b) { return c.b.select(p, a, b); }
+  Value sigmoid(const Value& x) { return u(UnaryOp::kLogistic, x); }
+};
+
+Lowering unary(UnaryOp op) {
+  return [op](LoweringContext& c) { return V{c.b.unary(op, c.in(0))}; };
+}
+
+// A unary op defined by a formula over Ops.
+template <typename F>
+Lowering formula(F f) {
+  return [f](LoweringContext& c) {
+    Ops o{c};
+    return V{f(o, c.in(0))};
+  };
+}
+
+// Backward ops: (grad, x) -> grad * f'(x).
+template <typename F>
+Lowering backward(F f) {
+  return [f](LoweringContext& c) {
+    Ops o{c};
+    return V{f(o, c.in_b(0), c.in_b(1))};
+  };
+}
+
+constexpr double kSqrt2 = 1.4142135623730951;
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+
+Value gelu(Ops& o, const Value& x, bool tanh_approx) {
+  if (tanh_approx) {
+    Value inner = o.mul(o.k(kSqrt2OverPi, x), o.add(x, o.mul(o.k(0.044715, x), o.mul(x, o.mul(x, x)))));
+    return o.mul(o.mul(o.k(0.5, x), x), o.add(o.k(1, x), o.u(UnaryOp::kTanh, inner)));
+  }
+  Value cdf = o.mul(o.k(0.5, x), o.add(o.k(1, x), o.u(UnaryOp::kErf, o.div(x, o.k(kSqrt2, x)))));
+  return o.mul(x, cdf);
+}
+
+Value gelu_grad(Ops& o, const Value& g, const Value& x, bool tanh_approx) {
+  if (tanh_approx) {
+    Value x2 = o.mul(x, x);
+    Value inner = o.mul(o.k(kSqrt2OverPi, x), o.add(x, o.mul(o.k(0.044715, x), o.mul(x2, x))));
+    Value t = o.u(UnaryOp::kTanh, inner);
+    Value dinner = o.mul(o.k(kSqrt2OverPi, x), o.add(o.k(1, x), o.mul(o.k(3 * 0.044715, x), x2)));
+    Value left = o.mul(o.k(0.5, x), o.add(o.k(1, x), t));
+    Value right = o.mul(o.mul(o.k(0.5, x), x), o.mul(o.sub(o.k(1, x), o.mul(t, t)), dinner));
+    return o.mul(g, o.add(left, right));
+  }
+  Value cdf = o.mul(o.k(0.5, x), o.add(o.k(1, x), o.u(UnaryOp::kErf, o.div(x, o.k(kSqrt2, x)))));
+  Value pdf = o.mul(o.k(1 / std::sqrt(2 * M_PI), x),
+                    o.u(UnaryOp::kExponential, o.mul(o.k(-0.5, x), o.mul(x, x))));
+  return o.mul(g, o.add(cdf, o.mul(x, pdf)));
+}
+
+bool tanh_approximation(LoweringContext& c, size_t i) {
+  return c.arg(i).isString() && c.arg(i).toStringRef() == "tanh";
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(unary) {
+  struct Entry {
+    const char* name;
+    UnaryOp op;
+  };
+  for (Entry e : {Entry{"abs", UnaryOp::kAbs}, {"neg", UnaryOp::kNegate}, {"exp", UnaryOp::kExponential},
+                  {"expm1", UnaryOp::kExponentialMinusOne}, {"log", UnaryOp::kLog},
+                  {"log1p", UnaryOp::kLogPlusOne}, {"sqrt", UnaryOp::kSqrt}, {"rsqrt", UnaryOp::kRsqrt},
+                  {"sin", UnaryOp::kSine}, {"cos", UnaryOp::kCosine}, {"tan", UnaryOp::kTan},
+                  {"tanh", UnaryOp::kTanh}, {"asin", UnaryOp::kAsin}, {"acos", UnaryOp::kAcos},
+                  {"atan", UnaryOp::kAtan}, {"sinh", UnaryOp::kSinh}, {"cosh", UnaryOp::kCosh},
+                  {"asinh", UnaryOp::kAsinh}, {"acosh", UnaryOp::kAcosh}, {"atanh", UnaryOp::kAtanh},
+                  {"sigmoid", UnaryOp::kLogistic}, {"erf", UnaryOp::kErf}, {"erfc", UnaryOp::kErfc},
+                  {"erfinv", UnaryOp::kErfInv}, {"lgamma", UnaryOp::kLgamma},
+                  {"digamma", UnaryOp::kDigamma}, {"ceil", UnaryOp::kCeil}, {"floor", UnaryOp::kFloor},
+                  {"round", UnaryOp::kRoundNearestEven}, {"bitwise_not", UnaryOp::kNot}})
+    register_with_variants(e.name, {""}, unary(e.op));
+
+  register_with_variants("sign", {""}, unary(UnaryOp::kSign));
+  register_with_variants("sgn", {""}, unary(UnaryOp::kSign));
+  register_with_variants("trunc", {""}, formula([](Ops& o, const Value& x) {
+    return o.sel(o.gt(x, o.k(0, x)), o.u(UnaryOp::kFloor, x), o.u(UnaryOp::kCeil, x));
+  }));
+  register_with_variants("frac", {""}, formula([](Ops& o, const Value& x) {
+    return o.sub(x, o.sel(o.gt(x, o.k(0, x)), o.u(UnaryOp::kFloor, x), o.u(UnaryOp::kCeil, x)));
+  }));
+  register_with_variants("reciprocal", {""}, formula([](Ops& o, const Value& x) { return o.div(o.k(1, x), x); }));
+  register_with_variants("exp2", {""}, formula([](Ops& o, const Value& x) {
+    return o.u(UnaryOp::kExponential, o.mul(x, o.k(M_LN2, x)));
+  }));
+  register_with_variants("log2", {""}, formula([](Ops& o, const Value& x) {
+    return o.div(o.u(UnaryOp::kLog, x), o.k(M_LN2, x));
+  }));
+  register_with_variants("log10", {""}, formula([](Ops& o, const Value& x) {
+    return o.div(o.u(UnaryOp::kLog, x), o.k(M_LN10, x));
+  }));
+  register_with_variants("relu", {""}, formula([](Ops& o, const Value& x) { return o.max(x, o.k(0, x)); }));
+  register_with_variants("silu", {""}, formula([](Ops& o, const Value& x) { return o.mul(x, o.sigmoid(x)); }));
+  register_with_variants("mish", {""}, formula([](Ops& o, const Value& x) {
+    Value sp = o.u(UnaryOp::kLogPlusOne, o.u(UnaryOp::kExponential, x));
+    return o.mul(x, o.u(UnaryOp::kTanh, sp));
+  }));
+  register_with_variants("hardsigmoid", {""}, formula([](Ops& o, const Value& x) {
+    return o.div(o.min(o.max(o.add(x, o.k(3, x)), o.k(0, x)), o.k(6, x)), o.k(6, x));
+  }));
+  register_with_variants("hardswish", {""}, formula([](Ops& o, const Value& x) {
+    return o.mul(x, o.div(o.min(o.max(o.add(x, o.k(3, x)), o.k(0, x)), o.k(6, x)), o.k(6, x)));
+  }));
+  register_lowering({"logical_not", "logical_not_", "logical_not.out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));
+    return V{c.b.unary(UnaryOp::kNot, truth)};
+  });
+  register_lowering({"isnan"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    return V{c.b.compare(Compare::kNE, x, x)};
+  });
+  register_lowering({"gelu", "gelu_", "gelu.out"}, [](LoweringContext& c) {
+    Ops o{c};
+    return V{gelu(o, c.in(0), tanh_approximation(c, 1))};
+  });
+  register_lowering({"gelu_backward", "gelu_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o{c};
+    return V{gelu_grad(o, c.in_b(0), c.in_b(1), tanh_approximation(c, 2))};
+  });
+  register_lowering({"hardtanh", "hardtanh_", "hardtanh.out"}, [](LoweringContext& c) {
+    Ops o{c};
+    return V{o.min(o.max(c.in(0), c.bcast(c.in(1))), c.bcast(c.in(2)))};
+  });
+  register_lowering({"leaky_relu", "leaky_relu_", "leaky_relu.out"}, [](LoweringContext& c) {
+    Ops o{c};
+    Value x = c.in(0);
+    return V{o.sel(o.gt(x, o.k(0, x)), x, o.mul(x, c.bcast(c.in(1))))};
+  });
+  register_lowering({"elu", "elu_", "elu.out"}, [](LoweringContext& c) {
+    Ops o{c};  // elu(x, alpha, scale, input_scale)
+    Value x = c.in(0);
+    Value neg = o.mul(c.bcast(c.in(1)), o.u(UnaryOp::kExponentialMinusOne, o.mul(x, c.bcast(c.in(3)))));
+    return V{o.mul(c.bcast(c.in(2)), o.sel(o.gt(x, o.k(0, x)), x, neg))};
+  });
+  register_lowering({"softplus", "softplus.out"}, [](LoweringContext& c) {
+    Ops o{c};  // softplus(x, beta, threshold)
+    Value x = c.in(0), beta = c.bcast(c.in(1)), threshold = c.bcast(c.in(2));
+    Value bx = o.mul(x, beta);
+    Value soft = o.div(o.u(UnaryOp::kLogPlusOne, o.u(UnaryOp::kExponential, bx)), beta);
+    return V{o.sel(o.gt(bx, threshold), x, soft)};
+  });
+  register_lowering({"nan_to_num", "nan_to_num_", "nan_to_num.out"}, [](LoweringContext& c) {
+    Ops o{c};
+    Value x = c.in(0);
+    if (!is_floating(x.type.dtype)) return V{x};
+    double big = x.type.dtype == DType::kF64 ? 1.7976931348623157e308
+                 : x.type.dtype == DType::kF32 ? 3.4028234663852886e38
+                 : x.type.dtype == DType::kBF16 ? 3.3895313892515355e38 : 65504.0;
+    auto opt = [&](size_t i, double dflt) {
+      return c.arg(i).isNone() ? o.k(dflt, x) : o.k(c.arg(i).toDouble(), x);
+    };
+    Value nan = c.b.compare(Compare::kNE, x, x);
+    Value posinf = c.b.compare(Compare::kEQ, x, o.k(INFINITY, x));
+    Value neginf = c.b.compare(Compare::kEQ, x, o.k(-INFINITY, x));
+    return V{o.sel(nan, opt(1, 0), o.sel(posinf, opt(2, big), o.sel(neginf, opt(3, -big), x)))};
+  });
+
+  // Backward formulas.
+  register_lowering({"threshold_backward", "threshold_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o{c};  // (grad, self, threshold): grad where self > threshold
+    Value g = c.in_b(0), x = c.in_b(1);
+    return V{o.sel(o.le(x, c.bcast(c.in(2))), o.k(0, g), g)};
+  });
+  register_lowering({"threshold", "threshold_", "threshold.out"}, [](LoweringContext& c) {
+    Ops o{c};  // (self, threshold, value)
+    Value x = c.in(0);
+    return V{o.sel(o.le(x, c.bcast(c.in(1))), c.bcast(c.in(2)), x)};
+  });
+  register_lowering({"sigmoid_backward", "sigmoid_backward.grad_input"},
+                    backward([](Ops& o, const Value& g, const Value& y) {
+                      return o.mul(g, o.mul(y, o.sub(o.k(1, y), y)));
+                    }));
+  register_lowering({"tanh_backward", "tanh_backward.grad_input"},
+                    backward([](Ops& o, const Value& g, const Value& y) {
+                      return o.mul(g, o.sub(o.k(1, y), o.mul(y, y)));
+                    }));
+  register_lowering({"silu_backward", "silu_backward.grad_input"},
+                    backward([](Ops& o, const Value& g, const Value& x) {
+                      Value s = o.sigmoid(x);
+                      return o.mul(g, o.mul(s, o.add(o.k(1, x), o.mul(x, o.sub(o.k(1, x), s)))));
+                    }));
+  register_lowering({"hardtanh_backward", "hardtanh_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o{c};
+    Value g = c.in_b(0), x = c.in_b(1);
+    Value inside = c.b.binary(BinaryOp::kAnd, o.gt(x, c.bcast(c.in(2))),
+                              c.b.compare(Compare::kLT, x, c.bcast(c.in(3))));
+    return V{o.sel(inside, g, o.k(0, g))};
+  });
+  register_lowering({"leaky_relu_backward", "leaky_relu_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o{c};  // (grad, self, negative_slope, self_is_result)
+    Value g = c.in_b(0), x = c.in_b(1);
+    return V{o.sel(o.gt(x, o.k(0, x)), g, o.mul(g, c.bcast(c.in(2))))};
+  });
+}
+
+}  // namespace torchtpu::aten
