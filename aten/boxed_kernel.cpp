@@ -4,6 +4,7 @@
 #include <ATen/ops/result_type.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_map>
 
@@ -16,8 +17,13 @@
 namespace torchtpu::aten {
 namespace {
 
-std::unordered_map<std::string, Lowering>& registry() {
-  static std::unordered_map<std::string, Lowering> r;
+struct Entry {
+  Lowering fn;
+  StaticScalars static_scalars;
+};
+
+std::unordered_map<std::string, Entry>& registry() {
+  static std::unordered_map<std::string, Entry> r;
   return r;
 }
 
@@ -133,14 +139,15 @@ void add_tensor(Inputs& in, const at::Tensor& t, int device, const std::string& 
 }
 
 Inputs gather_inputs(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                     int device, const std::string& op) {
+                     const StaticScalars& static_scalars, int device, const std::string& op) {
   Inputs in;
   in.key = op;
   for (size_t i = 0; i < args.size(); ++i) {
     size_t before = in.operands.size();
     const c10::IValue& a = args[i];
     in.key += '|';
-    if (is_scalar_arg(schema.arguments()[i]) && !a.isNone()) {
+    bool is_static = std::find(static_scalars.begin(), static_scalars.end(), i) != static_scalars.end();
+    if (is_scalar_arg(schema.arguments()[i]) && !a.isNone() && !is_static) {
       c10::Scalar s = a.toScalar();
       in.scalars.push_back(device_scalar(s, device));
       in.operands.push_back({in.scalars.back().get(), {scalar_dtype(s), {}, {}, 0}});
@@ -195,14 +202,20 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       ++k;
     });
   }
+  std::vector<bool> wanted(dests.size(), true);  // false: an output the op leaves undefined
   std::vector<c10::IValue> fresh;  // returns that are new tensors
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     if (schema.returns()[r].alias_info()) continue;
     const c10::IValue& m = meta_stack[r];
     auto make = [&](const at::Tensor& mt) {
+      if (!mt.defined()) {  // e.g. a backward op's output_mask said the gradient is not needed
+        wanted.push_back(false);
+        return at::Tensor();
+      }
       at::Tensor t = at::empty_strided(mt.sizes(), mt.strides(),
                                        mt.options().device(c10::DeviceType::PrivateUse1, device));
       dests.push_back(t);
+      wanted.push_back(true);
       return t;
     };
     if (m.isTensor()) {
@@ -215,14 +228,20 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   // 3. One program: inputs read through their views, the lowering, results into destinations.
-  Inputs in = gather_inputs(schema, args, device, name);
-  std::vector<hlo::TensorType> out_types;
+  const Entry& entry = registry().at(name);
+  Inputs in = gather_inputs(schema, args, entry.static_scalars, device, name);
+  std::vector<hlo::TensorType> out_types;  // one per return value, wanted or not
   std::vector<exec::Operand> outputs;
-  for (const at::Tensor& d : dests) {
-    outputs.push_back(operand(d));
+  size_t next_dest = 0;
+  for (bool w : wanted) {
+    if (!w) {
+      out_types.push_back({DType::kF32, {}});
+      continue;
+    }
+    outputs.push_back(operand(dests[next_dest++]));
     out_types.push_back({outputs.back().view.dtype, outputs.back().view.sizes});
   }
-  const Lowering& fn = registry().at(name);
+  const Lowering& fn = entry.fn;
   exec::Lowering lower = [&](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
     std::vector<std::vector<hlo::Value>> values(args.size());
     size_t next = 0;
@@ -232,8 +251,10 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::vector<hlo::Value> results = fn(ctx);
     TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), name, ": lowering returned ",
                           results.size(), " values for ", out_types.size(), " outputs");
-    for (size_t i = 0; i < results.size(); ++i) results[i] = ctx.to_out(results[i], i);
-    return results;
+    std::vector<hlo::Value> written;
+    for (size_t i = 0; i < results.size(); ++i)
+      if (wanted[i]) written.push_back(ctx.to_out(results[i], i));
+    return written;
   };
   try {
     exec::run({in.key, lower, in.operands, outputs});
@@ -288,8 +309,9 @@ std::vector<int64_t> LoweringContext::int_list(size_t i) const {
   return v.toIntVector();
 }
 
-void register_lowering(std::initializer_list<const char*> ops, Lowering fn) {
-  for (const char* op : ops) registry()[std::string("aten::") + op] = fn;
+void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
+                       StaticScalars static_scalars) {
+  for (const char* op : ops) registry()[std::string("aten::") + op] = {fn, static_scalars};
 }
 
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
@@ -299,7 +321,7 @@ void register_with_variants(const char* name, std::initializer_list<const char*>
     std::string out = ov.empty() || ov == "Tensor" ? "out" : ov + "_out";
     for (const std::string& op : {name + suffix, std::string(name) + "_" + suffix,
                                   std::string(name) + "." + out})
-      registry()["aten::" + op] = fn;
+      registry()["aten::" + op] = {fn, {}};
   }
 }
 

@@ -64,8 +64,15 @@ class LoweringContext {
 
 using Lowering = std::function<std::vector<hlo::Value>(LoweringContext&)>;
 
+// Scalar arguments reach a program as runtime 0-d inputs (a new learning rate must not compile a
+// new program), so a lowering must not branch on their values. The few that must (a norm's `ord`,
+// var's `correction`) list them here: those values become part of the cache key instead, and
+// arg(i) gives them.
+using StaticScalars = std::vector<size_t>;
+
 // Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").
-void register_lowering(std::initializer_list<const char*> ops, Lowering fn);
+void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
+                       StaticScalars static_scalars = {});
 
 // Registers `fn` for `name.overload`, its in-place form `name_.overload` and its out= form
 // (`name.out` for the "Tensor" or empty overload, `name.<overload>_out` otherwise), for each

@@ -1,0 +1,247 @@
+// Reductions: sum, mean, prod, amax/amin, max/min (with indices), argmax/argmin, var/std, any/all,
+// logsumexp, vector norms. Low-precision floats accumulate in f32, as PyTorch does on CPU.
+#include <cmath>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::Compare;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+// The dimensions argument `i` names (None or [] means all), made non-negative and sorted.
+std::vector<int64_t> reduced_dims(const LoweringContext& c, size_t i, int64_t rank) {
+  std::vector<int64_t> dims;
+  if (i < 1000 && !c.arg(i).isNone()) dims = c.int_list(i);
+  if (dims.empty())
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  for (int64_t& d : dims) d = d < 0 ? d + rank : d;
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+hlo::RegionBody combiner(BinaryOp op) {
+  return [op](hlo::Builder& b, const V& a) { return V{b.binary(op, a[0], a[1])}; };
+}
+
+Value reduce(LoweringContext& c, const Value& x, const std::vector<int64_t>& dims, BinaryOp op,
+             double init) {
+  return c.b.reduce({x}, {c.scalar(init, x.type.dtype)}, dims, combiner(op))[0];
+}
+
+int64_t count(const Value& x, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.type.dims[d];
+  return n;
+}
+
+// Reshape to output i's dims (restores kept dimensions) and cast to its dtype.
+Value finish(LoweringContext& c, const Value& v, size_t i = 0) {
+  return c.b.reshape(cast(c.b, v, c.out(i).dtype), c.out(i).dims);
+}
+
+double lowest(DType t) {
+  switch (t) {
+    case DType::kBool: return 0;
+    case DType::kS8: return -128;
+    case DType::kS16: return -32768;
+    case DType::kS32: return -2147483648.0;
+    case DType::kS64: return -9223372036854775808.0;
+    case DType::kU8: case DType::kU32: case DType::kU64: return 0;
+    default: return -INFINITY;
+  }
+}
+
+double highest(DType t) {
+  switch (t) {
+    case DType::kBool: return 1;
+    case DType::kS8: return 127;
+    case DType::kS16: return 32767;
+    case DType::kS32: return 2147483647.0;
+    case DType::kS64: return 9223372036854775807.0;
+    case DType::kU8: return 255;
+    case DType::kU32: return 4294967295.0;
+    case DType::kU64: return 18446744073709551615.0;
+    default: return INFINITY;
+  }
+}
+
+// Sum over dims of argument 0 after casting to the accumulator of the output dtype.
+Value sum_of(LoweringContext& c, const Value& x, const std::vector<int64_t>& dims) {
+  return reduce(c, cast(c.b, x, accumulator(c.out().dtype)), dims, BinaryOp::kAdd, 0);
+}
+
+// Index and value of the max (or min) along one dimension; NaN wins, ties take the first index.
+std::pair<Value, Value> arg_extreme(LoweringContext& c, const Value& x, int64_t dim, bool is_max) {
+  DType t = x.type.dtype;
+  Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
+  double init = is_max ? lowest(t) : highest(t);
+  auto body = [is_max, t](hlo::Builder& b, const V& a) {
+    // a = (acc_value, acc_index, value, index)
+    Compare better = is_max ? Compare::kGT : Compare::kLT;
+    Value wins = b.compare(better, a[2], a[0]);
+    if (is_floating(t)) {
+      Value x_nan = b.compare(Compare::kNE, a[2], a[2]);
+      Value acc_nan = b.compare(Compare::kNE, a[0], a[0]);
+      wins = b.binary(BinaryOp::kOr, wins, b.binary(BinaryOp::kAnd, x_nan, b.unary(UnaryOp::kNot, acc_nan)));
+    }
+    Value tie = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, a[2], a[0]),
+                         b.compare(Compare::kLT, a[3], a[1]));
+    Value take = b.binary(BinaryOp::kOr, wins, tie);
+    return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
+  };
+  auto r = c.b.reduce({x, idx}, {c.scalar(init, t), c.scalar(0, DType::kS64)}, {dim}, body);
+  return {r[0], r[1]};
+}
+
+Lowering sum_lowering(size_t dims_arg) {
+  return [dims_arg](LoweringContext& c) {
+    Value x = c.raw(0);
+    return V{finish(c, sum_of(c, x, reduced_dims(c, dims_arg, x.type.rank())))};
+  };
+}
+
+Lowering mean_lowering(size_t dims_arg) {
+  return [dims_arg](LoweringContext& c) {
+    Value x = c.raw(0);
+    auto dims = reduced_dims(c, dims_arg, x.type.rank());
+    Value s = sum_of(c, x, dims);
+    return V{finish(c, c.b.binary(BinaryOp::kDivide, s, c.full(static_cast<double>(count(x, dims)), s)))};
+  };
+}
+
+Lowering extreme(bool is_max, size_t dims_arg) {
+  return [is_max, dims_arg](LoweringContext& c) {
+    Value x = c.raw(0);
+    auto dims = reduced_dims(c, dims_arg, x.type.rank());
+    BinaryOp op = is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum;
+    return V{finish(c, reduce(c, x, dims, op, is_max ? lowest(x.type.dtype) : highest(x.type.dtype)))};
+  };
+}
+
+Lowering extreme_with_index(bool is_max) {
+  return [is_max](LoweringContext& c) {
+    Value x = c.raw(0);
+    int64_t dim = c.arg(1).toInt();
+    if (dim < 0) dim += std::max<int64_t>(x.type.rank(), 1);
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    auto [value, index] = arg_extreme(c, x, dim, is_max);
+    return V{finish(c, value, 0), finish(c, index, 1)};
+  };
+}
+
+Lowering arg_lowering(bool is_max) {
+  return [is_max](LoweringContext& c) {
+    Value x = c.raw(0);
+    if (c.arg(1).isNone()) {  // over the flattened tensor
+      x = c.b.reshape(x, {x.type.element_count()});
+      return V{finish(c, arg_extreme(c, x, 0, is_max).second)};
+    }
+    int64_t dim = c.arg(1).toInt();
+    if (x.type.rank() == 0) return V{c.b.constant(0, {DType::kS64, {}})};
+    if (dim < 0) dim += x.type.rank();
+    return V{finish(c, arg_extreme(c, x, dim, is_max).second)};
+  };
+}
+
+// var/std with a correction (Bessel's by default).
+Value variance(LoweringContext& c, const Value& x_in, const std::vector<int64_t>& dims, double correction) {
+  Value x = cast(c.b, x_in, accumulator(c.out().dtype));
+  double n = static_cast<double>(count(x, dims));
+  Value mean = c.b.binary(BinaryOp::kDivide, reduce(c, x, dims, BinaryOp::kAdd, 0),
+                          c.b.constant(n, {x.type.dtype, {}}));
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < x.type.rank(); ++d)
+    if (!std::binary_search(dims.begin(), dims.end(), d)) kept.push_back(d);
+  Value centered = c.b.binary(BinaryOp::kSubtract, x, c.b.broadcast_in_dim(mean, x.type.dims, kept));
+  Value sq = reduce(c, c.b.binary(BinaryOp::kMultiply, centered, centered), dims, BinaryOp::kAdd, 0);
+  return c.b.binary(BinaryOp::kDivide, sq, c.full(std::max(n - correction, 0.0), sq));
+}
+
+double correction_of(const LoweringContext& c, size_t i) {
+  return c.arg(i).isNone() ? 1.0 : c.arg(i).toScalar().toDouble();
+}
+
+Lowering boolean_reduce(BinaryOp op, size_t dims_arg) {
+  return [op, dims_arg](LoweringContext& c) {
+    Value x = c.raw(0);
+    Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));
+    auto dims = reduced_dims(c, dims_arg, x.type.rank());
+    return V{finish(c, reduce(c, truth, dims, op, op == BinaryOp::kAnd ? 1 : 0))};
+  };
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(reduction) {
+  constexpr size_t kAll = 1000;  // "reduce every dimension"
+  register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
+  register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
+  register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));
+  register_lowering({"mean.dim", "mean.out"}, mean_lowering(1));
+  register_lowering({"prod", "prod.out"}, [](LoweringContext& c) {
+    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+    return V{finish(c, reduce(c, x, reduced_dims(c, kAll, x.type.rank()), BinaryOp::kMultiply, 1))};
+  });
+  register_lowering({"prod.dim_int", "prod.int_out"}, [](LoweringContext& c) {
+    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+    return V{finish(c, reduce(c, x, reduced_dims(c, 1, x.type.rank()), BinaryOp::kMultiply, 1))};
+  });
+  register_lowering({"amax", "amax.out"}, extreme(true, 1));
+  register_lowering({"amin", "amin.out"}, extreme(false, 1));
+  register_lowering({"max", "max.unary_out"}, extreme(true, kAll));
+  register_lowering({"min", "min.unary_out"}, extreme(false, kAll));
+  register_lowering({"max.dim", "max.dim_max"}, extreme_with_index(true));
+  register_lowering({"min.dim", "min.dim_min"}, extreme_with_index(false));
+  register_lowering({"argmax", "argmax.out"}, arg_lowering(true));
+  register_lowering({"argmin", "argmin.out"}, arg_lowering(false));
+  register_lowering({"var.correction", "var.correction_out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    return V{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};
+  }, {2});
+  register_lowering({"std.correction", "std.correction_out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    Value v = variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2));
+    return V{finish(c, c.b.unary(UnaryOp::kSqrt, v))};
+  }, {2});
+  register_lowering({"any", "any.all_out"}, boolean_reduce(BinaryOp::kOr, kAll));
+  register_lowering({"any.dim", "any.out", "any.dims", "any.dims_out"}, boolean_reduce(BinaryOp::kOr, 1));
+  register_lowering({"all", "all.all_out"}, boolean_reduce(BinaryOp::kAnd, kAll));
+  register_lowering({"all.dim", "all.out", "all.dims", "all.dims_out"}, boolean_reduce(BinaryOp::kAnd, 1));
+  register_lowering({"logsumexp", "logsumexp.out"}, [](LoweringContext& c) {
+    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+    auto dims = reduced_dims(c, 1, x.type.rank());
+    std::vector<int64_t> kept;
+    for (int64_t d = 0; d < x.type.rank(); ++d)
+      if (!std::binary_search(dims.begin(), dims.end(), d)) kept.push_back(d);
+    Value m = reduce(c, x, dims, BinaryOp::kMaximum, -INFINITY);
+    // An all -inf slice would give -inf - -inf = NaN: shift by 0 there instead.
+    Value finite_m = c.b.select(c.b.unary(UnaryOp::kIsFinite, m), m, c.full(0, m));
+    Value shifted = c.b.binary(BinaryOp::kSubtract, x, c.b.broadcast_in_dim(finite_m, x.type.dims, kept));
+    Value s = reduce(c, c.b.unary(UnaryOp::kExponential, shifted), dims, BinaryOp::kAdd, 0);
+    return V{finish(c, c.b.binary(BinaryOp::kAdd, c.b.unary(UnaryOp::kLog, s), finite_m))};
+  });
+  register_lowering({"linalg_vector_norm", "linalg_vector_norm.out"}, [](LoweringContext& c) {
+    double ord = c.arg(1).toScalar().toDouble();
+    Value x = c.b.unary(UnaryOp::kAbs, cast(c.b, c.raw(0), accumulator(c.out().dtype)));
+    auto dims = reduced_dims(c, 2, x.type.rank());
+    if (std::isinf(ord))
+      return V{finish(c, reduce(c, x, dims, ord > 0 ? BinaryOp::kMaximum : BinaryOp::kMinimum,
+                                ord > 0 ? 0 : INFINITY))};
+    if (ord == 0)
+      return V{finish(c, reduce(c, cast(c.b, c.b.compare(Compare::kNE, x, c.full(0, x)), x.type.dtype),
+                                dims, BinaryOp::kAdd, 0))};
+    Value p = c.b.binary(BinaryOp::kPower, x, c.full(ord, x));
+    Value s = reduce(c, p, dims, BinaryOp::kAdd, 0);
+    return V{finish(c, c.b.binary(BinaryOp::kPower, s, c.full(1.0 / ord, s)))};
+  }, {1});
+}
+
+}  // namespace torchtpu::aten
