@@ -20,6 +20,7 @@ namespace {
 struct Entry {
   Lowering fn;
   StaticScalars static_scalars;
+  MetaFn meta;
 };
 
 std::unordered_map<std::string, Entry>& registry() {
@@ -36,6 +37,11 @@ bool is_scalar_arg(const c10::Argument& a) {
   c10::TypePtr t = a.type();
   if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
   return t->kind() == c10::TypeKind::NumberType;
+}
+
+bool is_scalar_list_arg(const c10::Argument& a) {
+  auto list = a.type()->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::NumberType;
 }
 
 bool is_written(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
@@ -152,6 +158,13 @@ Inputs gather_inputs(const c10::FunctionSchema& schema, const std::vector<c10::I
       in.scalars.push_back(device_scalar(s, device));
       in.operands.push_back({in.scalars.back().get(), {scalar_dtype(s), {}, {}, 0}});
       in.key += 's';
+    } else if (is_scalar_list_arg(schema.arguments()[i]) && !is_static) {
+      for (const c10::IValue& e : a.toListRef()) {
+        c10::Scalar s = e.toScalar();
+        in.scalars.push_back(device_scalar(s, device));
+        in.operands.push_back({in.scalars.back().get(), {scalar_dtype(s), {}, {}, 0}});
+        in.key += 's';
+      }
     } else if (a.isTensor() || is_tensor_list(schema.arguments()[i])) {
       if (a.isList()) append_key(in.key, a);
       for_each_tensor(a, [&](const at::Tensor& t) {
@@ -174,8 +187,23 @@ int device_of(const std::vector<c10::IValue>& args) {
   return device < 0 ? 0 : device;
 }
 
+// Boolean masks as indices (x[mask]) give data-dependent shapes: those run on the CPU.
+bool has_mask_index(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  size_t n = schema.arguments().size();
+  for (size_t i = 0; i < n; ++i) {
+    if (!is_tensor_list(schema.arguments()[i])) continue;
+    bool mask = false;
+    for_each_tensor(stack[stack.size() - n + i], [&](const at::Tensor& t) {
+      mask |= t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
+    });
+    if (mask) return true;
+  }
+  return false;
+}
+
 void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
+  if (has_mask_index(schema, *stack)) return cpu_fallback(op, stack);
   const std::string name = full_name(op);
   const size_t num_args = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
@@ -184,8 +212,12 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // 1. Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
   std::vector<c10::IValue> meta_args;
   for (size_t i = 0; i < num_args; ++i) meta_args.push_back(to_meta(schema.arguments()[i], args[i]));
+  const Entry& entry = registry().at(name);
   torch::jit::Stack meta_stack = meta_args;
-  op.callBoxedForDispatchKey(c10::DispatchKey::Meta, meta_stack);
+  if (entry.meta)
+    meta_stack = entry.meta(schema, meta_args);
+  else
+    op.callBoxedForDispatchKey(c10::DispatchKey::Meta, meta_stack);
 
   // 2. Destinations: written arguments (in-place, out=) first, then fresh tensors for the rest.
   int device = device_of(args);
@@ -228,7 +260,6 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   // 3. One program: inputs read through their views, the lowering, results into destinations.
-  const Entry& entry = registry().at(name);
   Inputs in = gather_inputs(schema, args, entry.static_scalars, device, name);
   std::vector<hlo::TensorType> out_types;  // one per return value, wanted or not
   std::vector<exec::Operand> outputs;
@@ -310,8 +341,8 @@ std::vector<int64_t> LoweringContext::int_list(size_t i) const {
 }
 
 void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
-                       StaticScalars static_scalars) {
-  for (const char* op : ops) registry()[std::string("aten::") + op] = {fn, static_scalars};
+                       StaticScalars static_scalars, MetaFn meta) {
+  for (const char* op : ops) registry()[std::string("aten::") + op] = {fn, static_scalars, meta};
 }
 
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
@@ -321,7 +352,7 @@ void register_with_variants(const char* name, std::initializer_list<const char*>
     std::string out = ov.empty() || ov == "Tensor" ? "out" : ov + "_out";
     for (const std::string& op : {name + suffix, std::string(name) + "_" + suffix,
                                   std::string(name) + "." + out})
-      registry()["aten::" + op] = {fn, {}};
+      registry()["aten::" + op] = {fn, {}, nullptr};
   }
 }
 

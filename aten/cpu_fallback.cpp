@@ -17,6 +17,8 @@ bool fallback_is_error() {
   return mode && std::strcmp(mode, "error") == 0;
 }
 
+}  // namespace
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& n = op.operator_name();
   std::string name = n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
@@ -26,6 +28,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   exec::record_fallback(name);
   at::native::cpu_fallback(op, stack);
 }
+
+namespace {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());

@@ -11,6 +11,7 @@
 //   }
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
 #include <functional>
@@ -70,15 +71,24 @@ using Lowering = std::function<std::vector<hlo::Value>(LoweringContext&)>;
 // arg(i) gives them.
 using StaticScalars = std::vector<size_t>;
 
+// Output metadata for ops PyTorch has no meta kernel for (the _foreach_* family): given the
+// arguments as meta tensors, the op's returns as meta tensors.
+using MetaFn = std::function<std::vector<c10::IValue>(const c10::FunctionSchema&,
+                                                      const std::vector<c10::IValue>& meta_args)>;
+
 // Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").
 void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
-                       StaticScalars static_scalars = {});
+                       StaticScalars static_scalars = {}, MetaFn meta = nullptr);
 
 // Registers `fn` for `name.overload`, its in-place form `name_.overload` and its out= form
 // (`name.out` for the "Tensor" or empty overload, `name.<overload>_out` otherwise), for each
 // overload. Forms PyTorch does not define are skipped at install time.
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
                             Lowering fn);
+
+// Runs the op on the CPU (copying in and out), counted in torchtpu.metrics.cpu_fallbacks();
+// raises instead when TORCHTPU_FALLBACK=error.
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Installs the boxed kernel for every registered op on the PrivateUse1 key; once, at import.
 void install_lowerings();

@@ -157,7 +157,8 @@ V layer_norm(LoweringContext& c) {
   for (int64_t d = 0; d < x.type.rank() - static_cast<int64_t>(dims.size()); ++d) batch.push_back(d);
   double n = 1;
   for (int64_t d : dims) n *= x.type.dims[d];
-  Value mean = m.div(m.reduce(x, dims, BinaryOp::kAdd, 0), c.b.constant(n, {x.type.dtype, {}}));
+  Value sum = m.reduce(x, dims, BinaryOp::kAdd, 0);
+  Value mean = m.div(sum, m.k(n, sum));
   Value centered = m.sub(x, c.b.broadcast_in_dim(mean, x.type.dims, batch));
   Value var = m.div(m.reduce(m.mul(centered, centered), dims, BinaryOp::kAdd, 0), m.k(n, mean));
   Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(4).toDouble(), var)));

@@ -1,5 +1,6 @@
 // Element-wise ops of one operand, activation functions and their backward formulas.
 #include <cmath>
+#include <tuple>
 
 #include "aten/lowering.h"
 
@@ -141,6 +142,16 @@ TORCHTPU_LOWERINGS(unary) {
     Value x = c.raw(0);
     return V{c.b.compare(Compare::kNE, x, x)};
   });
+  for (auto [name, out, sign] : {std::tuple{"isinf", "isinf.out", 0}, {"isposinf", "isposinf.out", 1},
+                                 {"isneginf", "isneginf.out", -1}}) {
+    register_lowering({name, out}, [sign = sign](LoweringContext& c) {
+      Value x = c.raw(0);
+      if (!is_floating(x.type.dtype)) return V{c.b.constant(0, {DType::kBool, x.type.dims})};
+      Value pos = c.b.compare(Compare::kEQ, x, c.full(INFINITY, x));
+      Value neg = c.b.compare(Compare::kEQ, x, c.full(-INFINITY, x));
+      return V{sign > 0 ? pos : sign < 0 ? neg : c.b.binary(BinaryOp::kOr, pos, neg)};
+    });
+  }
   register_lowering({"gelu", "gelu_", "gelu.out"}, [](LoweringContext& c) {
     Ops o{c};
     return V{gelu(o, c.in(0), tanh_approximation(c, 1))};

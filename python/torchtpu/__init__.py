@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 torch.utils.rename_privateuse1_backend("tpu")
 
 from . import _C  # noqa: E402  (registers the device with PyTorch's dispatcher)
-from . import device_module  # noqa: E402
+from . import device_module, metrics  # noqa: E402
 
 torch._register_device_module("tpu", device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
@@ -41,10 +41,5 @@ def platform_info() -> dict:
     return dict(_C._platform_info())
 
 
-def counters() -> dict:
-    """Executor counters: executions, compiles, cache hits, bytes moved."""
-    return dict(_C._counters())
-
-
-def reset_counters() -> None:
-    _C._reset_counters()
+counters = metrics.counters
+reset_counters = metrics.reset

@@ -1,0 +1,140 @@
+// The _foreach_* ops optimizers use (torch.optim picks them for tpu, as for cuda): one program
+// updates every tensor of the list.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+// Element k's operand from argument i: a list (tensors or scalars) or one shared value.
+Value operand_of(LoweringContext& c, size_t i, size_t k) {
+  const auto& values = c.list(i);
+  const Value& v = values.size() == 1 ? values[0] : values.at(k);
+  return broadcast_to(c.b, cast(c.b, v, c.out(k).dtype), c.out(k).dims);
+}
+
+Value self_of(LoweringContext& c, size_t k) { return cast(c.b, c.list(0).at(k), c.out(k).dtype); }
+
+template <typename F>
+Lowering per_element(F f) {
+  return [f](LoweringContext& c) {
+    V out;
+    for (size_t k = 0; k < c.num_outputs(); ++k) out.push_back(f(c, k));
+    return out;
+  };
+}
+
+Lowering binary(BinaryOp op, bool with_alpha) {
+  return per_element([op, with_alpha](LoweringContext& c, size_t k) {
+    Value other = operand_of(c, 1, k);
+    if (with_alpha && c.has(2)) other = c.b.binary(BinaryOp::kMultiply, other, operand_of(c, 2, k));
+    return c.b.binary(op, self_of(c, k), other);
+  });
+}
+
+Lowering unary(UnaryOp op) {
+  return per_element([op](LoweringContext& c, size_t k) { return c.b.unary(op, self_of(c, k)); });
+}
+
+// self + value * (t1 op t2), value a Scalar, a ScalarList or a Tensor of scalars.
+Lowering pointwise(BinaryOp op) {
+  return per_element([op](LoweringContext& c, size_t k) {
+    Value t = c.b.binary(op, operand_of(c, 1, k), operand_of(c, 2, k));
+    Value scale = c.list(3).size() == 1 && c.list(3)[0].type.rank() == 1
+                      ? c.b.reshape(c.b.slice(c.list(3)[0], {static_cast<int64_t>(k)}, {static_cast<int64_t>(k) + 1}, {1}), {})
+                      : c.list(3).size() == 1 ? c.list(3)[0] : c.list(3).at(k);
+    scale = broadcast_to(c.b, cast(c.b, scale, c.out(k).dtype), c.out(k).dims);
+    return c.b.binary(BinaryOp::kAdd, self_of(c, k), c.b.binary(BinaryOp::kMultiply, scale, t));
+  });
+}
+
+// PyTorch has no meta kernels for _foreach_* ops. In-place and out= forms write their arguments
+// (nothing to infer); functional forms return one tensor shaped like each element of self.
+std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
+                                      const std::vector<c10::IValue>& meta_args) {
+  if (schema.returns().empty()) return {};
+  c10::List<at::Tensor> out;
+  for (const at::Tensor& t : meta_args[0].toTensorList().vec()) out.push_back(at::empty_like(t));
+  return {c10::IValue(out)};
+}
+
+void register_foreach(std::initializer_list<const char*> ops, Lowering fn, StaticScalars s = {},
+                      MetaFn meta = foreach_meta) {
+  register_lowering(ops, std::move(fn), std::move(s), std::move(meta));
+}
+
+void with_overloads(const char* name, std::initializer_list<const char*> overloads, Lowering fn) {
+  for (const char* ov : overloads) {
+    std::string o = ov;
+    std::string functional = std::string(name) + "." + o, inplace = std::string(name) + "_." + o,
+                out = std::string(name) + "." + o + "_out";
+    register_foreach({functional.c_str(), inplace.c_str(), out.c_str()}, fn);
+  }
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(foreach) {
+  with_overloads("_foreach_add", {"List", "Scalar", "ScalarList", "Tensor"}, binary(BinaryOp::kAdd, true));
+  with_overloads("_foreach_sub", {"List", "Scalar", "ScalarList"}, binary(BinaryOp::kSubtract, true));
+  with_overloads("_foreach_mul", {"List", "Scalar", "ScalarList", "Tensor"}, binary(BinaryOp::kMultiply, false));
+  with_overloads("_foreach_div", {"List", "Scalar", "ScalarList", "Tensor"}, binary(BinaryOp::kDivide, false));
+  with_overloads("_foreach_maximum", {"List", "Scalar", "ScalarList"}, binary(BinaryOp::kMaximum, false));
+  with_overloads("_foreach_minimum", {"List", "Scalar", "ScalarList"}, binary(BinaryOp::kMinimum, false));
+  with_overloads("_foreach_pow", {"List", "Scalar", "ScalarList"}, binary(BinaryOp::kPower, false));
+  with_overloads("_foreach_addcmul", {"Scalar", "ScalarList", "Tensor"}, pointwise(BinaryOp::kMultiply));
+  with_overloads("_foreach_addcdiv", {"Scalar", "ScalarList", "Tensor"}, pointwise(BinaryOp::kDivide));
+  with_overloads("_foreach_lerp", {"List", "Scalar", "ScalarList"},
+                 per_element([](LoweringContext& c, size_t k) {
+                   Value start = self_of(c, k), end = operand_of(c, 1, k), w = operand_of(c, 2, k);
+                   Value diff = c.b.binary(BinaryOp::kSubtract, end, start);
+                   return c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, w, diff));
+                 }));
+  for (auto [name, op] : {std::pair{"_foreach_sqrt", UnaryOp::kSqrt}, {"_foreach_neg", UnaryOp::kNegate},
+                          {"_foreach_abs", UnaryOp::kAbs}, {"_foreach_exp", UnaryOp::kExponential},
+                          {"_foreach_log", UnaryOp::kLog}, {"_foreach_sign", UnaryOp::kSign}}) {
+    std::string inplace = std::string(name) + "_", out = std::string(name) + ".out";
+    register_foreach({name, inplace.c_str(), out.c_str()}, unary(op));
+  }
+  register_foreach({"_foreach_reciprocal", "_foreach_reciprocal_", "_foreach_reciprocal.out"},
+                    per_element([](LoweringContext& c, size_t k) {
+                      Value x = self_of(c, k);
+                      return c.b.binary(BinaryOp::kDivide, c.b.constant(1, x.type), x);
+                    }));
+  register_foreach({"_foreach_zero_", "_foreach_zero", "_foreach_zero.out"},
+                    per_element([](LoweringContext& c, size_t k) {
+                      return c.b.constant(0, c.out(k));
+                    }));
+  register_foreach({"_foreach_copy_", "_foreach_copy", "_foreach_copy.out"},
+                    per_element([](LoweringContext& c, size_t k) { return operand_of(c, 1, k); }));
+  register_foreach({"_foreach_norm.Scalar", "_foreach_norm.Scalar_out"},
+                    per_element([](LoweringContext& c, size_t k) {
+                      double ord = c.arg(1).toScalar().toDouble();
+                      Value x = c.b.unary(UnaryOp::kAbs, cast(c.b, c.list(0).at(k), c.out(k).dtype));
+                      std::vector<int64_t> all;
+                      for (int64_t d = 0; d < x.type.rank(); ++d) all.push_back(d);
+                      auto add = [](hlo::Builder& b, const V& a) { return V{b.binary(BinaryOp::kAdd, a[0], a[1])}; };
+                      Value p = c.b.binary(BinaryOp::kPower, x, c.b.constant(ord, x.type));
+                      Value s = c.b.reduce({p}, {c.b.constant(0, {x.type.dtype, {}})}, all, add)[0];
+                      return c.b.binary(BinaryOp::kPower, s, c.b.constant(1.0 / ord, s.type));
+                    }),
+                    {1}, [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+                      std::vector<c10::IValue> returns;
+                      if (schema.returns().empty()) return returns;
+                      c10::List<at::Tensor> out;  // one 0-d norm per tensor
+                      for (const at::Tensor& t : args[0].toTensorList().vec())
+                        out.push_back(at::empty({}, t.options()));
+                      returns.emplace_back(out);
+                      return returns;
+                    });
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,315 @@
+// Indexing and data movement: cat, index_select, gather, scatter family, advanced indexing
+// (index / index_put), cumulative sums, sort/topk, arange, constant padding.
+#include <cmath>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::Compare;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+int64_t wrap(int64_t dim, int64_t rank) { return dim < 0 ? dim + std::max<int64_t>(rank, 1) : dim; }
+
+std::vector<int64_t> range(int64_t begin, int64_t end) {
+  std::vector<int64_t> v;
+  for (int64_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+// Index values made non-negative (Python-style negative indices count from the end).
+Value wrapped_index(hlo::Builder& b, const Value& index, int64_t size) {
+  Value i = cast(b, index, DType::kS64);
+  Value negative = b.compare(Compare::kLT, i, b.constant(0, i.type));
+  return b.select(negative, b.binary(BinaryOp::kAdd, i, b.constant_int(size, i.type)), i);
+}
+
+// Full coordinates [index.shape..., rank] that address self along every dimension, with `index`
+// substituted along `dim` (the addressing of gather and scatter).
+Value coordinates(hlo::Builder& b, const Value& index, int64_t dim, int64_t rank, int64_t size) {
+  std::vector<int64_t> shape = index.type.dims;
+  shape.push_back(1);
+  std::vector<Value> parts;
+  for (int64_t d = 0; d < rank; ++d) {
+    Value coord = d == dim ? wrapped_index(b, index, size) : b.iota({DType::kS64, index.type.dims}, d);
+    parts.push_back(b.reshape(coord, shape));
+  }
+  return b.concatenate(parts, rank);
+}
+
+hlo::RegionBody combine_with(BinaryOp op) {
+  return [op](hlo::Builder& b, const V& a) { return V{b.binary(op, a[0], a[1])}; };
+}
+
+hlo::RegionBody replace() {
+  return [](hlo::Builder&, const V& a) { return V{a[1]}; };
+}
+
+// Scatters `updates` (shaped like index) into self at coordinates(index, dim).
+Value scatter_along(LoweringContext& c, const Value& self, int64_t dim, const Value& index,
+                    const Value& updates, const hlo::RegionBody& combine) {
+  int64_t rank = self.type.rank();
+  Value coords = coordinates(c.b, index, dim, rank, self.type.dims.at(dim));
+  auto all = range(0, rank);
+  return c.b.scatter(self, coords, updates, {{}, all, all, index.type.rank()}, combine);
+}
+
+// src restricted to the index's shape (scatter only reads that corner of src).
+Value corner(LoweringContext& c, const Value& src, const Value& index) {
+  if (src.type.dims == index.type.dims) return src;
+  return c.b.slice(src, std::vector<int64_t>(src.type.rank(), 0), index.type.dims,
+                   std::vector<int64_t>(src.type.rank(), 1));
+}
+
+hlo::RegionBody reduce_named(const std::string& name) {
+  if (name == "add" || name == "sum") return combine_with(BinaryOp::kAdd);
+  if (name == "multiply" || name == "prod") return combine_with(BinaryOp::kMultiply);
+  if (name == "amax") return combine_with(BinaryOp::kMaximum);
+  if (name == "amin") return combine_with(BinaryOp::kMinimum);
+  TORCH_CHECK(false, "scatter reduce '", name, "' is not supported on tpu");
+}
+
+// Advanced indexing: the present index tensors broadcast together; returns the stacked
+// coordinates [B..., k], the indexed dimensions, and whether they are adjacent.
+struct Advanced {
+  Value coords;
+  std::vector<int64_t> indexed;
+  std::vector<int64_t> batch;  // the broadcast shape B
+  bool adjacent;
+};
+
+Advanced advanced_index(LoweringContext& c, const Value& self, size_t indices_arg) {
+  Advanced a;
+  const auto& list = c.arg(indices_arg).toListRef();
+  const auto& values = c.list(indices_arg);
+  std::vector<Value> present;
+  size_t next = 0;
+  for (size_t d = 0; d < list.size(); ++d) {
+    if (list[d].isNone()) continue;
+    a.indexed.push_back(static_cast<int64_t>(d));
+    present.push_back(wrapped_index(c.b, values.at(next++), self.type.dims[d]));
+  }
+  for (const Value& v : present) {  // broadcast shape, aligned at the trailing end
+    const auto& dims = v.type.dims;
+    if (dims.size() > a.batch.size()) a.batch.insert(a.batch.begin(), dims.size() - a.batch.size(), 1);
+    for (size_t i = 0; i < dims.size(); ++i) {
+      int64_t& slot = a.batch[a.batch.size() - dims.size() + i];
+      slot = slot == 1 ? dims[i] : slot;
+    }
+  }
+  std::vector<int64_t> shape = a.batch;
+  shape.push_back(1);
+  std::vector<Value> parts;
+  for (const Value& v : present) parts.push_back(c.b.reshape(broadcast_to(c.b, v, a.batch), shape));
+  a.coords = c.b.concatenate(parts, static_cast<int64_t>(a.batch.size()));
+  a.adjacent = a.indexed.back() - a.indexed.front() + 1 == static_cast<int64_t>(a.indexed.size());
+  return a;
+}
+
+// Output dims of self[indices] and where self's remaining dims sit in it.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> advanced_layout(const Advanced& a, const Value& self) {
+  std::vector<int64_t> dims, window;
+  int64_t rank = self.type.rank(), first = a.indexed.front();
+  auto is_indexed = [&](int64_t d) { return std::find(a.indexed.begin(), a.indexed.end(), d) != a.indexed.end(); };
+  if (a.adjacent) {
+    for (int64_t d = 0; d < first; ++d) { window.push_back(dims.size()); dims.push_back(self.type.dims[d]); }
+    dims.insert(dims.end(), a.batch.begin(), a.batch.end());
+    for (int64_t d = first; d < rank; ++d)
+      if (!is_indexed(d)) { window.push_back(dims.size()); dims.push_back(self.type.dims[d]); }
+  } else {
+    dims = a.batch;
+    for (int64_t d = 0; d < rank; ++d)
+      if (!is_indexed(d)) { window.push_back(dims.size()); dims.push_back(self.type.dims[d]); }
+  }
+  return {dims, window};
+}
+
+V index_tensor(LoweringContext& c) {
+  Value self = c.raw(0);
+  Advanced a = advanced_index(c, self, 1);
+  auto [dims, window] = advanced_layout(a, self);
+  std::vector<int64_t> slice = self.type.dims;
+  for (int64_t d : a.indexed) slice[d] = 1;
+  return {c.b.gather(self, a.coords, {window, a.indexed, a.indexed, static_cast<int64_t>(a.batch.size())},
+                     slice, dims)};
+}
+
+V index_put(LoweringContext& c) {
+  // (self, indices, values, accumulate)
+  Value self = c.in(0);
+  Advanced a = advanced_index(c, self, 1);
+  auto [dims, window] = advanced_layout(a, self);
+  Value updates = broadcast_to(c.b, c.in(2), dims);
+  bool accumulate = c.arg(3).toBool();
+  return {c.b.scatter(self, a.coords, updates,
+                      {window, a.indexed, a.indexed, static_cast<int64_t>(a.batch.size())},
+                      accumulate ? combine_with(BinaryOp::kAdd) : replace())};
+}
+
+// Cumulative reduction along dim as a reduce_window whose window reaches back over the prefix.
+Value cumulative(LoweringContext& c, const Value& x, int64_t dim, BinaryOp op, double init) {
+  int64_t rank = x.type.rank();
+  if (rank == 0) return x;
+  int64_t n = x.type.dims[dim];
+  hlo::Window w;
+  w.dims.assign(rank, 1);
+  w.dims[dim] = n;
+  w.padding.assign(rank, {0, 0});
+  w.padding[dim] = {n - 1, 0};
+  return c.b.reduce_window({x}, {c.b.constant(init, {x.type.dtype, {}})}, w, combine_with(op))[0];
+}
+
+// Sort comparator placing NaN last (largest), as PyTorch does.
+hlo::RegionBody sort_order(bool descending, DType dtype) {
+  return [descending, dtype](hlo::Builder& b, const V& a) {
+    Value x = a[0], y = a[1];
+    Value less = b.compare(descending ? Compare::kGT : Compare::kLT, x, y);
+    if (!is_floating(dtype)) return V{less};
+    Value x_nan = b.compare(Compare::kNE, x, x), y_nan = b.compare(Compare::kNE, y, y);
+    // ascending: non-NaN before NaN; descending: NaN first.
+    Value nan_order = descending ? b.binary(BinaryOp::kAnd, x_nan, b.unary(UnaryOp::kNot, y_nan))
+                                 : b.binary(BinaryOp::kAnd, y_nan, b.unary(UnaryOp::kNot, x_nan));
+    return V{b.binary(BinaryOp::kOr, nan_order, less)};
+  };
+}
+
+std::pair<Value, Value> sort_along(LoweringContext& c, const Value& x, int64_t dim, bool descending) {
+  Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
+  auto body = sort_order(descending, x.type.dtype);
+  auto sorted = c.b.sort({x, idx}, dim, true, [body](hlo::Builder& b, const V& a) {
+    return body(b, {a[0], a[1]});
+  });
+  return {sorted[0], sorted[1]};
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(indexing) {
+  register_lowering({"cat", "cat.out"}, [](LoweringContext& c) {
+    std::vector<Value> parts;
+    int64_t rank = c.out().rank();
+    int64_t dim = wrap(c.arg(1).toInt(), rank);
+    for (const Value& v : c.list(0))
+      if (!(v.type.rank() == 1 && v.type.dims[0] == 0 && rank != 1))  // legacy: skip empty 1-D
+        parts.push_back(cast(c.b, v, c.out().dtype));
+    if (parts.empty()) return V{c.b.constant(0, c.out())};
+    return V{c.b.concatenate(parts, dim)};
+  });
+  register_lowering({"index_select", "index_select.out"}, [](LoweringContext& c) {
+    Value self = c.raw(0);
+    int64_t rank = self.type.rank();
+    if (rank == 0) return V{self};
+    int64_t dim = wrap(c.arg(1).toInt(), rank);
+    Value idx = wrapped_index(c.b, c.b.reshape(c.raw(2), {c.raw(2).type.element_count(), 1}), self.type.dims[dim]);
+    std::vector<int64_t> slice = self.type.dims, out = self.type.dims;
+    slice[dim] = 1;
+    out[dim] = idx.type.dims[0];
+    std::vector<int64_t> offset;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != dim) offset.push_back(d);
+    return V{c.b.gather(self, idx, {offset, {dim}, {dim}, 1}, slice, out)};
+  });
+  register_lowering({"gather", "gather.out"}, [](LoweringContext& c) {
+    Value self = c.raw(0), index = c.raw(2);
+    int64_t rank = self.type.rank();
+    int64_t dim = wrap(c.arg(1).toInt(), rank);
+    if (rank == 0) return V{self};
+    Value coords = coordinates(c.b, index, dim, rank, self.type.dims[dim]);
+    auto all = range(0, rank);
+    return V{c.b.gather(self, coords, {{}, all, all, index.type.rank()},
+                        std::vector<int64_t>(rank, 1), index.type.dims)};
+  });
+  register_lowering({"scatter.src", "scatter_.src", "scatter.src_out"}, [](LoweringContext& c) {
+    Value self = c.in(0), index = c.raw(2);
+    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), replace())};
+  });
+  register_lowering({"scatter.value", "scatter_.value", "scatter.value_out"}, [](LoweringContext& c) {
+    Value self = c.in(0), index = c.raw(2);
+    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    Value updates = c.b.broadcast_in_dim(c.in(3), index.type.dims, {});
+    return V{scatter_along(c, self, dim, index, updates, replace())};
+  });
+  register_lowering({"scatter.reduce", "scatter_.reduce", "scatter.reduce_out"}, [](LoweringContext& c) {
+    Value self = c.in(0), index = c.raw(2);
+    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), reduce_named(c.arg(4).toStringRef()))};
+  });
+  register_lowering({"scatter_add", "scatter_add_", "scatter_add.out"}, [](LoweringContext& c) {
+    Value self = c.in(0), index = c.raw(2);
+    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
+  });
+  register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor);
+  register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put);
+  register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
+    Value x = c.in(0);
+    return V{cumulative(c, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
+  });
+  register_lowering({"cumprod", "cumprod_", "cumprod.out"}, [](LoweringContext& c) {
+    Value x = c.in(0);
+    return V{cumulative(c, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
+  });
+  register_lowering({"sort.stable", "sort.values_stable"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, stable, dim, descending)
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    auto [values, indices] = sort_along(c, x, wrap(c.arg(2).toInt(), x.type.rank()), c.arg(3).toBool());
+    return V{values, indices};
+  });
+  register_lowering({"sort", "sort.values"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, dim, descending)
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    auto [values, indices] = sort_along(c, x, wrap(c.arg(1).toInt(), x.type.rank()), c.arg(2).toBool());
+    return V{values, indices};
+  });
+  register_lowering({"topk", "topk.values"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, k, dim, largest, sorted)
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    int64_t k = c.arg(1).toInt(), dim = wrap(c.arg(2).toInt(), x.type.rank());
+    auto [values, indices] = sort_along(c, x, dim, c.arg(3).toBool());
+    std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
+    limit[dim] = k;
+    return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
+  });
+  register_lowering({"arange.start_out"}, [](LoweringContext& c) {
+    DType t = c.out().dtype;  // (start, end, step, out): start + i * step, computed in f64 / s64
+    DType wide = is_floating(t) ? DType::kF64 : DType::kS64;
+    Value i = c.b.iota({wide, c.out().dims}, 0);
+    Value start = c.bcast(c.in_as(0, wide)), step = c.bcast(c.in_as(2, wide));
+    return V{c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, i, step))};
+  });
+  register_lowering({"constant_pad_nd", "constant_pad_nd.out"}, [](LoweringContext& c) {
+    Value x = c.in(0);
+    auto pad = c.int_list(1);
+    int64_t rank = x.type.rank();
+    std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
+    for (size_t i = 0; i + 1 < pad.size() + 1 && i / 2 < static_cast<size_t>(rank); i += 2) {
+      int64_t d = rank - 1 - static_cast<int64_t>(i / 2);
+      low[d] = pad[i];
+      high[d] = pad[i + 1];
+    }
+    // Negative padding crops: pad by the positive parts, then slice off the negative ones.
+    std::vector<int64_t> plow(rank), phigh(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      plow[d] = std::max<int64_t>(low[d], 0);
+      phigh[d] = std::max<int64_t>(high[d], 0);
+    }
+    Value padded = c.b.pad(x, cast(c.b, c.in(2), x.type.dtype), plow, phigh, interior);
+    std::vector<int64_t> start(rank), limit = padded.type.dims, step(rank, 1);
+    for (int64_t d = 0; d < rank; ++d) {
+      start[d] = std::max<int64_t>(-low[d], 0);
+      limit[d] -= std::max<int64_t>(-high[d], 0);
+    }
+    return V{c.b.slice(padded, start, limit, step)};
+  });
+  register_lowering({"fill_.Tensor", "fill.Tensor", "fill.Tensor_out"}, [](LoweringContext& c) {
+    return V{c.bcast(c.in(1))};
+  });
+}
+
+}  // namespace torchtpu::aten
