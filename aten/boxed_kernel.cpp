@@ -19,8 +19,7 @@ namespace {
 
 struct Entry {
   Lowering fn;
-  StaticScalars static_scalars;
-  MetaFn meta;
+  LoweringOptions options;
 };
 
 std::unordered_map<std::string, Entry>& registry() {
@@ -205,17 +204,18 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   if (has_mask_index(schema, *stack)) return cpu_fallback(op, stack);
   const std::string name = full_name(op);
+  const Entry& entry = registry().at(name);
   const size_t num_args = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
+  if (entry.options.cpu_when && entry.options.cpu_when(args)) return cpu_fallback(op, stack);
   torch::jit::drop(*stack, num_args);
 
   // 1. Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
   std::vector<c10::IValue> meta_args;
   for (size_t i = 0; i < num_args; ++i) meta_args.push_back(to_meta(schema.arguments()[i], args[i]));
-  const Entry& entry = registry().at(name);
   torch::jit::Stack meta_stack = meta_args;
-  if (entry.meta)
-    meta_stack = entry.meta(schema, meta_args);
+  if (entry.options.meta)
+    meta_stack = entry.options.meta(schema, meta_args);
   else
     op.callBoxedForDispatchKey(c10::DispatchKey::Meta, meta_stack);
 
@@ -260,7 +260,7 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   // 3. One program: inputs read through their views, the lowering, results into destinations.
-  Inputs in = gather_inputs(schema, args, entry.static_scalars, device, name);
+  Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
   std::vector<hlo::TensorType> out_types;  // one per return value, wanted or not
   std::vector<exec::Operand> outputs;
   size_t next_dest = 0;
@@ -341,8 +341,8 @@ std::vector<int64_t> LoweringContext::int_list(size_t i) const {
 }
 
 void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
-                       StaticScalars static_scalars, MetaFn meta) {
-  for (const char* op : ops) registry()[std::string("aten::") + op] = {fn, static_scalars, meta};
+                       LoweringOptions options) {
+  for (const char* op : ops) registry()[std::string("aten::") + op] = {fn, options};
 }
 
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
@@ -352,7 +352,7 @@ void register_with_variants(const char* name, std::initializer_list<const char*>
     std::string out = ov.empty() || ov == "Tensor" ? "out" : ov + "_out";
     for (const std::string& op : {name + suffix, std::string(name) + "_" + suffix,
                                   std::string(name) + "." + out})
-      registry()["aten::" + op] = {fn, {}, nullptr};
+      registry()["aten::" + op] = {fn, {}};
   }
 }
 

@@ -76,9 +76,19 @@ using StaticScalars = std::vector<size_t>;
 using MetaFn = std::function<std::vector<c10::IValue>(const c10::FunctionSchema&,
                                                       const std::vector<c10::IValue>& meta_args)>;
 
+// Arguments for which the op runs on the CPU instead (a case the lowering does not cover yet,
+// such as a transposed convolution's backward); counted like any other fallback.
+using CpuWhen = std::function<bool(const std::vector<c10::IValue>& args)>;
+
+struct LoweringOptions {
+  StaticScalars static_scalars;
+  MetaFn meta;
+  CpuWhen cpu_when;
+};
+
 // Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").
 void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
-                       StaticScalars static_scalars = {}, MetaFn meta = nullptr);
+                       LoweringOptions options = {});
 
 // Registers `fn` for `name.overload`, its in-place form `name_.overload` and its out= form
 // (`name.out` for the "Tensor" or empty overload, `name.<overload>_out` otherwise), for each

@@ -57,6 +57,16 @@ struct Window {
   std::vector<std::pair<int64_t, int64_t>> padding;  // (low, high) per dimension
 };
 
+// Convolution geometry. `layout` is StableHLO's dimension-number string, e.g.
+// "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]" for PyTorch's NCHW / OIHW.
+struct ConvSpec {
+  std::string layout;
+  std::vector<int64_t> window_strides, lhs_dilation, rhs_dilation;
+  std::vector<std::pair<int64_t, int64_t>> padding;
+  int64_t feature_group_count = 1;
+  int64_t batch_group_count = 1;
+};
+
 class Builder;
 // Builds the body of a region (reduce, sort, scatter, collectives) from its block arguments and
 // returns the values the region yields.
@@ -100,9 +110,14 @@ class Builder {
             const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
   Value iota(const TensorType& type, int64_t dimension);
 
+  Value reverse(const Value& x, const std::vector<int64_t>& dimensions);
+
   // Contractions, reductions, indexing.
   Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims,
                     DType result_dtype);
+  // The caller gives the result shape (PyTorch's shape rules already computed it).
+  Value convolution(const Value& lhs, const Value& rhs, const ConvSpec& spec,
+                    const std::vector<int64_t>& result_dims, DType result_dtype);
   std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
                             const std::vector<int64_t>& dimensions, const RegionBody& body);
   std::vector<Value> reduce_window(const std::vector<Value>& inputs,

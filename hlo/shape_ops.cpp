@@ -111,6 +111,11 @@ Value Builder::pad(const Value& x, const Value& padding_value, const std::vector
                    i64_array(high) + ", interior_padding = " + i64_array(interior));
 }
 
+Value Builder::reverse(const Value& x, const std::vector<int64_t>& dimensions) {
+  for (int64_t d : dimensions) require(d >= 0 && d < x.type.rank(), "reverse dimension out of range");
+  return emit1("stablehlo.reverse", {x}, x.type, "dimensions = " + i64_array(dimensions));
+}
+
 Value Builder::iota(const TensorType& type, int64_t dimension) {
   require(dimension >= 0 && dimension < type.rank(), "iota dimension out of range");
   return emit1("stablehlo.iota", {}, type, "iota_dimension = " + i64_attr(dimension));

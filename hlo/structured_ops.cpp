@@ -57,6 +57,22 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
   return emit1("stablehlo.dot_general", {lhs, rhs}, type, "dot_dimension_numbers = " + attr + ">");
 }
 
+Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvSpec& spec,
+                           const std::vector<int64_t>& result_dims, DType result_dtype) {
+  size_t spatial = lhs.type.dims.size() - 2;
+  auto ones = [&](const std::vector<int64_t>& v) { return v.empty() ? std::vector<int64_t>(spatial, 1) : v; };
+  auto padding = spec.padding.empty() ? std::vector<std::pair<int64_t, int64_t>>(spatial, {0, 0}) : spec.padding;
+  require(padding.size() == spatial, "convolution padding needs one pair per spatial dimension");
+  std::string attrs = "batch_group_count = " + i64_attr(spec.batch_group_count) +
+                      ", dimension_numbers = #stablehlo.conv<" + spec.layout + ">" +
+                      ", feature_group_count = " + i64_attr(spec.feature_group_count) +
+                      ", lhs_dilation = " + i64_array(ones(spec.lhs_dilation)) +
+                      ", padding = " + padding_attr(padding) +
+                      ", rhs_dilation = " + i64_array(ones(spec.rhs_dilation)) +
+                      ", window_strides = " + i64_array(ones(spec.window_strides));
+  return emit1("stablehlo.convolution", {lhs, rhs}, {result_dtype, result_dims}, attrs);
+}
+
 std::vector<Value> Builder::reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
                                    const std::vector<int64_t>& dimensions, const RegionBody& body) {
   require(!inputs.empty() && inputs.size() == inits.size(), "reduce needs one init per input");

@@ -68,7 +68,7 @@ std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
 
 void register_foreach(std::initializer_list<const char*> ops, Lowering fn, StaticScalars s = {},
                       MetaFn meta = foreach_meta) {
-  register_lowering(ops, std::move(fn), std::move(s), std::move(meta));
+  register_lowering(ops, std::move(fn), {std::move(s), std::move(meta), nullptr});
 }
 
 void with_overloads(const char* name, std::initializer_list<const char*> overloads, Lowering fn) {

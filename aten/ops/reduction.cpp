@@ -205,12 +205,12 @@ TORCHTPU_LOWERINGS(reduction) {
   register_lowering({"var.correction", "var.correction_out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     return V{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};
-  }, {2});
+  }, {{2}});
   register_lowering({"std.correction", "std.correction_out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     Value v = variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2));
     return V{finish(c, c.b.unary(UnaryOp::kSqrt, v))};
-  }, {2});
+  }, {{2}});
   register_lowering({"any", "any.all_out"}, boolean_reduce(BinaryOp::kOr, kAll));
   register_lowering({"any.dim", "any.out", "any.dims", "any.dims_out"}, boolean_reduce(BinaryOp::kOr, 1));
   register_lowering({"all", "all.all_out"}, boolean_reduce(BinaryOp::kAnd, kAll));
@@ -241,7 +241,7 @@ TORCHTPU_LOWERINGS(reduction) {
     Value p = c.b.binary(BinaryOp::kPower, x, c.full(ord, x));
     Value s = reduce(c, p, dims, BinaryOp::kAdd, 0);
     return V{finish(c, c.b.binary(BinaryOp::kPower, s, c.full(1.0 / ord, s)))};
-  }, {1});
+  }, {{1}});
 }
 
 }  // namespace torchtpu::aten

@@ -1,0 +1,341 @@
+// Convolutions (forward and backward) and pooling (max with indices, average, adaptive average)
+// over PyTorch's channels-first layout.
+#include <cmath>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::Compare;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+using Pads = std::vector<std::pair<int64_t, int64_t>>;
+
+// An int list argument expanded to one entry per spatial dimension (PyTorch accepts one value).
+std::vector<int64_t> per_dim(const LoweringContext& c, size_t i, size_t n, int64_t fallback) {
+  std::vector<int64_t> v = c.arg(i).isNone() ? std::vector<int64_t>{} : c.int_list(i);
+  if (v.empty()) v.assign(n, fallback);
+  if (v.size() == 1) v.assign(n, v[0]);
+  return v;
+}
+
+// "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]" for n spatial dims, with the given leading labels.
+std::string layout(size_t n, const char* lhs, const char* rhs, const char* out) {
+  std::string spatial;
+  for (size_t i = 0; i < n; ++i) spatial += ", " + std::to_string(i);
+  return std::string("[") + lhs + spatial + "]x[" + rhs + spatial + "]->[" + out + spatial + "]";
+}
+
+// A transposed convolution's weight [Cin, Cout/G, k...] as a regular one: [Cout, Cin/G, k...],
+// spatially flipped.
+Value as_forward_weight(hlo::Builder& b, const Value& w, int64_t groups) {
+  std::vector<int64_t> d = w.type.dims;
+  int64_t cin = d[0], cout_g = d[1];
+  std::vector<int64_t> grouped{groups, cin / groups, cout_g};
+  grouped.insert(grouped.end(), d.begin() + 2, d.end());
+  std::vector<int64_t> perm{0, 2, 1};
+  for (size_t i = 3; i < grouped.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+  Value t = b.transpose(b.reshape(w, grouped), perm);
+  std::vector<int64_t> flat{groups * cout_g, cin / groups};
+  flat.insert(flat.end(), d.begin() + 2, d.end());
+  std::vector<int64_t> spatial;
+  for (size_t i = 2; i < d.size(); ++i) spatial.push_back(static_cast<int64_t>(i));
+  return b.reverse(b.reshape(t, flat), spatial);
+}
+
+// The transposed convolution of x with a [Cin, Cout/G, k...] weight, producing `out_dims`.
+Value transposed_conv(hlo::Builder& b, const Value& x, const Value& w, const std::vector<int64_t>& stride,
+                      const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                      int64_t groups, const std::vector<int64_t>& out_dims, DType dtype) {
+  size_t n = stride.size();
+  hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), {}, stride, dilation, {}, groups, 1};
+  for (size_t i = 0; i < n; ++i) {
+    int64_t k = w.type.dims[2 + i], in = x.type.dims[2 + i], out = out_dims[2 + i];
+    int64_t low = dilation[i] * (k - 1) - padding[i];
+    // high padding makes the result exactly out_dims (covers output_padding too)
+    int64_t high = out - ((in - 1) * stride[i] + 1) - low + dilation[i] * (k - 1);
+    spec.padding.push_back({low, high});
+  }
+  return b.convolution(x, as_forward_weight(b, w, groups), spec, out_dims, dtype);
+}
+
+Value add_bias(LoweringContext& c, const Value& y, size_t bias_arg) {
+  if (!c.has(bias_arg)) return y;
+  return c.b.binary(BinaryOp::kAdd, y, c.b.broadcast_in_dim(c.in(bias_arg), y.type.dims, {1}));
+}
+
+V convolution(LoweringContext& c) {
+  // (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
+  Value x = c.in(0), w = c.in(1);
+  size_t n = x.type.dims.size() - 2;
+  auto stride = per_dim(c, 3, n, 1), padding = per_dim(c, 4, n, 0), dilation = per_dim(c, 5, n, 1);
+  int64_t groups = c.arg(8).toInt();
+  const auto& out = c.out().dims;
+  if (c.arg(6).toBool())
+    return {add_bias(c, transposed_conv(c.b, x, w, stride, padding, dilation, groups, out, x.type.dtype), 2)};
+  hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), stride, {}, dilation, {}, groups, 1};
+  for (size_t i = 0; i < n; ++i) spec.padding.push_back({padding[i], padding[i]});
+  return {add_bias(c, c.b.convolution(x, w, spec, out, x.type.dtype), 2)};
+}
+
+// d(weight) of a regular convolution of `input` giving `grad` (shape w_dims): the two correlated
+// over the batch, with batch_group_count taking care of groups.
+Value weight_grad(hlo::Builder& b, const Value& input, const Value& grad, const std::vector<int64_t>& w_dims,
+                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                  const std::vector<int64_t>& dilation, int64_t groups) {
+  size_t n = stride.size();
+  hlo::ConvSpec spec{layout(n, "f, b", "i, o", "f, b"), dilation, {}, stride, {}, 1, groups};
+  for (size_t i = 0; i < n; ++i) {
+    int64_t k = w_dims[2 + i], in = input.type.dims[2 + i], o = grad.type.dims[2 + i];
+    spec.padding.push_back({padding[i], (k - 1) * dilation[i] + (o - 1) * stride[i] + 1 - in - padding[i]});
+  }
+  return b.convolution(input, grad, spec, w_dims, input.type.dtype);
+}
+
+V convolution_backward(LoweringContext& c) {
+  // (grad_output, input, weight, bias_sizes?, stride, padding, dilation, transposed,
+  //  output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+  Value g = c.in(0), x = c.in(1), w = c.in(2);
+  size_t n = x.type.dims.size() - 2;
+  auto stride = per_dim(c, 4, n, 1), padding = per_dim(c, 5, n, 0), dilation = per_dim(c, 6, n, 1);
+  int64_t groups = c.arg(9).toInt();
+  DType t = x.type.dtype;
+  Value grad_input, grad_weight;
+  if (c.arg(7).toBool()) {
+    // y = convT(x, w) is the input-gradient of a regular convolution, so its gradients are a
+    // regular convolution of g with w, and the weight gradient with input and g swapped.
+    hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), stride, {}, dilation, {}, groups, 1};
+    for (size_t i = 0; i < n; ++i) spec.padding.push_back({padding[i], padding[i]});
+    grad_input = c.b.convolution(g, w, spec, x.type.dims, t);
+    grad_weight = weight_grad(c.b, g, x, w.type.dims, stride, padding, dilation, groups);
+  } else {
+    grad_input = transposed_conv(c.b, g, w, stride, padding, dilation, groups, x.type.dims, t);
+    grad_weight = weight_grad(c.b, x, g, w.type.dims, stride, padding, dilation, groups);
+  }
+  std::vector<int64_t> all_but_channels;
+  for (int64_t d = 0; d < g.type.rank(); ++d)
+    if (d != 1) all_but_channels.push_back(d);
+  Value grad_bias = c.b.reduce({g}, {c.b.constant(0, {t, {}})}, all_but_channels,
+                               [](hlo::Builder& b, const V& a) { return V{b.binary(BinaryOp::kAdd, a[0], a[1])}; })[0];
+  return {grad_input, grad_weight, grad_bias};
+}
+
+// Window over the trailing `n` dims of a rank-`rank` tensor.
+hlo::Window window(int64_t rank, const std::vector<int64_t>& k, const std::vector<int64_t>& s,
+                   const std::vector<int64_t>& d, const Pads& pads) {
+  size_t lead = rank - k.size();
+  hlo::Window w;
+  w.dims.assign(lead, 1);
+  w.strides.assign(lead, 1);
+  w.window_dilations.assign(lead, 1);
+  w.padding.assign(lead, {0, 0});
+  w.dims.insert(w.dims.end(), k.begin(), k.end());
+  w.strides.insert(w.strides.end(), s.begin(), s.end());
+  w.window_dilations.insert(w.window_dilations.end(), d.begin(), d.end());
+  w.padding.insert(w.padding.end(), pads.begin(), pads.end());
+  w.base_dilations.assign(rank, 1);
+  return w;
+}
+
+// Low padding p and the high padding that yields `out` windows (ceil_mode adds some).
+Pads pool_padding(const Value& x, const std::vector<int64_t>& out_dims, const std::vector<int64_t>& k,
+                  const std::vector<int64_t>& s, const std::vector<int64_t>& d, const std::vector<int64_t>& p) {
+  Pads pads;
+  size_t n = k.size(), lead = x.type.dims.size() - n;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t in = x.type.dims[lead + i], o = out_dims[lead + i];
+    int64_t needed = (o - 1) * s[i] + d[i] * (k[i] - 1) + 1;
+    pads.push_back({p[i], std::max<int64_t>(needed - in - p[i], p[i])});
+  }
+  return pads;
+}
+
+hlo::RegionBody add_body() {
+  return [](hlo::Builder& b, const V& a) { return V{b.binary(BinaryOp::kAdd, a[0], a[1])}; };
+}
+
+V max_pool_with_indices(LoweringContext& c) {
+  // (self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices)
+  Value x = c.in(0);
+  size_t n = c.int_list(1).size() == 1 ? 2 : c.int_list(1).size();
+  auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0), d = per_dim(c, 4, n, 1);
+  for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
+  int64_t rank = x.type.rank();
+  // Flat index into the spatial plane, as PyTorch reports it.
+  Value index = c.b.constant(0, {DType::kS64, x.type.dims});
+  int64_t scale = 1;
+  for (int64_t i = rank - 1; i >= rank - static_cast<int64_t>(n); --i) {
+    Value along = c.b.iota({DType::kS64, x.type.dims}, i);
+    index = c.b.binary(BinaryOp::kAdd, index, c.b.binary(BinaryOp::kMultiply, along, c.b.constant(scale, along.type)));
+    scale *= x.type.dims[i];
+  }
+  hlo::Window w = window(rank, k, s, d, pool_padding(x, c.out().dims, k, s, d, p));
+  DType t = x.type.dtype;
+  auto body = [t](hlo::Builder& b, const V& a) {
+    Value wins = b.compare(Compare::kGT, a[2], a[0]);
+    if (is_floating(t))
+      wins = b.binary(BinaryOp::kOr, wins, b.binary(BinaryOp::kAnd, b.compare(Compare::kNE, a[2], a[2]),
+                                                     b.compare(Compare::kEQ, a[0], a[0])));
+    Value tie = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, a[2], a[0]), b.compare(Compare::kLT, a[3], a[1]));
+    Value take = b.binary(BinaryOp::kOr, wins, tie);
+    return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
+  };
+  double lowest = is_floating(t) ? -INFINITY : -9.2e18;
+  auto r = c.b.reduce_window({x, index}, {c.b.constant(lowest, {t, {}}), c.b.constant(-1, {DType::kS64, {}})}, w, body);
+  return {r[0], r[1]};
+}
+
+V max_pool_backward(LoweringContext& c) {
+  // (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices) -> grad_input
+  Value g = c.in(0), x = c.in(1), idx = c.raw(7);
+  size_t n = std::max<size_t>(c.int_list(2).size(), 2);
+  int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n);
+  int64_t rows = 1, plane = 1, outs = 1;
+  for (int64_t i = 0; i < lead; ++i) rows *= x.type.dims[i];
+  for (int64_t i = lead; i < rank; ++i) plane *= x.type.dims[i], outs *= g.type.dims[i];
+  Value row = c.b.reshape(c.b.iota({DType::kS64, {rows, outs}}, 0), {rows * outs, 1});
+  Value col = c.b.reshape(cast(c.b, idx, DType::kS64), {rows * outs, 1});
+  Value coords = c.b.concatenate({row, col}, 1);
+  Value zeros = c.b.constant(0, {x.type.dtype, {rows, plane}});
+  Value grad = c.b.scatter(zeros, coords, c.b.reshape(g, {rows * outs}), {{}, {0, 1}, {0, 1}, 1}, add_body());
+  return {c.b.reshape(grad, x.type.dims)};
+}
+
+// Per-window element counts for average pooling, shaped like the output's spatial dims and
+// broadcast to the output.
+Value avg_divisor(LoweringContext& c, const Value& x, const std::vector<int64_t>& out_dims,
+                  const std::vector<int64_t>& k, const std::vector<int64_t>& s, const std::vector<int64_t>& p,
+                  bool count_include_pad, const c10::IValue& divisor_override) {
+  DType t = x.type.dtype;
+  if (!divisor_override.isNone()) return c.b.constant(static_cast<double>(divisor_override.toInt()), {t, out_dims});
+  size_t n = k.size(), lead = x.type.dims.size() - n;
+  std::vector<int64_t> plane(x.type.dims.begin() + lead, x.type.dims.end());
+  std::vector<int64_t> ones_dims = plane;
+  Pads pads = pool_padding(x, out_dims, k, s, std::vector<int64_t>(n, 1), p);
+  if (count_include_pad)  // padding counts, the ceil_mode overhang does not
+    for (size_t i = 0; i < n; ++i) {
+      ones_dims[i] += 2 * p[i];
+      pads[i] = {0, pads[i].second - p[i]};
+    }
+  Value ones = c.b.constant(1, {t, ones_dims});
+  hlo::Window w = window(static_cast<int64_t>(n), k, s, std::vector<int64_t>(n, 1), pads);
+  Value counts = c.b.reduce_window({ones}, {c.b.constant(0, {t, {}})}, w, add_body())[0];
+  std::vector<int64_t> trailing;
+  for (size_t i = 0; i < n; ++i) trailing.push_back(static_cast<int64_t>(lead + i));
+  return c.b.broadcast_in_dim(counts, out_dims, trailing);
+}
+
+V avg_pool(LoweringContext& c) {
+  // (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  Value x = c.in(0);
+  size_t n = c.int_list(1).size() == 1 ? 2 : c.int_list(1).size();
+  auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0);
+  for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
+  std::vector<int64_t> ones(n, 1);
+  hlo::Window w = window(x.type.rank(), k, s, ones, pool_padding(x, c.out().dims, k, s, ones, p));
+  Value sum = c.b.reduce_window({x}, {c.b.constant(0, {x.type.dtype, {}})}, w, add_body())[0];
+  return {c.b.binary(BinaryOp::kDivide, sum, avg_divisor(c, x, c.out().dims, k, s, p, c.arg(5).toBool(), c.arg(6)))};
+}
+
+V avg_pool_backward(LoweringContext& c) {
+  // (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  Value g = c.in(0), x = c.in(1);
+  size_t n = c.int_list(2).size() == 1 ? 2 : c.int_list(2).size();
+  auto k = per_dim(c, 2, n, 1), s = per_dim(c, 3, n, 0), p = per_dim(c, 4, n, 0);
+  for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
+  Value share = c.b.binary(BinaryOp::kDivide, g, avg_divisor(c, x, g.type.dims, k, s, p, c.arg(6).toBool(), c.arg(7)));
+  // Every input position receives the shares of the windows covering it: spread the shares out
+  // by the stride, pad by k-1, and sum windows of size k.
+  int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n);
+  std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
+  for (size_t i = 0; i < n; ++i) {
+    low[lead + i] = high[lead + i] = k[i] - 1;
+    interior[lead + i] = s[i] - 1;
+  }
+  Value spread = c.b.pad(share, c.b.constant(0, {g.type.dtype, {}}), low, high, interior);
+  std::vector<int64_t> ones(n, 1);
+  hlo::Window w = window(rank, k, ones, ones, Pads(n, {0, 0}));
+  Value full = c.b.reduce_window({spread}, {c.b.constant(0, {g.type.dtype, {}})}, w, add_body())[0];
+  // `full` covers the padded input from 0; drop the padding (and grow when the tail was unused).
+  std::vector<int64_t> grow_high(rank, 0), start(rank, 0), limit = x.type.dims, step(rank, 1);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t have = full.type.dims[lead + i], need = p[i] + x.type.dims[lead + i];
+    grow_high[lead + i] = std::max<int64_t>(need - have, 0);
+    start[lead + i] = p[i];
+    limit[lead + i] = need;
+  }
+  full = c.b.pad(full, c.b.constant(0, {g.type.dtype, {}}), std::vector<int64_t>(rank, 0), grow_high, std::vector<int64_t>(rank, 0));
+  return {c.b.slice(full, start, limit, step)};
+}
+
+bool adaptive_uneven(const std::vector<c10::IValue>& args) {
+  const at::Tensor& x = args[0].toTensor();
+  auto out = args[1].toIntVector();
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t in = x.size(x.dim() - static_cast<int64_t>(out.size()) + static_cast<int64_t>(i));
+    if (out[i] == 0 || in % out[i] != 0) return true;
+  }
+  return false;
+}
+
+V adaptive_avg_pool(LoweringContext& c) {
+  Value x = c.in(0);
+  auto out = c.int_list(1);
+  size_t n = out.size(), lead = x.type.dims.size() - n;
+  std::vector<int64_t> k;
+  for (size_t i = 0; i < n; ++i) k.push_back(x.type.dims[lead + i] / out[i]);
+  hlo::Window w = window(x.type.rank(), k, k, std::vector<int64_t>(n, 1), Pads(n, {0, 0}));
+  Value sum = c.b.reduce_window({x}, {c.b.constant(0, {x.type.dtype, {}})}, w, add_body())[0];
+  double size = 1;
+  for (int64_t v : k) size *= v;
+  return {c.b.binary(BinaryOp::kDivide, sum, c.b.constant(size, sum.type))};
+}
+
+V adaptive_avg_pool_backward(LoweringContext& c) {
+  // (grad_output, self): each input element gets its window's gradient / window size
+  Value g = c.in(0), x = c.in(1);
+  int64_t rank = x.type.rank();
+  size_t n = 2, lead = rank - n;
+  std::vector<int64_t> expanded, bdims;
+  double size = 1;
+  for (size_t i = 0; i < lead; ++i) { bdims.push_back(expanded.size()); expanded.push_back(x.type.dims[i]); }
+  for (size_t i = 0; i < n; ++i) {
+    int64_t o = g.type.dims[lead + i], kk = x.type.dims[lead + i] / o;
+    size *= kk;
+    bdims.push_back(expanded.size());
+    expanded.push_back(o);
+    expanded.push_back(kk);
+  }
+  Value spread = c.b.reshape(c.b.broadcast_in_dim(g, expanded, bdims), x.type.dims);
+  return {c.b.binary(BinaryOp::kDivide, spread, c.b.constant(size, spread.type))};
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(conv_pool) {
+  register_lowering({"convolution", "convolution.out"}, convolution);
+  register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward);
+  register_lowering({"max_pool2d_with_indices", "max_pool2d_with_indices.out", "max_pool3d_with_indices",
+                     "max_pool3d_with_indices.out"}, max_pool_with_indices);
+  register_lowering({"max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward.grad_input",
+                     "max_pool3d_with_indices_backward", "max_pool3d_with_indices_backward.grad_input"},
+                    max_pool_backward);
+  register_lowering({"avg_pool2d", "avg_pool2d.out", "avg_pool3d", "avg_pool3d.out"}, avg_pool);
+  register_lowering({"avg_pool2d_backward", "avg_pool2d_backward.grad_input", "avg_pool3d_backward",
+                     "avg_pool3d_backward.grad_input"}, avg_pool_backward);
+  register_lowering({"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool3d",
+                     "_adaptive_avg_pool3d.out"}, adaptive_avg_pool, {{}, nullptr, adaptive_uneven});
+  register_lowering({"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"},
+                    adaptive_avg_pool_backward,
+                    {{}, nullptr, [](const std::vector<c10::IValue>& args) {
+                       const at::Tensor& g = args[0].toTensor();
+                       const at::Tensor& x = args[1].toTensor();
+                       return x.size(-1) % g.size(-1) != 0 || x.size(-2) % g.size(-2) != 0;
+                     }});
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,1 @@
+"""Testing tools: the conformance harness over PyTorch's OpInfo database (torchtpu.testing.opinfo)."""

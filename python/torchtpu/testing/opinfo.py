@@ -1,0 +1,234 @@
+"""Runs PyTorch's OpInfo samples on tpu against the CPU reference.
+
+    python -m torchtpu.testing.opinfo --json FILE [--ops NAME ...] [--dtypes float32 ...]
+
+For every entry of ``torch.testing._internal.common_methods_invocations.op_db`` (or the named ones),
+for each dtype the op supports on CPU (among those given), every sample input runs on CPU and on
+tpu; outputs are compared with ``torch.testing.assert_close`` at the dtype's default tolerances.
+Ops that support autograd also get a gradient check in float32: backward of the summed outputs on
+tpu vs CPU. The JSON has per-op counts and the ops that fell back to the CPU.
+
+Ops are run in worker subprocesses, so a crash in one op is recorded as such and the run goes on.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "int32", "int8", "uint8", "bool",
+          "complex64"]
+
+# Ops whose results are random by design: comparing them with CPU values is meaningless.
+RANDOM_OPS = {
+    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal",
+    "normal_in_place", "rand_like", "randint", "randint_like", "randn", "randn_like", "uniform",
+    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu",
+    "nn.functional.multi_head_attention_forward", "empty", "empty_like", "empty_strided",
+    "new_empty", "new_empty_strided", "empty_permuted", "torch.ops.aten._efficientzerotensor",
+    "randperm", "bernoulli_", "nn.functional.gumbel_softmax", "sparse.sampled_addmm",
+}
+
+
+def _worker(op_names, dtypes, out_path, grad):
+    import torch
+
+    import torchtpu
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    by_name = {}
+    for op in op_db:
+        by_name.setdefault(op.name + ("." + op.variant_test_name if op.variant_test_name else ""), op)
+
+    def to_tpu(x):
+        return x.detach().to("tpu").requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+
+    def compare(actual, expected):
+        a_leaves, _ = tree_flatten(actual)
+        e_leaves, _ = tree_flatten(expected)
+        if len(a_leaves) != len(e_leaves):
+            raise AssertionError(f"{len(a_leaves)} outputs, expected {len(e_leaves)}")
+        for a, e in zip(a_leaves, e_leaves):
+            if isinstance(e, torch.Tensor):
+                if not isinstance(a, torch.Tensor):
+                    raise AssertionError(f"got {type(a).__name__}, expected a tensor")
+                if a.device.type != "tpu" and e.device.type == "cpu" and a.numel() > 0:
+                    pass  # ops returning host tensors (e.g. size-like) compare by value
+                torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
+                                           check_stride=False, check_layout=False)
+            elif isinstance(e, float) and isinstance(a, float):
+                torch.testing.assert_close(a, e, equal_nan=True)
+            elif a != e:
+                raise AssertionError(f"{a!r} != {e!r}")
+
+    def run_sample(op, sample, want_grad):
+        args = (sample.input, *sample.args)
+        try:
+            expected = op(*args, **sample.kwargs)
+        except Exception:
+            expected = None
+        t_args = tree_map(to_tpu, args)
+        t_kwargs = tree_map(to_tpu, sample.kwargs)
+        if expected is None:
+            try:
+                op(*t_args, **t_kwargs)
+            except Exception:
+                return "passed", None  # both reject the input
+            return "failed", "CPU raised, tpu did not"
+        try:
+            actual = op(*t_args, **t_kwargs)
+        except Exception as e:
+            return "errors", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        try:
+            compare(actual, expected)
+        except Exception as e:
+            return "failed", str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        if not want_grad:
+            return "passed", None
+        return grad_check(expected, actual, args, t_args)
+
+    def grad_check(expected, actual, args, t_args):
+        def total(out):
+            leaves = [o for o in tree_flatten(out)[0]
+                      if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
+            return sum(o.sum() for o in leaves) if leaves else None
+
+        e_total, a_total = total(expected), total(actual)
+        if e_total is None:
+            return "passed", None
+        inputs = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+        t_inputs = [a for a in tree_flatten(t_args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+        try:
+            e_grads = torch.autograd.grad(e_total, inputs, allow_unused=True)
+        except Exception:
+            return "passed", None
+        try:
+            a_grads = torch.autograd.grad(a_total, t_inputs, allow_unused=True)
+            for a, e in zip(a_grads, e_grads):
+                if e is None:
+                    continue
+                torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=1e-4, atol=1e-4)
+        except Exception as e:
+            return "grad_failed", str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        return "passed", None
+
+    with open(out_path, "a") as out:
+        for name in op_names:
+            op = by_name[name]
+            out.write(json.dumps({"start": name}) + "\n")
+            out.flush()
+            rec = {"op": name, "samples": 0, "passed": 0, "failed": 0, "errors": 0,
+                   "grad_samples": 0, "grad_failed": 0, "first_failure": None}
+            torchtpu.metrics.reset()
+            started = time.time()
+            supported = {str(d).replace("torch.", "") for d in op.supported_dtypes("cpu")}
+            for dtype_name in dtypes:
+                if dtype_name not in supported:
+                    continue
+                dtype = getattr(torch, dtype_name)
+                want_grad = grad and dtype_name == "float32" and op.supports_autograd
+                try:
+                    samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))
+                except Exception:
+                    continue
+                for sample in samples:
+                    if time.time() - started > 120:
+                        break
+                    result, why = run_sample(op, sample, want_grad)
+                    rec["samples"] += 1
+                    if want_grad:
+                        rec["grad_samples"] += 1
+                    if result == "grad_failed":
+                        rec["grad_failed"] += 1
+                        result = "passed"  # the forward passed
+                    rec[result] += 1
+                    if why and rec["first_failure"] is None:
+                        rec["first_failure"] = f"{dtype_name}: {why}"
+            rec["fallback_ops"] = sorted(torchtpu.metrics.cpu_fallbacks())
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+
+
+def _all_op_names():
+    from torch.testing._internal.common_methods_invocations import op_db
+    names = []
+    for op in op_db:
+        name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", required=True, help="where to write the results")
+    parser.add_argument("--ops", nargs="*", help="OpInfo names (default: all of op_db)")
+    parser.add_argument("--dtypes", nargs="*", default=DTYPES, choices=DTYPES)
+    parser.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
+    parser.add_argument("--chunk", type=int, default=40, help="ops per worker process")
+    parser.add_argument("--_worker", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--_out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args._worker is not None:
+        _worker(args._worker, args.dtypes, args._out, not args.no_grad)
+        return 0
+
+    names = args.ops or _all_op_names()
+    excluded = sorted(n for n in names if n.split(".")[0] in RANDOM_OPS or n in RANDOM_OPS)
+    todo = [n for n in names if n not in excluded]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "results.jsonl")
+        while todo:
+            chunk, todo = todo[: args.chunk], todo[args.chunk:]
+            cmd = [sys.executable, "-m", "torchtpu.testing.opinfo", "--json", args.json,
+                   "--dtypes", *args.dtypes, "--_out", log, "--_worker", *chunk]
+            if args.no_grad:
+                cmd.append("--no-grad")
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            started, finished = None, set()
+            with open(log) as f:
+                for line in f:
+                    rec = json.loads(line)
+                    if "start" in rec:
+                        started = rec["start"]
+                    else:
+                        results[rec["op"]] = rec
+                        finished.add(rec["op"])
+            if proc.returncode != 0:  # a crash: record the op it died in, resume after it
+                if started and started not in results:
+                    results[started] = {"op": started, "samples": 1, "passed": 0, "failed": 0,
+                                        "errors": 1, "grad_samples": 0, "grad_failed": 0,
+                                        "first_failure": f"worker crashed (exit {proc.returncode})",
+                                        "fallback_ops": []}
+                rest = [n for n in chunk if n not in results]
+                todo = rest + todo
+            print(f"{len(results)}/{len(names) - len(excluded)} ops done", file=sys.stderr, flush=True)
+
+    ops = {name: {k: v for k, v in rec.items() if k != "op"} for name, rec in sorted(results.items())}
+    totals = {
+        "samples": sum(r["samples"] for r in ops.values()),
+        "passed": sum(r["passed"] for r in ops.values()),
+        "failed": sum(r["failed"] for r in ops.values()),
+        "errors": sum(r["errors"] for r in ops.values()),
+        "grad_samples": sum(r["grad_samples"] for r in ops.values()),
+        "grad_failed": sum(r["grad_failed"] for r in ops.values()),
+        "ops_total": len(ops),
+        "ops_all_passed": sum(1 for r in ops.values()
+                              if r["samples"] and r["passed"] == r["samples"] and not r["grad_failed"]),
+    }
+    with open(args.json, "w") as f:
+        json.dump({"ops": ops, "totals": totals, "excluded_random": excluded,
+                   "dtypes": args.dtypes}, f, indent=1, sort_keys=True)
+    print(json.dumps(totals))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
