@@ -1,9 +1,10 @@
-// Neural-network ops training scripts hit directly: softmax family, nll_loss, embedding backward,
-// layer norm (forward and backward). Low-precision inputs compute in f32.
+// Neural-network ops training scripts hit directly: softmax family, nll_loss, embedding backward.
+// Low-precision inputs compute in f32.
 #include <cmath>
 
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -18,26 +19,6 @@ DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DTyp
 
 int64_t wrap(int64_t dim, int64_t rank) { return dim < 0 ? dim + std::max<int64_t>(rank, 1) : dim; }
 
-struct Math {
-  hlo::Builder& b;
-  Value add(const Value& x, const Value& y) { return b.binary(BinaryOp::kAdd, x, y); }
-  Value sub(const Value& x, const Value& y) { return b.binary(BinaryOp::kSubtract, x, y); }
-  Value mul(const Value& x, const Value& y) { return b.binary(BinaryOp::kMultiply, x, y); }
-  Value div(const Value& x, const Value& y) { return b.binary(BinaryOp::kDivide, x, y); }
-  Value k(double v, const Value& like) { return b.constant(v, like.type); }
-  Value reduce(const Value& x, const std::vector<int64_t>& dims, BinaryOp op, double init) {
-    return b.reduce({x}, {b.constant(init, {x.type.dtype, {}})}, dims,
-                    [op](hlo::Builder& rb, const V& a) { return V{rb.binary(op, a[0], a[1])}; })[0];
-  }
-  // Reduce over `dims` and broadcast back to x's shape (keepdim + expand).
-  Value reduce_keep(const Value& x, const std::vector<int64_t>& dims, BinaryOp op, double init) {
-    Value r = reduce(x, dims, op, init);
-    std::vector<int64_t> kept;
-    for (int64_t d = 0; d < x.type.rank(); ++d)
-      if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(d);
-    return b.broadcast_in_dim(r, x.type.dims, kept);
-  }
-};
 
 Value softmax(Math& m, const Value& x, int64_t dim, bool log) {
   Value shifted = m.sub(x, m.reduce_keep(x, {dim}, BinaryOp::kMaximum, -INFINITY));
@@ -142,56 +123,6 @@ V embedding_dense_backward(LoweringContext& c) {
   return {grad};
 }
 
-std::vector<int64_t> trailing_dims(int64_t rank, int64_t count) {
-  std::vector<int64_t> dims;
-  for (int64_t d = rank - count; d < rank; ++d) dims.push_back(d);
-  return dims;
-}
-
-V layer_norm(LoweringContext& c) {
-  // (input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
-  Math m{c.b};
-  Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-  auto dims = trailing_dims(x.type.rank(), static_cast<int64_t>(c.int_list(1).size()));
-  std::vector<int64_t> batch;
-  for (int64_t d = 0; d < x.type.rank() - static_cast<int64_t>(dims.size()); ++d) batch.push_back(d);
-  double n = 1;
-  for (int64_t d : dims) n *= x.type.dims[d];
-  Value sum = m.reduce(x, dims, BinaryOp::kAdd, 0);
-  Value mean = m.div(sum, m.k(n, sum));
-  Value centered = m.sub(x, c.b.broadcast_in_dim(mean, x.type.dims, batch));
-  Value var = m.div(m.reduce(m.mul(centered, centered), dims, BinaryOp::kAdd, 0), m.k(n, mean));
-  Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(4).toDouble(), var)));
-  Value y = m.mul(centered, c.b.broadcast_in_dim(rstd, x.type.dims, batch));
-  if (c.has(2)) y = m.mul(y, c.b.broadcast_in_dim(cast(c.b, c.raw(2), y.type.dtype), x.type.dims, dims));
-  if (c.has(3)) y = m.add(y, c.b.broadcast_in_dim(cast(c.b, c.raw(3), y.type.dtype), x.type.dims, dims));
-  // mean and rstd keep the normalized dimensions, as size 1.
-  return {y, c.b.reshape(mean, c.out(1).dims), c.b.reshape(rstd, c.out(2).dims)};
-}
-
-V layer_norm_backward(LoweringContext& c) {
-  // (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
-  Math m{c.b};
-  DType acc = accumulator(c.out().dtype);
-  Value g = cast(c.b, c.raw(0), acc), x = cast(c.b, c.raw(1), acc);
-  int64_t rank = x.type.rank();
-  auto dims = trailing_dims(rank, static_cast<int64_t>(c.int_list(2).size()));
-  std::vector<int64_t> batch;
-  for (int64_t d = 0; d < rank - static_cast<int64_t>(dims.size()); ++d) batch.push_back(d);
-  double n = 1;
-  for (int64_t d : dims) n *= x.type.dims[d];
-  Value mean = broadcast_to(c.b, cast(c.b, c.raw(3), acc), x.type.dims);
-  Value rstd = broadcast_to(c.b, cast(c.b, c.raw(4), acc), x.type.dims);
-  Value xhat = m.mul(m.sub(x, mean), rstd);
-  Value gw = c.has(5) ? m.mul(g, c.b.broadcast_in_dim(cast(c.b, c.raw(5), acc), x.type.dims, dims)) : g;
-  Value mean_gw = m.div(m.reduce_keep(gw, dims, BinaryOp::kAdd, 0), m.k(n, gw));
-  Value mean_gwx = m.div(m.reduce_keep(m.mul(gw, xhat), dims, BinaryOp::kAdd, 0), m.k(n, gw));
-  Value grad_input = m.mul(rstd, m.sub(m.sub(gw, mean_gw), m.mul(xhat, mean_gwx)));
-  Value grad_weight = m.reduce(m.mul(g, xhat), batch, BinaryOp::kAdd, 0);
-  Value grad_bias = m.reduce(g, batch, BinaryOp::kAdd, 0);
-  return {grad_input, grad_weight, grad_bias};
-}
-
 }  // namespace
 
 TORCHTPU_LOWERINGS(nn) {
@@ -223,8 +154,6 @@ TORCHTPU_LOWERINGS(nn) {
   register_lowering({"nll_loss_forward", "nll_loss_forward.output"}, nll_loss_forward);
   register_lowering({"nll_loss_backward", "nll_loss_backward.grad_input"}, nll_loss_backward);
   register_lowering({"embedding_dense_backward", "embedding_dense_backward.out"}, embedding_dense_backward);
-  register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm);
-  register_lowering({"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward);
 }
 
 }  // namespace torchtpu::aten

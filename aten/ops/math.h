@@ -1,0 +1,52 @@
+// Arithmetic shorthands for lowerings that are formulas (normalization, losses, softmax).
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "hlo/builder.h"
+
+namespace torchtpu::aten {
+
+struct Math {
+  hlo::Builder& b;
+
+  hlo::Value add(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kAdd, x, y); }
+  hlo::Value sub(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kSubtract, x, y); }
+  hlo::Value mul(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kMultiply, x, y); }
+  hlo::Value div(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kDivide, x, y); }
+  // A constant shaped like `like`.
+  hlo::Value k(double v, const hlo::Value& like) { return b.constant(v, like.type); }
+
+  hlo::Value reduce(const hlo::Value& x, const std::vector<int64_t>& dims, hlo::BinaryOp op, double init) {
+    return b.reduce({x}, {b.constant(init, {x.type.dtype, {}})}, dims,
+                    [op](hlo::Builder& rb, const std::vector<hlo::Value>& a) {
+                      return std::vector<hlo::Value>{rb.binary(op, a[0], a[1])};
+                    })[0];
+  }
+  hlo::Value sum(const hlo::Value& x, const std::vector<int64_t>& dims) {
+    return reduce(x, dims, hlo::BinaryOp::kAdd, 0);
+  }
+  hlo::Value mean(const hlo::Value& x, const std::vector<int64_t>& dims) {
+    double n = 1;
+    for (int64_t d : dims) n *= static_cast<double>(x.type.dims[d]);
+    hlo::Value s = sum(x, dims);
+    return div(s, k(n, s));
+  }
+  // Broadcasts a reduction over `dims` back to `like`'s shape (keepdim + expand).
+  hlo::Value expand_back(const hlo::Value& r, const hlo::Value& like, const std::vector<int64_t>& dims) {
+    std::vector<int64_t> kept;
+    for (int64_t d = 0; d < like.type.rank(); ++d)
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(d);
+    return b.broadcast_in_dim(r, like.type.dims, kept);
+  }
+  hlo::Value reduce_keep(const hlo::Value& x, const std::vector<int64_t>& dims, hlo::BinaryOp op, double init) {
+    return expand_back(reduce(x, dims, op, init), x, dims);
+  }
+  // Broadcasts a per-channel vector (dimension 1) to `like`'s shape.
+  hlo::Value channel(const hlo::Value& v, const hlo::Value& like) {
+    return b.broadcast_in_dim(v, like.type.dims, {1});
+  }
+};
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,235 @@
+// Normalization layers: batch norm (training and eval, running statistics updated in place),
+// group norm and layer norm, forward and backward. Statistics are computed in f32 for
+// low-precision inputs.
+#include <ATen/ops/_native_batch_norm_legit.h>
+#include <ATen/ops/_native_batch_norm_legit_no_training.h>
+#include <torch/library.h>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+
+std::vector<int64_t> all_but_channels(int64_t rank) {
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+
+// y = (x - mean) * invstd * weight + bias, per channel.
+Value normalize(LoweringContext& c, Math& m, const Value& x, const Value& mean, const Value& invstd,
+                size_t weight_arg, size_t bias_arg) {
+  Value y = m.mul(m.sub(x, m.channel(mean, x)), m.channel(invstd, x));
+  if (c.has(weight_arg)) y = m.mul(y, m.channel(cast(c.b, c.raw(weight_arg), x.type.dtype), x));
+  if (c.has(bias_arg)) y = m.add(y, m.channel(cast(c.b, c.raw(bias_arg), x.type.dtype), x));
+  return y;
+}
+
+// A statistic for output `i`, or zeros when PyTorch returns an empty tensor there (eval mode).
+Value stat_output(LoweringContext& c, const Value& v, size_t i) {
+  if (c.out(i).element_count() == v.type.element_count()) return c.b.reshape(v, c.out(i).dims);
+  return c.b.constant(0, c.out(i));
+}
+
+// _native_batch_norm_legit(input, weight?, bias?, running_mean!, running_var!, training,
+// momentum, eps) -> written (running_mean, running_var), then (out, save_mean, save_invstd).
+V batch_norm_with_stats(LoweringContext& c) {
+  Math m{c.b};
+  Value x = cast(c.b, c.raw(0), accumulator(c.out(2).dtype));
+  Value rm = cast(c.b, c.raw(3), x.type.dtype), rv = cast(c.b, c.raw(4), x.type.dtype);
+  double momentum = c.arg(6).toDouble(), eps = c.arg(7).toDouble();
+  if (!c.arg(5).toBool()) {
+    Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(rv, m.k(eps, rv)));
+    Value y = normalize(c, m, x, rm, invstd, 1, 2);
+    return {rm, rv, y, stat_output(c, rm, 3), stat_output(c, invstd, 4)};
+  }
+  auto dims = all_but_channels(x.type.rank());
+  double n = static_cast<double>(x.type.element_count() / x.type.dims[1]);
+  Value mean = m.mean(x, dims);
+  Value centered = m.sub(x, m.channel(mean, x));
+  Value var = m.mean(m.mul(centered, centered), dims);
+  Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(eps, var)));
+  Value new_rm = m.add(m.mul(rm, m.k(1 - momentum, rm)), m.mul(mean, m.k(momentum, mean)));
+  Value unbiased = m.mul(var, m.k(n / std::max(n - 1, 1.0), var));
+  Value new_rv = m.add(m.mul(rv, m.k(1 - momentum, rv)), m.mul(unbiased, m.k(momentum, var)));
+  return {new_rm, new_rv, normalize(c, m, x, mean, invstd, 1, 2), stat_output(c, mean, 3),
+          stat_output(c, invstd, 4)};
+}
+
+// _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps)
+V batch_norm_no_stats(LoweringContext& c) {
+  Math m{c.b};
+  Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
+  auto dims = all_but_channels(x.type.rank());
+  Value mean = m.mean(x, dims);
+  Value centered = m.sub(x, m.channel(mean, x));
+  Value var = m.mean(m.mul(centered, centered), dims);
+  Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(5).toDouble(), var)));
+  return {normalize(c, m, x, mean, invstd, 1, 2), stat_output(c, mean, 1), stat_output(c, invstd, 2)};
+}
+
+// _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var,
+// momentum, eps)
+V batch_norm_eval(LoweringContext& c) {
+  Math m{c.b};
+  Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
+  Value rm = cast(c.b, c.raw(3), x.type.dtype), rv = cast(c.b, c.raw(4), x.type.dtype);
+  Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(rv, m.k(c.arg(6).toDouble(), rv)));
+  return {normalize(c, m, x, rm, invstd, 1, 2), stat_output(c, rm, 1), stat_output(c, invstd, 2)};
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+// save_invstd?, train, eps, output_mask)
+V batch_norm_backward(LoweringContext& c) {
+  Math m{c.b};
+  DType acc = accumulator(c.out(0).dtype);
+  Value g = cast(c.b, c.raw(0), acc), x = cast(c.b, c.raw(1), acc);
+  auto dims = all_but_channels(x.type.rank());
+  bool train = c.arg(7).toBool();
+  Value mean = cast(c.b, c.raw(train ? 5 : 3), acc);
+  Value invstd = train ? cast(c.b, c.raw(6), acc)
+                       : c.b.unary(UnaryOp::kRsqrt, m.add(cast(c.b, c.raw(4), acc),
+                                                          c.b.constant(c.arg(8).toDouble(), {acc, mean.type.dims})));
+  Value xhat = m.mul(m.sub(x, m.channel(mean, x)), m.channel(invstd, x));
+  Value w = c.has(2) ? m.channel(cast(c.b, c.raw(2), acc), x) : m.k(1, x);
+  Value gw = m.mul(g, w);
+  Value grad_input = train ? m.mul(m.channel(invstd, x),
+                                   m.sub(m.sub(gw, m.channel(m.mean(gw, dims), x)),
+                                         m.mul(xhat, m.channel(m.mean(m.mul(gw, xhat), dims), x))))
+                           : m.mul(gw, m.channel(invstd, x));
+  return {grad_input, m.sum(m.mul(g, xhat), dims), m.sum(g, dims)};
+}
+
+// Group norm works on x viewed as [N, G, C/G * HxW].
+V group_norm(LoweringContext& c) {
+  // (input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean [N, G], rstd [N, G])
+  Math m{c.b};
+  Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
+  int64_t n = c.arg(3).toInt(), ch = c.arg(4).toInt(), hw = c.arg(5).toInt(), g = c.arg(6).toInt();
+  Value grouped = c.b.reshape(x, {n, g, ch / g * hw});
+  Value mean = m.mean(grouped, {2});
+  Value centered = m.sub(grouped, c.b.broadcast_in_dim(mean, grouped.type.dims, {0, 1}));
+  Value var = m.mean(m.mul(centered, centered), {2});
+  Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(7).toDouble(), var)));
+  Value y = c.b.reshape(m.mul(centered, c.b.broadcast_in_dim(rstd, grouped.type.dims, {0, 1})), {n, ch, hw});
+  if (c.has(1)) y = m.mul(y, c.b.broadcast_in_dim(cast(c.b, c.raw(1), y.type.dtype), y.type.dims, {1}));
+  if (c.has(2)) y = m.add(y, c.b.broadcast_in_dim(cast(c.b, c.raw(2), y.type.dtype), y.type.dims, {1}));
+  return {c.b.reshape(y, x.type.dims), mean, rstd};
+}
+
+V group_norm_backward(LoweringContext& c) {
+  // (grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask)
+  Math m{c.b};
+  DType acc = accumulator(c.out(0).dtype);
+  int64_t n = c.arg(5).toInt(), ch = c.arg(6).toInt(), hw = c.arg(7).toInt(), g = c.arg(8).toInt();
+  Value go = c.b.reshape(cast(c.b, c.raw(0), acc), {n, ch, hw});
+  Value x = c.b.reshape(cast(c.b, c.raw(1), acc), {n, ch, hw});
+  Value mean = cast(c.b, c.raw(2), acc), rstd = cast(c.b, c.raw(3), acc);
+  // Per-channel view of the per-group statistics.
+  auto per_channel = [&](const Value& stat) {
+    Value s = c.b.broadcast_in_dim(stat, {n, g, ch / g}, {0, 1});
+    return c.b.broadcast_in_dim(c.b.reshape(s, {n, ch}), {n, ch, hw}, {0, 1});
+  };
+  Value xhat = m.mul(m.sub(x, per_channel(mean)), per_channel(rstd));
+  Value gw = c.has(4) ? m.mul(go, c.b.broadcast_in_dim(cast(c.b, c.raw(4), acc), {n, ch, hw}, {1})) : go;
+  auto group_mean = [&](const Value& v) {
+    Value grouped = c.b.reshape(v, {n, g, ch / g * hw});
+    return per_channel(m.mean(grouped, {2}));
+  };
+  Value grad_input = m.mul(per_channel(rstd), m.sub(m.sub(gw, group_mean(gw)), m.mul(xhat, group_mean(m.mul(gw, xhat)))));
+  return {c.b.reshape(grad_input, c.out(0).dims), m.sum(m.mul(go, xhat), {0, 2}), m.sum(go, {0, 2})};
+}
+
+std::vector<int64_t> trailing_dims(int64_t rank, int64_t count) {
+  std::vector<int64_t> dims;
+  for (int64_t d = rank - count; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+
+V layer_norm(LoweringContext& c) {
+  // (input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+  Math m{c.b};
+  Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+  auto dims = trailing_dims(x.type.rank(), static_cast<int64_t>(c.int_list(1).size()));
+  std::vector<int64_t> batch;
+  for (int64_t d = 0; d < x.type.rank() - static_cast<int64_t>(dims.size()); ++d) batch.push_back(d);
+  double n = 1;
+  for (int64_t d : dims) n *= x.type.dims[d];
+  Value sum = m.reduce(x, dims, BinaryOp::kAdd, 0);
+  Value mean = m.div(sum, m.k(n, sum));
+  Value centered = m.sub(x, c.b.broadcast_in_dim(mean, x.type.dims, batch));
+  Value var = m.div(m.reduce(m.mul(centered, centered), dims, BinaryOp::kAdd, 0), m.k(n, mean));
+  Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(4).toDouble(), var)));
+  Value y = m.mul(centered, c.b.broadcast_in_dim(rstd, x.type.dims, batch));
+  if (c.has(2)) y = m.mul(y, c.b.broadcast_in_dim(cast(c.b, c.raw(2), y.type.dtype), x.type.dims, dims));
+  if (c.has(3)) y = m.add(y, c.b.broadcast_in_dim(cast(c.b, c.raw(3), y.type.dtype), x.type.dims, dims));
+  // mean and rstd keep the normalized dimensions, as size 1.
+  return {y, c.b.reshape(mean, c.out(1).dims), c.b.reshape(rstd, c.out(2).dims)};
+}
+
+V layer_norm_backward(LoweringContext& c) {
+  // (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+  Math m{c.b};
+  DType acc = accumulator(c.out().dtype);
+  Value g = cast(c.b, c.raw(0), acc), x = cast(c.b, c.raw(1), acc);
+  int64_t rank = x.type.rank();
+  auto dims = trailing_dims(rank, static_cast<int64_t>(c.int_list(2).size()));
+  std::vector<int64_t> batch;
+  for (int64_t d = 0; d < rank - static_cast<int64_t>(dims.size()); ++d) batch.push_back(d);
+  double n = 1;
+  for (int64_t d : dims) n *= x.type.dims[d];
+  Value mean = broadcast_to(c.b, cast(c.b, c.raw(3), acc), x.type.dims);
+  Value rstd = broadcast_to(c.b, cast(c.b, c.raw(4), acc), x.type.dims);
+  Value xhat = m.mul(m.sub(x, mean), rstd);
+  Value gw = c.has(5) ? m.mul(g, c.b.broadcast_in_dim(cast(c.b, c.raw(5), acc), x.type.dims, dims)) : g;
+  Value mean_gw = m.div(m.reduce_keep(gw, dims, BinaryOp::kAdd, 0), m.k(n, gw));
+  Value mean_gwx = m.div(m.reduce_keep(m.mul(gw, xhat), dims, BinaryOp::kAdd, 0), m.k(n, gw));
+  Value grad_input = m.mul(rstd, m.sub(m.sub(gw, mean_gw), m.mul(xhat, mean_gwx)));
+  Value grad_weight = m.reduce(m.mul(g, xhat), batch, BinaryOp::kAdd, 0);
+  Value grad_bias = m.reduce(g, batch, BinaryOp::kAdd, 0);
+  return {grad_input, grad_weight, grad_bias};
+}
+
+// native_batch_norm mutates running statistics its schema does not mark as written; route it
+// through the _native_batch_norm_legit ops, whose schemas say so.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    bool training, double momentum, double eps) {
+  bool has_stats = running_mean && running_mean->defined() && running_var && running_var->defined();
+  if (!has_stats) return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
+  if (!training)
+    return at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var,
+                                                    momentum, eps);
+  at::Tensor rm = *running_mean, rv = *running_var;
+  return at::_native_batch_norm_legit(input, weight, bias, rm, rv, training, momentum, eps);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("native_batch_norm", native_batch_norm); }
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(normalization) {
+  register_lowering({"_native_batch_norm_legit", "_native_batch_norm_legit.out"}, batch_norm_with_stats);
+  register_lowering({"_native_batch_norm_legit.no_stats", "_native_batch_norm_legit.no_stats_out"},
+                    batch_norm_no_stats);
+  register_lowering({"_native_batch_norm_legit_no_training", "_native_batch_norm_legit_no_training.out"},
+                    batch_norm_eval);
+  register_lowering({"native_batch_norm_backward", "native_batch_norm_backward.out"}, batch_norm_backward);
+  register_lowering({"native_group_norm", "native_group_norm.out"}, group_norm);
+  register_lowering({"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward);
+  register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm);
+  register_lowering({"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward);
+}
+
+}  // namespace torchtpu::aten
