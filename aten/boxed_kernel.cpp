@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "aten/device.h"
+#include "aten/generator.h"
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/scalar_cache.h"
@@ -179,11 +181,27 @@ Inputs gather_inputs(const c10::FunctionSchema& schema, const std::vector<c10::I
 
 int device_of(const std::vector<c10::IValue>& args) {
   int device = -1;
-  for (const c10::IValue& a : args)
+  for (const c10::IValue& a : args) {
     for_each_tensor(a, [&](const at::Tensor& t) {
       if (device < 0 && t.defined() && on_tpu(t)) device = t.device().index();
     });
-  return device < 0 ? 0 : device;
+    if (device < 0 && a.isDevice() && a.toDevice().type() == c10::DeviceType::PrivateUse1)
+      device = a.toDevice().has_index() ? a.toDevice().index() : current_device();
+  }
+  return device < 0 ? current_device() : device;
+}
+
+// A fresh rng_bit_generator state from the op's Generator argument or the device default.
+void add_rng_state(Inputs& in, const std::vector<c10::IValue>& args, int device) {
+  at::Generator gen = default_generator(static_cast<c10::DeviceIndex>(device));
+  for (const c10::IValue& a : args)
+    if (a.isGenerator() && a.toGenerator().defined()) gen = a.toGenerator();
+  std::array<uint64_t, 2> state = gen.get<TpuGenerator>()->next_state();
+  auto storage = std::make_shared<exec::BufferRef>(device, sizeof(state));
+  exec::upload(*storage, state.data(), DType::kU64);
+  in.scalars.push_back(storage);
+  in.operands.push_back({storage.get(), {DType::kU64, {2}, {1}, 0}});
+  in.count.push_back(1);
 }
 
 // Boolean masks as indices (x[mask]) give data-dependent shapes: those run on the CPU.
@@ -261,6 +279,7 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // 3. One program: inputs read through their views, the lowering, results into destinations.
   Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
+  if (entry.options.random) add_rng_state(in, args, device);
   std::vector<hlo::TensorType> out_types;  // one per return value, wanted or not
   std::vector<exec::Operand> outputs;
   size_t next_dest = 0;
@@ -274,9 +293,9 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const Lowering& fn = entry.fn;
   exec::Lowering lower = [&](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
-    std::vector<std::vector<hlo::Value>> values(args.size());
+    std::vector<std::vector<hlo::Value>> values(in.count.size());
     size_t next = 0;
-    for (size_t i = 0; i < args.size(); ++i)
+    for (size_t i = 0; i < in.count.size(); ++i)
       for (size_t k = 0; k < in.count[i]; ++k) values[i].push_back(flat[next++]);
     LoweringContext ctx(b, std::move(values), args, out_types);
     std::vector<hlo::Value> results = fn(ctx);

@@ -7,6 +7,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "aten/device.h"
+#include "aten/generator.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
 #include "exec/runtime_context.h"
@@ -71,6 +72,12 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override {
     return exchangeDevice(d);
+  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override {
+    return default_generator(d < 0 ? current : d);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex d) const override {
+    return new_generator(d < 0 ? current : d);
   }
   at::Device getDeviceFromPtr(void*) const override {
     return {c10::DeviceType::PrivateUse1, current};

@@ -48,6 +48,9 @@ class LoweringContext {
   const c10::IValue& arg(size_t i) const { return args_.at(i); }
   std::vector<int64_t> int_list(size_t i) const;
 
+  // The rng_bit_generator state of a random op (LoweringOptions::random).
+  hlo::Value rng_state() const { return values_.at(args_.size()).at(0); }
+
   const hlo::TensorType& out(size_t i = 0) const { return outputs_.at(i); }
   size_t num_outputs() const { return outputs_.size(); }
   DType compute_dtype() const { return outputs_.at(0).dtype; }
@@ -84,6 +87,9 @@ struct LoweringOptions {
   StaticScalars static_scalars;
   MetaFn meta;
   CpuWhen cpu_when;
+  // The op draws random numbers: the program gets an rng_bit_generator state from the op's
+  // Generator argument (or the device's default one), available as rng_state().
+  bool random = false;
 };
 
 // Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").

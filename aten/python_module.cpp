@@ -3,7 +3,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
+
 #include "aten/device.h"
+#include "aten/generator.h"
 #include "aten/lowering.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
@@ -54,6 +57,22 @@ PYBIND11_MODULE(_C, m) {
     exec::synchronize(device);
   });
   m.def("_memory_stats", &memory_stats);
+  // RNG state as plain values; torch.tpu wraps them in PyTorch's API.
+  m.def("_manual_seed", [](int device, uint64_t seed) {
+    auto gen = aten::default_generator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  });
+  m.def("_initial_seed", [](int device) { return aten::default_generator(device).current_seed(); });
+  m.def("_get_rng_state", [](int device) {
+    auto* g = aten::default_generator(device).get<aten::TpuGenerator>();
+    return std::make_pair(g->current_seed(), g->get_offset());
+  });
+  m.def("_set_rng_state", [](int device, uint64_t seed, uint64_t offset) {
+    auto gen = aten::default_generator(device);
+    gen.set_current_seed(seed);
+    gen.set_offset(offset);
+  });
   m.def("_counters", &exec::counters_snapshot);
   m.def("_cpu_fallbacks", &exec::fallback_counts);
   m.def("_reset_counters", &exec::reset_counters);

@@ -1,6 +1,8 @@
 #include "hlo/attributes.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -75,7 +77,14 @@ std::string splat_literal(double value, DType dtype) {
     return "(" + float_literal(value, part) + ", " + float_literal(0.0, part) + ")";
   }
   require(std::isfinite(value), "integer constant must be finite");
-  if (is_unsigned(dtype)) return std::to_string(static_cast<uint64_t>(value));
+  // Saturate: a double at or beyond 2^63 (e.g. INT64_MAX as a reduction's identity) does not
+  // convert to int64 otherwise.
+  if (is_unsigned(dtype)) {
+    if (value >= 18446744073709551615.0) return std::to_string(UINT64_MAX);
+    return std::to_string(static_cast<uint64_t>(std::max(value, 0.0)));
+  }
+  if (value >= 9223372036854775807.0) return std::to_string(INT64_MAX);
+  if (value <= -9223372036854775808.0) return std::to_string(INT64_MIN);
   return std::to_string(static_cast<int64_t>(value));
 }
 

@@ -43,6 +43,56 @@ def memory_stats(device=None) -> dict:
     return dict(_C._memory_stats(_index(device) if device is not None else current_device()))
 
 
+def _device_index(device) -> int:
+    return _index(device) if device is not None else current_device()
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current tpu device's generator (torch.manual_seed seeds every device)."""
+    _C._manual_seed(current_device(), int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def manual_seed_all(seed: int) -> None:
+    for d in range(device_count()):
+        _C._manual_seed(d, int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def seed() -> None:
+    manual_seed(torch.randint(0, 2**62, (1,)).item())
+
+
+def seed_all() -> None:
+    manual_seed_all(torch.randint(0, 2**62, (1,)).item())
+
+
+def initial_seed() -> int:
+    return _C._initial_seed(current_device())
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    """The generator state as a CPU uint8 tensor (16 bytes: seed and offset)."""
+    seed, offset = _C._get_rng_state(_device_index(device))
+    return torch.tensor([seed, offset], dtype=torch.uint64).view(torch.uint8)
+
+
+def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+    seed, offset = new_state.view(torch.uint64).tolist()
+    _C._set_rng_state(_device_index(device), seed, offset)
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(d) for d in range(device_count())]
+
+
+def set_rng_state_all(states) -> None:
+    for d, state in enumerate(states):
+        set_rng_state(state, d)
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
 class device:
     """Context manager that changes the current tpu device, like ``torch.cuda.device``."""
 

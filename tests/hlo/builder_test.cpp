@@ -89,6 +89,20 @@ TEST(Builder, AttributeSyntax) {
   EXPECT_TRUE(has(text, "dense<-7> : tensor<i64>"));
 }
 
+TEST(Builder, IntegerConstantsSaturate) {
+  Builder b;
+  b.constant(9223372036854775807.0, {DType::kS64, {}});  // rounds to 2^63 as a double
+  b.constant(-1e300, {DType::kS64, {}});
+  b.constant(1e30, {DType::kU64, {}});
+  b.constant_int(-5, {DType::kS64, {}});
+  b.results({b.parameter({DType::kF32, {}})});
+  std::string text = b.module_text();
+  EXPECT_TRUE(has(text, "dense<9223372036854775807> : tensor<i64>"));
+  EXPECT_TRUE(has(text, "dense<-9223372036854775808> : tensor<i64>"));
+  EXPECT_TRUE(has(text, "dense<18446744073709551615> : tensor<ui64>"));
+  EXPECT_TRUE(has(text, "dense<-5> : tensor<i64>"));
+}
+
 TEST(Builder, ComplexAndUnsignedTypes) {
   EXPECT_EQ((TensorType{DType::kC64, {2}}.str()), "tensor<2xcomplex<f32>>");
   EXPECT_EQ((TensorType{DType::kU8, {}}.str()), "tensor<ui8>");

@@ -1,0 +1,185 @@
+// Random numbers on the device from rng_bit_generator: uniform_, normal_, random_, bernoulli,
+// exponential_, dropout, randperm. Reproducible under torch.manual_seed (see aten/generator.h).
+#include <cmath>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::Compare;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+// `count` independent draws of raw bits shaped [count, dims...].
+Value bits(LoweringContext& c, DType bit_type, std::vector<int64_t> dims, int64_t count = 1) {
+  dims.insert(dims.begin(), count);
+  return c.b.rng_bit_generator(c.rng_state(), {bit_type, dims}).second;
+}
+
+Value draw(LoweringContext& c, const Value& all, int64_t i) {
+  std::vector<int64_t> start(all.type.rank(), 0), limit = all.type.dims, step(all.type.rank(), 1);
+  start[0] = i;
+  limit[0] = i + 1;
+  std::vector<int64_t> dims(all.type.dims.begin() + 1, all.type.dims.end());
+  return c.b.reshape(c.b.slice(all, start, limit, step), dims);
+}
+
+// Uniform values in [0, 1): random mantissa bits under the exponent of 1.0, minus 1.
+Value uniform01_from(LoweringContext& c, const Value& raw, bool wide) {
+  DType uint = wide ? DType::kU64 : DType::kU32, flt = wide ? DType::kF64 : DType::kF32;
+  int64_t shift = wide ? 12 : 9;
+  int64_t one = wide ? 0x3FF0000000000000ll : 0x3F800000ll;
+  Value mantissa = c.b.binary(BinaryOp::kShiftRightLogical, raw, c.b.constant_int(shift, raw.type));
+  Value f = c.b.bitcast_convert(c.b.binary(BinaryOp::kOr, mantissa, c.b.constant_int(one, {uint, raw.type.dims})), flt);
+  return c.b.binary(BinaryOp::kSubtract, f, c.b.constant(1, f.type));
+}
+
+bool wide(DType t) { return t == DType::kF64; }
+
+// `count` uniform [0,1) tensors shaped like output 0, in f32 (f64 for double outputs).
+std::vector<Value> uniforms(LoweringContext& c, int64_t count) {
+  bool w = wide(c.out().dtype);
+  Value raw = bits(c, w ? DType::kU64 : DType::kU32, c.out().dims, count);
+  std::vector<Value> out;
+  for (int64_t i = 0; i < count; ++i) out.push_back(uniform01_from(c, draw(c, raw, i), w));
+  return out;
+}
+
+V uniform(LoweringContext& c) {  // (self, from, to, generator)
+  Math m{c.b};
+  Value u = uniforms(c, 1)[0];
+  double from = c.arg(1).toDouble(), to = c.arg(2).toDouble();
+  return {m.add(m.k(from, u), m.mul(u, m.k(to - from, u)))};
+}
+
+Value standard_normal(LoweringContext& c) {  // Box-Muller
+  Math m{c.b};
+  auto u = uniforms(c, 2);
+  Value u1 = m.sub(m.k(1, u[0]), u[0]);  // (0, 1]: log stays finite
+  Value radius = c.b.unary(UnaryOp::kSqrt, m.mul(m.k(-2, u1), c.b.unary(UnaryOp::kLog, u1)));
+  return m.mul(radius, c.b.unary(UnaryOp::kCosine, m.mul(m.k(2 * M_PI, u[1]), u[1])));
+}
+
+V normal(LoweringContext& c) {  // (self, mean, std, generator)
+  Math m{c.b};
+  Value z = standard_normal(c);
+  return {m.add(m.k(c.arg(1).toDouble(), z), m.mul(z, m.k(c.arg(2).toDouble(), z)))};
+}
+
+// Integers in [from, from + range) (range 0 means the full non-negative s64 range).
+Value integers(LoweringContext& c, int64_t from, uint64_t range) {
+  Value raw = draw(c, bits(c, DType::kU64, c.out().dims), 0);
+  Value v = range == 0 ? c.b.binary(BinaryOp::kShiftRightLogical, raw, c.b.constant_int(1, raw.type))
+                       : c.b.binary(BinaryOp::kRemainder, raw, c.b.constant_int(static_cast<int64_t>(range), raw.type));
+  Value s = c.b.convert(v, DType::kS64);
+  return c.b.binary(BinaryOp::kAdd, s, c.b.constant_int(from, s.type));
+}
+
+// The exclusive upper bound random_ uses when `to` is not given.
+uint64_t default_range(DType t, int64_t from) {
+  switch (t) {
+    case DType::kF32: return (1ull << 24) + 1 - from;
+    case DType::kF64: return (1ull << 53) + 1 - from;
+    case DType::kBF16: return (1ull << 8) + 1 - from;
+    case DType::kF16: return (1ull << 11) + 1 - from;
+    case DType::kBool: return 2 - from;
+    case DType::kU8: return 256 - from;
+    case DType::kS8: return 128 - from;
+    case DType::kS16: return 32768 - from;
+    case DType::kS32: return (1ull << 31) - from;
+    default: return 0;
+  }
+}
+
+V random_from(LoweringContext& c) {  // (self, from, to?, generator)
+  int64_t from = c.arg(1).toInt();
+  uint64_t range = c.arg(2).isNone() ? default_range(c.out().dtype, from)
+                                     : static_cast<uint64_t>(c.arg(2).toInt() - from);
+  return {integers(c, from, range)};
+}
+
+V random_to(LoweringContext& c) {  // (self, to, generator)
+  return {integers(c, 0, static_cast<uint64_t>(c.arg(1).toInt()))};
+}
+
+V random_full(LoweringContext& c) {  // (self, generator)
+  return {integers(c, 0, default_range(c.out().dtype, 0))};
+}
+
+V bernoulli_float(LoweringContext& c) {  // (self, p, generator)
+  Value u = uniforms(c, 1)[0];
+  return {c.b.compare(Compare::kLT, u, c.b.constant(c.arg(1).toDouble(), u.type))};
+}
+
+V bernoulli_tensor(LoweringContext& c, size_t p_arg) {
+  Value u = uniforms(c, 1)[0];
+  return {c.b.compare(Compare::kLT, u, broadcast_to(c.b, cast(c.b, c.raw(p_arg), u.type.dtype), u.type.dims))};
+}
+
+V exponential(LoweringContext& c) {  // (self, lambd, generator)
+  Math m{c.b};
+  Value u = uniforms(c, 1)[0];
+  Value e = c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kNegate, u)));
+  return {m.div(e, m.k(c.arg(1).toDouble(), e))};
+}
+
+V dropout(LoweringContext& c) {  // (input, p, train?) -> (output, mask)
+  Math m{c.b};
+  Value x = c.in(0);
+  double p = c.arg(1).toDouble();
+  bool train = c.arg(2).isNone() || c.arg(2).toBool();
+  if (!train || p == 0) return {x, c.b.constant(1, {DType::kBool, x.type.dims})};
+  if (p == 1) return {m.k(0, x), c.b.constant(0, {DType::kBool, x.type.dims})};
+  Value u = uniforms(c, 1)[0];
+  Value keep = c.b.compare(Compare::kGE, u, c.b.constant(p, u.type));
+  Value scaled = m.mul(x, m.k(1 / (1 - p), x));
+  return {c.b.select(keep, scaled, m.k(0, x)), keep};
+}
+
+V randperm(LoweringContext& c) {  // (n, dtype, layout, device, pin_memory)
+  int64_t n = c.arg(0).toInt();
+  if (n == 0) return {c.b.constant(0, c.out())};
+  Value keys = draw(c, bits(c, DType::kU32, {n}), 0);
+  Value idx = c.b.iota({DType::kS64, {n}}, 0);
+  auto sorted = c.b.sort({keys, idx}, 0, true, [](hlo::Builder& b, const V& a) {
+    return V{b.compare(Compare::kLT, a[0], a[1])};
+  });
+  return {sorted[1]};
+}
+
+LoweringOptions random_op() {
+  LoweringOptions o;
+  o.random = true;
+  return o;
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(random) {
+  register_lowering({"uniform_", "uniform", "uniform.out"}, uniform, random_op());
+  register_lowering({"normal_", "normal_functional"}, normal, random_op());
+  register_lowering({"random_.from", "random.from", "random.from_out"}, random_from, random_op());
+  register_lowering({"random_.to", "random.to", "random.to_out"}, random_to, random_op());
+  register_lowering({"random_", "random", "random.out"}, random_full, random_op());
+  register_lowering({"bernoulli_.float", "bernoulli.p", "bernoulli.float_out"}, bernoulli_float, random_op());
+  register_lowering({"bernoulli", "bernoulli.out"}, [](LoweringContext& c) { return bernoulli_tensor(c, 0); },
+                    random_op());
+  register_lowering({"bernoulli_.Tensor", "bernoulli.Tensor", "bernoulli.Tensor_out"},
+                    [](LoweringContext& c) { return bernoulli_tensor(c, 1); }, random_op());
+  register_lowering({"exponential_", "exponential", "exponential.out"}, exponential, random_op());
+  register_lowering({"native_dropout", "native_dropout.out"}, dropout, random_op());
+  register_lowering({"native_dropout_backward", "native_dropout_backward.out"}, [](LoweringContext& c) {
+    Math m{c.b};  // (grad_output, mask, scale)
+    Value g = c.in(0);
+    Value kept = c.b.select(c.bcast(c.raw(1)), g, m.k(0, g));
+    return V{m.mul(kept, m.k(c.arg(2).toDouble(), kept))};
+  });
+  register_lowering({"randperm", "randperm.out"}, randperm, random_op());
+}
+
+}  // namespace torchtpu::aten
