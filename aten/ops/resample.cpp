@@ -1,0 +1,138 @@
+// Spatial rearrangement: flip, reflection/replication padding, nearest and bilinear upsampling.
+#include <cmath>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::BinaryOp;
+using hlo::Value;
+using V = std::vector<Value>;
+
+Value slice_dim(hlo::Builder& b, const Value& x, int64_t dim, int64_t start, int64_t limit) {
+  std::vector<int64_t> s(x.type.rank(), 0), l = x.type.dims, st(x.type.rank(), 1);
+  s[dim] = start;
+  l[dim] = limit;
+  return b.slice(x, s, l, st);
+}
+
+// Pads the trailing dims of x by (left, right) pairs listed from the last dim backwards.
+template <typename Edge>
+Value pad_edges(hlo::Builder& b, Value x, const std::vector<int64_t>& pad, Edge edge) {
+  for (size_t i = 0; i + 1 < pad.size() + 1 && 2 * i < pad.size(); ++i) {
+    int64_t dim = x.type.rank() - 1 - static_cast<int64_t>(i);
+    int64_t left = pad[2 * i], right = pad[2 * i + 1], n = x.type.dims[dim];
+    std::vector<Value> parts;
+    if (left > 0) parts.push_back(edge(x, dim, left, n, true));
+    parts.push_back(slice_dim(b, x, dim, std::max<int64_t>(-left, 0), n - std::max<int64_t>(-right, 0)));
+    if (right > 0) parts.push_back(edge(x, dim, right, n, false));
+    x = parts.size() == 1 ? parts[0] : b.concatenate(parts, dim);
+  }
+  return x;
+}
+
+V reflection_pad(LoweringContext& c) {
+  hlo::Builder& b = c.b;
+  auto edge = [&b](const Value& x, int64_t dim, int64_t count, int64_t n, bool left) {
+    Value part = left ? slice_dim(b, x, dim, 1, count + 1) : slice_dim(b, x, dim, n - 1 - count, n - 1);
+    return b.reverse(part, {dim});
+  };
+  return {pad_edges(b, c.in(0), c.int_list(1), edge)};
+}
+
+V replication_pad(LoweringContext& c) {
+  hlo::Builder& b = c.b;
+  auto edge = [&b](const Value& x, int64_t dim, int64_t count, int64_t n, bool left) {
+    Value one = left ? slice_dim(b, x, dim, 0, 1) : slice_dim(b, x, dim, n - 1, n);
+    std::vector<int64_t> dims = one.type.dims;
+    dims[dim] = count;
+    std::vector<int64_t> all;
+    for (int64_t d = 0; d < one.type.rank(); ++d) all.push_back(d);
+    return b.broadcast_in_dim(one, dims, all);
+  };
+  return {pad_edges(b, c.in(0), c.int_list(1), edge)};
+}
+
+// Gathers x along dim at the given (s64, 1-D) source positions.
+Value take(hlo::Builder& b, const Value& x, int64_t dim, const Value& positions) {
+  int64_t n = positions.type.dims[0];
+  std::vector<int64_t> slice = x.type.dims, out = x.type.dims, offset;
+  slice[dim] = 1;
+  out[dim] = n;
+  for (int64_t d = 0; d < x.type.rank(); ++d)
+    if (d != dim) offset.push_back(d);
+  return b.gather(x, b.reshape(positions, {n, 1}), {offset, {dim}, {dim}, 1}, slice, out);
+}
+
+// The source scale PyTorch uses for output dim i: 1/scale when the optional `float? scales_*`
+// argument (number first_scale_arg + i) is given, else in/out.
+double source_scale(const LoweringContext& c, size_t first_scale_arg, size_t i, int64_t in, int64_t out,
+                    bool align_corners) {
+  if (align_corners) return out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0;
+  const c10::IValue& scale = c.arg(first_scale_arg + i);
+  if (!scale.isNone() && scale.toDouble() > 0) return 1.0 / scale.toDouble();
+  return static_cast<double>(in) / out;
+}
+
+V upsample_nearest(LoweringContext& c) {  // (input, output_size, scales_*?...)
+  Math m{c.b};
+  Value x = c.in(0);
+  size_t spatial = x.type.dims.size() - 2;
+  for (size_t i = 0; i < spatial; ++i) {
+    int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
+    double scale = source_scale(c, 2, i, in, out, false);
+    Value dst = c.b.iota({DType::kF64, {out}}, 0);
+    Value src = c.b.convert(c.b.unary(hlo::UnaryOp::kFloor, m.mul(dst, m.k(scale, dst))), DType::kS64);
+    src = c.b.binary(BinaryOp::kMinimum, src, c.b.constant_int(in - 1, src.type));
+    x = take(c.b, x, dim, src);
+  }
+  return {x};
+}
+
+V upsample_bilinear(LoweringContext& c) {  // (input, output_size, align_corners, scales_h?, scales_w?)
+  Math m{c.b};
+  Value x = c.in(0);
+  bool align = c.arg(2).toBool();
+  for (size_t i = 0; i < 2; ++i) {
+    int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
+    double scale = source_scale(c, 3, i, in, out, align);
+    Value dst = c.b.iota({DType::kF64, {out}}, 0);
+    Value src = align ? m.mul(dst, m.k(scale, dst))
+                      : m.sub(m.mul(m.add(dst, m.k(0.5, dst)), m.k(scale, dst)), m.k(0.5, dst));
+    src = c.b.binary(BinaryOp::kMaximum, src, m.k(0, src));
+    Value lo = c.b.convert(c.b.unary(hlo::UnaryOp::kFloor, src), DType::kS64);
+    lo = c.b.binary(BinaryOp::kMinimum, lo, c.b.constant_int(in - 1, lo.type));
+    Value hi = c.b.binary(BinaryOp::kMinimum, c.b.binary(BinaryOp::kAdd, lo, c.b.constant_int(1, lo.type)),
+                          c.b.constant_int(in - 1, lo.type));
+    Value w = cast(c.b, m.sub(src, c.b.convert(lo, DType::kF64)), x.type.dtype);
+    std::vector<int64_t> wdims(x.type.rank(), 1);
+    Value a = take(c.b, x, dim, lo), bb = take(c.b, x, dim, hi);
+    Value wb = c.b.broadcast_in_dim(w, a.type.dims, {dim});
+    x = m.add(a, m.mul(wb, m.sub(bb, a)));
+  }
+  return {x};
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(resample) {
+  register_lowering({"flip", "flip.out"}, [](LoweringContext& c) {
+    Value x = c.in(0);
+    std::vector<int64_t> dims;
+    for (int64_t d : c.int_list(1)) dims.push_back(d < 0 ? d + x.type.rank() : d);
+    return V{dims.empty() ? x : c.b.reverse(x, dims)};
+  });
+  register_lowering({"reflection_pad1d", "reflection_pad1d.out", "reflection_pad2d", "reflection_pad2d.out",
+                     "reflection_pad3d", "reflection_pad3d.out"}, reflection_pad);
+  register_lowering({"replication_pad1d", "replication_pad1d.out", "replication_pad2d", "replication_pad2d.out",
+                     "replication_pad3d", "replication_pad3d.out"}, replication_pad);
+  // The .vec overloads are composites over these.
+  register_lowering({"upsample_nearest1d", "upsample_nearest1d.out", "upsample_nearest2d", "upsample_nearest2d.out",
+                     "upsample_nearest3d", "upsample_nearest3d.out"}, upsample_nearest);
+  register_lowering({"upsample_bilinear2d", "upsample_bilinear2d.out"}, upsample_bilinear);
+}
+
+}  // namespace torchtpu::aten
