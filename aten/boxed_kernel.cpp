@@ -1,6 +1,7 @@
 // The one kernel behind every lowered op (see aten/lowering.h).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
 #include <torch/library.h>
 
@@ -204,23 +205,41 @@ void add_rng_state(Inputs& in, const std::vector<c10::IValue>& args, int device)
   in.count.push_back(1);
 }
 
-// Boolean masks as indices (x[mask]) give data-dependent shapes: those run on the CPU.
-bool has_mask_index(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+bool is_mask(const at::Tensor& t) {
+  return t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
+}
+
+// Boolean masks as indices (x[mask], x[mask] = v) become the long indices of their true
+// positions (computed on the device, like CUDA does), then the op runs again. Returns false when
+// there was no mask.
+bool expand_mask_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
   size_t n = schema.arguments().size();
   for (size_t i = 0; i < n; ++i) {
     if (!is_tensor_list(schema.arguments()[i])) continue;
-    bool mask = false;
-    for_each_tensor(stack[stack.size() - n + i], [&](const at::Tensor& t) {
-      mask |= t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
-    });
-    if (mask) return true;
+    c10::IValue& arg = (*stack)[stack->size() - n + i];
+    bool any_mask = false;
+    for_each_tensor(arg, [&](const at::Tensor& t) { any_mask |= is_mask(t); });
+    if (!any_mask) continue;
+    c10::List<std::optional<at::Tensor>> expanded;
+    for (const c10::IValue& e : arg.toListRef()) {
+      if (!e.isTensor() || !is_mask(e.toTensor())) {
+        expanded.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor()) : std::nullopt);
+        continue;
+      }
+      at::Tensor positions = at::nonzero(e.toTensor());
+      for (int64_t d = 0; d < positions.size(1); ++d) expanded.push_back(positions.select(1, d));
+    }
+    arg = expanded;
+    op.callBoxed(stack);
+    return true;
   }
   return false;
 }
 
 void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  if (has_mask_index(schema, *stack)) return cpu_fallback(op, stack);
+  if (expand_mask_indices(op, stack)) return;
   const std::string name = full_name(op);
   const Entry& entry = registry().at(name);
   const size_t num_args = schema.arguments().size();

@@ -2,8 +2,14 @@
 // (index / index_put), cumulative sums, sort/topk, arange, constant padding.
 #include <cmath>
 
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
 #include "aten/lowering.h"
+#include "aten/tensor_operand.h"
+#include "exec/executor.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -90,7 +96,7 @@ Advanced advanced_index(LoweringContext& c, const Value& self, size_t indices_ar
   std::vector<Value> present;
   size_t next = 0;
   for (size_t d = 0; d < list.size(); ++d) {
-    if (list[d].isNone()) continue;
+    if (!list[d].isTensor() || !list[d].toTensor().defined()) continue;  // None may come as an undefined tensor
     a.indexed.push_back(static_cast<int64_t>(d));
     present.push_back(wrapped_index(c.b, values.at(next++), self.type.dims[d]));
   }
@@ -152,7 +158,7 @@ V index_put(LoweringContext& c) {
 }
 
 // Cumulative reduction along dim as a reduce_window whose window reaches back over the prefix.
-Value cumulative(LoweringContext& c, const Value& x, int64_t dim, BinaryOp op, double init) {
+Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, double init) {
   int64_t rank = x.type.rank();
   if (rank == 0) return x;
   int64_t n = x.type.dims[dim];
@@ -161,7 +167,7 @@ Value cumulative(LoweringContext& c, const Value& x, int64_t dim, BinaryOp op, d
   w.dims[dim] = n;
   w.padding.assign(rank, {0, 0});
   w.padding[dim] = {n - 1, 0};
-  return c.b.reduce_window({x}, {c.b.constant(init, {x.type.dtype, {}})}, w, combine_with(op))[0];
+  return b.reduce_window({x}, {b.constant(init, {x.type.dtype, {}})}, w, combine_with(op))[0];
 }
 
 // Sort comparator placing NaN last (largest), as PyTorch does.
@@ -187,9 +193,80 @@ std::pair<Value, Value> sort_along(LoweringContext& c, const Value& x, int64_t d
   return {sorted[0], sorted[1]};
 }
 
+// scatter_reduce.two(self, dim, index, src, reduce, include_self)
+V scatter_reduce(LoweringContext& c) {
+  Math m{c.b};
+  Value self = c.in(0), index = c.raw(2);
+  int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+  Value src = corner(c, c.in(3), index);
+  std::string reduce = c.arg(4).toStringRef();
+  bool include_self = c.arg(5).toBool();
+  DType t = self.type.dtype;
+  double identity = reduce == "prod" ? 1 : reduce == "amax" ? -INFINITY : reduce == "amin" ? INFINITY : 0;
+  if (!is_floating(t) && reduce == "amax") identity = -9.3e18;
+  if (!is_floating(t) && reduce == "amin") identity = 9.3e18;
+  Value base = self;
+  if (!include_self)  // positions that receive values start from the reduction's identity
+    base = scatter_along(c, self, dim, index, c.b.constant(identity, src.type), replace());
+  Value result = scatter_along(c, base, dim, index, src, reduce_named(reduce == "mean" ? "sum" : reduce));
+  if (reduce != "mean") return {result};
+  Value ones = c.b.constant(1, src.type);
+  Value counts = scatter_along(c, c.b.constant(include_self ? 1 : 0, self.type), dim, index, ones,
+                               combine_with(BinaryOp::kAdd));
+  counts = c.b.binary(BinaryOp::kMaximum, counts, m.k(1, counts));
+  Value mean = m.div(result, counts);
+  if (!is_floating(t)) mean = c.b.unary(UnaryOp::kFloor, mean);
+  return {mean};
+}
+
+// masked_scatter(self, mask, source): the k-th true position of mask takes source.flatten()[k].
+V masked_scatter(LoweringContext& c) {
+  Value self = c.in(0);
+  Value mask = c.bcast(c.raw(1));
+  int64_t n = self.type.element_count();
+  Value flat_mask = c.b.reshape(mask, {n});
+  Value counts = cumulative(c.b, cast(c.b, flat_mask, DType::kS64), 0, BinaryOp::kAdd, 0);
+  Value pos = c.b.binary(BinaryOp::kSubtract, counts, c.b.constant(1, counts.type));
+  pos = c.b.binary(BinaryOp::kMaximum, pos, c.b.constant(0, pos.type));
+  Value source = c.b.reshape(cast(c.b, c.raw(2), self.type.dtype), {c.raw(2).type.element_count()});
+  Value picked = c.b.gather(source, c.b.reshape(pos, {n, 1}), {{}, {0}, {0}, 1}, {1}, {n});
+  return {c.b.select(mask, c.b.reshape(picked, self.type.dims), self)};
+}
+
+// nonzero's output size depends on the data: count on the device first (a host sync, as on
+// CUDA), then place each true position's coordinates at its rank among the true positions.
+at::Tensor nonzero(const at::Tensor& self) {
+  int64_t count = self.ne(0).sum().item<int64_t>();
+  int64_t rank = self.dim(), total = self.numel();
+  at::Tensor out = at::empty({count, rank}, self.options().dtype(at::kLong));
+  if (count == 0 || rank == 0) return out;
+  std::vector<int64_t> sizes = self.sizes().vec();
+  exec::Lowering lower = [=](hlo::Builder& b, const V& in) {
+    Value x = in[0];
+    Value mask = x.type.dtype == DType::kBool ? x : b.compare(Compare::kNE, x, b.constant(0, x.type));
+    mask = b.reshape(mask, {total});
+    Value rank_of = b.binary(BinaryOp::kSubtract, cumulative(b, cast(b, mask, DType::kS64), 0, BinaryOp::kAdd, 0),
+                             b.constant(1, {DType::kS64, {total}}));
+    // Positions that are false go to row `count`: out of bounds, so the scatter drops them.
+    Value row = b.select(mask, rank_of, b.constant_int(count, {DType::kS64, {total}}));
+    std::vector<Value> columns;
+    for (int64_t d = 0; d < rank; ++d)
+      columns.push_back(b.reshape(b.iota({DType::kS64, sizes}, d), {total, 1}));
+    Value coords = b.concatenate(columns, 1);
+    return V{b.scatter(b.constant(0, {DType::kS64, {count, rank}}), b.reshape(row, {total, 1}), coords,
+                       {{1}, {0}, {0}, 1}, replace())};
+  };
+  exec::run({"nonzero", lower, {operand(self)}, {operand(out)}});
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("nonzero", nonzero); }
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(indexing) {
+  register_lowering({"scatter_reduce.two", "scatter_reduce_.two", "scatter_reduce.two_out"}, scatter_reduce);
+  register_lowering({"masked_scatter", "masked_scatter_", "masked_scatter.out"}, masked_scatter);
   register_lowering({"cat", "cat.out"}, [](LoweringContext& c) {
     std::vector<Value> parts;
     int64_t rank = c.out().rank();
@@ -249,11 +326,11 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put);
   register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
-    return V{cumulative(c, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
+    return V{cumulative(c.b, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
   });
   register_lowering({"cumprod", "cumprod_", "cumprod.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
-    return V{cumulative(c, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
+    return V{cumulative(c.b, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
   });
   register_lowering({"sort.stable", "sort.values_stable"}, [](LoweringContext& c) {
     Value x = c.raw(0);  // (self, stable, dim, descending)
