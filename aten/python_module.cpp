@@ -34,10 +34,12 @@ py::dict platform_info() {
 
 py::dict memory_stats(int index) {
   py::dict out;
+  out["allocated_bytes.all.current"] = exec::device_bytes(index);
+  out["allocated_bytes.all.peak"] = exec::peak_device_bytes(index);
   if (auto stats = exec::device(index).memory_stats()) {
-    out["bytes_in_use"] = stats->bytes_in_use;
-    if (stats->peak_bytes_in_use) out["peak_bytes_in_use"] = *stats->peak_bytes_in_use;
-    if (stats->bytes_limit) out["bytes_limit"] = *stats->bytes_limit;
+    out["pjrt.bytes_in_use"] = stats->bytes_in_use;  // what the plugin's allocator reports
+    if (stats->peak_bytes_in_use) out["pjrt.peak_bytes_in_use"] = *stats->peak_bytes_in_use;
+    if (stats->bytes_limit) out["pjrt.bytes_limit"] = *stats->bytes_limit;
   }
   return out;
 }
@@ -57,6 +59,7 @@ PYBIND11_MODULE(_C, m) {
     exec::synchronize(device);
   });
   m.def("_memory_stats", &memory_stats);
+  m.def("_reset_peak_memory", &exec::reset_peak_device_bytes);
   // RNG state as plain values; torch.tpu wraps them in PyTorch's API.
   m.def("_manual_seed", [](int device, uint64_t seed) {
     auto gen = aten::default_generator(device);

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "exec/metrics.h"
 #include "runtime/buffer.h"
 
 namespace torchtpu::exec {
@@ -14,6 +15,9 @@ namespace torchtpu::exec {
 class BufferRef {
  public:
   BufferRef(int device, size_t nbytes) : device_(device), nbytes_(nbytes) {}
+  BufferRef(const BufferRef&) = delete;
+  BufferRef& operator=(const BufferRef&) = delete;
+  ~BufferRef() { reset(0); }
 
   int device() const { return device_; }
   size_t nbytes() const { return nbytes_; }
@@ -24,11 +28,13 @@ class BufferRef {
   DType buffer_dtype() const { return buffer_dtype_; }
 
   void swap(std::shared_ptr<runtime::Buffer> buffer, DType dtype) {
+    if (!buffer_) track_device_bytes(device_, static_cast<int64_t>(nbytes_));
     buffer_ = std::move(buffer);
     buffer_dtype_ = dtype;
   }
   // Resizing drops the old contents; the caller re-materializes what it keeps.
   void reset(size_t nbytes) {
+    if (buffer_) track_device_bytes(device_, -static_cast<int64_t>(nbytes_));
     nbytes_ = nbytes;
     buffer_.reset();
   }

@@ -40,7 +40,51 @@ def get_device_name(device=None) -> str:
 
 
 def memory_stats(device=None) -> dict:
-    return dict(_C._memory_stats(_index(device) if device is not None else current_device()))
+    """Bytes held by live tpu tensor storages ("allocated_bytes.all.current"/".peak"), plus what
+    the PJRT plugin's allocator reports where it reports anything ("pjrt.*")."""
+    return dict(_C._memory_stats(_device_index(device)))
+
+
+def memory_allocated(device=None) -> int:
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _C._reset_peak_memory(_device_index(device))
+
+
+def empty_cache() -> None:
+    """Nothing to release: freed tensors return their PJRT buffers immediately."""
+
+
+class _DeviceProperties:
+    def __init__(self, index):
+        info = _C._platform_info()
+        self.name = info["device_kinds"][index]
+        self.platform = info["platform"]
+        self.index = index
+        stats = _C._memory_stats(index)
+        self.total_memory = stats.get("pjrt.bytes_limit", 0)
+
+    def __repr__(self):
+        return (f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
+                f"total_memory={self.total_memory // (1024 * 1024)}MB)")
+
+
+def get_device_properties(device=None) -> _DeviceProperties:
+    return _DeviceProperties(_device_index(device))
+
+
+def get_amp_supported_dtype() -> list:
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported() -> bool:
+    return True
 
 
 def _device_index(device) -> int:

@@ -1,6 +1,7 @@
 // Strict-mode execution of op calls over storages and views, with the single-op cache.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <numeric>
 
 #include "exec/executor.h"
@@ -12,9 +13,9 @@ namespace {
 using hlo::Builder;
 using hlo::Value;
 
-BufferRef storage_of(const std::vector<float>& data) {
-  BufferRef s(0, data.size() * sizeof(float));
-  upload(s, data.data(), DType::kF32);
+std::unique_ptr<BufferRef> storage_of(const std::vector<float>& data) {
+  auto s = std::make_unique<BufferRef>(0, data.size() * sizeof(float));
+  upload(*s, data.data(), DType::kF32);
   return s;
 }
 
@@ -54,7 +55,8 @@ std::vector<float> read(BufferRef& src, const View& v) {
 TEST(Executor, ReadsViews) {
   std::vector<float> data(12);
   std::iota(data.begin(), data.end(), 0.0f);
-  BufferRef s = storage_of(data);  // a 3x4 matrix
+  auto s_owner = storage_of(data);
+  BufferRef& s = *s_owner;  // a 3x4 matrix
   EXPECT_EQ(read(s, contiguous({3, 4})), data);
   EXPECT_EQ(read(s, contiguous({4}, 4)), (std::vector<float>{4, 5, 6, 7}));                     // row 1
   EXPECT_EQ(read(s, {DType::kF32, {4, 3}, {1, 4}, 0}), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));  // .t()
@@ -64,7 +66,8 @@ TEST(Executor, ReadsViews) {
 
 TEST(Executor, WritesThroughViewsSwapTheWholeStorage) {
   std::vector<float> data(6, 0.0f);
-  BufferRef s = storage_of(data);  // 2x3
+  auto s_owner = storage_of(data);
+  BufferRef& s = *s_owner;  // 2x3
   // x[:, 1] += 1  (a strided view written in place)
   View column{DType::kF32, {2}, {3}, 1};
   run({"add_one", add_one(), {{&s, column}}, {{&s, column}}});
@@ -80,24 +83,38 @@ TEST(Executor, NeverWrittenStorageReadsAsZeros) {
 }
 
 TEST(Executor, SameGeometryHitsTheCache) {
-  BufferRef a = storage_of({1, 2, 3, 4});
+  auto a_owner = storage_of({1, 2, 3, 4});
+  BufferRef& a = *a_owner;
   BufferRef out(0, 4 * sizeof(float));
   run({"add_one", add_one(), {{&a, contiguous({4})}}, {{&out, contiguous({4})}}});
   int64_t compiles = counters().compiles, hits = counters().cache_hits;
-  BufferRef b = storage_of({5, 6, 7, 8});
+  auto b_owner = storage_of({5, 6, 7, 8});
+  BufferRef& b = *b_owner;
   run({"add_one", add_one(), {{&b, contiguous({4})}}, {{&out, contiguous({4})}}});
   EXPECT_EQ(counters().compiles, compiles);
   EXPECT_EQ(counters().cache_hits, hits + 1);
   EXPECT_EQ(contents(out), (std::vector<float>{6, 7, 8, 9}));
   // A new shape compiles a new program.
-  BufferRef c = storage_of({1, 2});
+  auto c_owner = storage_of({1, 2});
+  BufferRef& c = *c_owner;
   BufferRef out2(0, 2 * sizeof(float));
   run({"add_one", add_one(), {{&c, contiguous({2})}}, {{&out2, contiguous({2})}}});
   EXPECT_EQ(counters().compiles, compiles + 1);
 }
 
+TEST(Executor, TracksBytesHeldByStorages) {
+  int64_t before = device_bytes(0);
+  {
+    auto s = storage_of({1, 2, 3, 4});
+    EXPECT_EQ(device_bytes(0), before + 16);
+    EXPECT_GE(peak_device_bytes(0), before + 16);
+  }
+  EXPECT_EQ(device_bytes(0), before);
+}
+
 TEST(Executor, LoweringArityMismatchIsAnError) {
-  BufferRef a = storage_of({1});
+  auto a_owner = storage_of({1});
+  BufferRef& a = *a_owner;
   BufferRef out(0, sizeof(float));
   Lowering none = [](Builder&, const std::vector<Value>&) { return std::vector<Value>{}; };
   EXPECT_THROW(run({"broken", none, {{&a, contiguous({1})}}, {{&out, contiguous({1})}}}),
