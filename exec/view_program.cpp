@@ -8,11 +8,27 @@ namespace {
 using hlo::Builder;
 using hlo::Value;
 
-// Reinterprets between the storage's element type and the view's when both have the same width.
+DType complex_part(DType t) { return t == DType::kC128 ? DType::kF64 : DType::kF32; }
+
+// Reinterprets a flat buffer as another element type: a bitcast between types of one width, or
+// complex <-> its real parts (view_as_real), where [N] complex is [2N] interleaved reals.
 Value as_dtype(Builder& b, const Value& v, DType to) {
-  if (v.type.dtype == to) return v;
-  if (element_size(v.type.dtype) != element_size(to))
-    throw std::invalid_argument(std::string("cannot view ") + std::string(dtype_name(v.type.dtype)) +
+  DType from = v.type.dtype;
+  if (from == to) return v;
+  int64_t n = v.type.dims.at(0);
+  if (is_complex(from) && to == complex_part(from)) {
+    Value re = b.reshape(b.unary(hlo::UnaryOp::kReal, v), {n, 1});
+    Value im = b.reshape(b.unary(hlo::UnaryOp::kImag, v), {n, 1});
+    return b.reshape(b.concatenate({re, im}, 1), {2 * n});
+  }
+  if (is_complex(to) && from == complex_part(to)) {
+    Value pairs = b.reshape(v, {n / 2, 2});
+    Value re = b.reshape(b.slice(pairs, {0, 0}, {n / 2, 1}, {1, 1}), {n / 2});
+    Value im = b.reshape(b.slice(pairs, {0, 1}, {n / 2, 2}, {1, 1}), {n / 2});
+    return b.binary(hlo::BinaryOp::kComplex, re, im);
+  }
+  if (element_size(from) != element_size(to) || is_complex(from) || is_complex(to))
+    throw std::invalid_argument(std::string("cannot view ") + std::string(dtype_name(from)) +
                                 " storage as " + std::string(dtype_name(to)));
   return b.bitcast_convert(v, to);
 }
@@ -44,7 +60,7 @@ Value read_view(Builder& b, const Value& flat, const View& view) {
   Value typed = as_dtype(b, flat, view.dtype);
   int64_t numel = view.numel();
   if (numel == 0) return b.constant(0, {view.dtype, view.sizes});
-  if (covers_whole(view, flat)) return b.reshape(typed, view.sizes);
+  if (covers_whole(view, typed)) return b.reshape(typed, view.sizes);
   if (view.is_contiguous()) {
     Value part = b.slice(typed, {view.offset}, {view.offset + numel}, {1});
     return b.reshape(part, view.sizes);
@@ -56,6 +72,10 @@ Value read_view(Builder& b, const Value& flat, const View& view) {
 Value write_view(Builder& b, const Value& flat, const View& view, const Value& value) {
   int64_t numel = view.numel();
   if (numel == 0) return flat;
+  if (is_complex(flat.type.dtype) != is_complex(view.dtype)) {  // write through view_as_real/complex
+    Value as_view_type = as_dtype(b, flat, view.dtype);
+    return as_dtype(b, write_view(b, as_view_type, view, value), flat.type.dtype);
+  }
   Value elems = as_dtype(b, b.reshape(value, {numel}), flat.type.dtype);
   if (covers_whole(view, flat)) return elems;
   if (view.is_contiguous()) {

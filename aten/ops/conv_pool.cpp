@@ -272,46 +272,47 @@ V avg_pool_backward(LoweringContext& c) {
   return {c.b.slice(full, start, limit, step)};
 }
 
-bool adaptive_uneven(const std::vector<c10::IValue>& args) {
-  const at::Tensor& x = args[0].toTensor();
-  auto out = args[1].toIntVector();
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t in = x.size(x.dim() - static_cast<int64_t>(out.size()) + static_cast<int64_t>(i));
-    if (out[i] == 0 || in % out[i] != 0) return true;
-  }
-  return false;
+// Adaptive average pooling is separable: along each pooled dim, output bin i averages inputs
+// [floor(i*in/out), ceil((i+1)*in/out)), i.e. a product with an [in, out] averaging matrix.
+Value averaging_matrix(hlo::Builder& b, int64_t in, int64_t out, DType t) {
+  Value j = b.iota({DType::kS64, {in, out}}, 0), i = b.iota({DType::kS64, {in, out}}, 1);
+  auto k = [&](int64_t v) { return b.constant_int(v, j.type); };
+  Value start = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kMultiply, i, k(in)), k(out));
+  Value end = b.binary(BinaryOp::kDivide,
+                       b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kAdd, i, k(1)), k(in)),
+                                k(out - 1)),
+                       k(out));
+  Value inside = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, j, start), b.compare(Compare::kLT, j, end));
+  Value size = b.convert(b.binary(BinaryOp::kSubtract, end, start), t);
+  return b.select(inside, b.binary(BinaryOp::kDivide, b.constant(1, size.type), size), b.constant(0, size.type));
 }
 
-V adaptive_avg_pool(LoweringContext& c) {
+// Contracts dim `dim` of x with matrix m ([size(dim), n] or transposed), keeping dim order.
+Value along(hlo::Builder& b, const Value& x, int64_t dim, const Value& m, bool transpose_m) {
+  Value r = b.dot_general(x, m, {{}, {}, {dim}, {transpose_m ? 1 : 0}}, x.type.dtype);
+  std::vector<int64_t> perm;  // the new dim comes last: move it back to `dim`
+  int64_t rank = x.type.rank();
+  for (int64_t d = 0; d < rank; ++d) perm.push_back(d < dim ? d : d == dim ? rank - 1 : d - 1);
+  return b.transpose(r, perm);
+}
+
+V adaptive_avg_pool(LoweringContext& c) {  // (self, output_size)
   Value x = c.in(0);
   auto out = c.int_list(1);
-  size_t n = out.size(), lead = x.type.dims.size() - n;
-  std::vector<int64_t> k;
-  for (size_t i = 0; i < n; ++i) k.push_back(x.type.dims[lead + i] / out[i]);
-  hlo::Window w = window(x.type.rank(), k, k, std::vector<int64_t>(n, 1), Pads(n, {0, 0}));
-  Value sum = c.b.reduce_window({x}, {c.b.constant(0, {x.type.dtype, {}})}, w, add_body())[0];
-  double size = 1;
-  for (int64_t v : k) size *= v;
-  return {c.b.binary(BinaryOp::kDivide, sum, c.b.constant(size, sum.type))};
+  int64_t lead = x.type.rank() - static_cast<int64_t>(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t dim = lead + static_cast<int64_t>(i);
+    x = along(c.b, x, dim, averaging_matrix(c.b, x.type.dims[dim], out[i], x.type.dtype), false);
+  }
+  return {x};
 }
 
-V adaptive_avg_pool_backward(LoweringContext& c) {
-  // (grad_output, self): each input element gets its window's gradient / window size
+V adaptive_avg_pool_backward(LoweringContext& c) {  // (grad_output, self)
   Value g = c.in(0), x = c.in(1);
-  int64_t rank = x.type.rank();
-  size_t n = 2, lead = rank - n;
-  std::vector<int64_t> expanded, bdims;
-  double size = 1;
-  for (size_t i = 0; i < lead; ++i) { bdims.push_back(expanded.size()); expanded.push_back(x.type.dims[i]); }
-  for (size_t i = 0; i < n; ++i) {
-    int64_t o = g.type.dims[lead + i], kk = x.type.dims[lead + i] / o;
-    size *= kk;
-    bdims.push_back(expanded.size());
-    expanded.push_back(o);
-    expanded.push_back(kk);
-  }
-  Value spread = c.b.reshape(c.b.broadcast_in_dim(g, expanded, bdims), x.type.dims);
-  return {c.b.binary(BinaryOp::kDivide, spread, c.b.constant(size, spread.type))};
+  int64_t rank = x.type.rank(), pooled = rank == 5 ? 3 : 2;
+  for (int64_t dim = rank - pooled; dim < rank; ++dim)
+    g = along(c.b, g, dim, averaging_matrix(c.b, x.type.dims[dim], g.type.dims[dim], g.type.dtype), true);
+  return {g};
 }
 
 }  // namespace
@@ -328,14 +329,10 @@ TORCHTPU_LOWERINGS(conv_pool) {
   register_lowering({"avg_pool2d_backward", "avg_pool2d_backward.grad_input", "avg_pool3d_backward",
                      "avg_pool3d_backward.grad_input"}, avg_pool_backward);
   register_lowering({"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool3d",
-                     "_adaptive_avg_pool3d.out"}, adaptive_avg_pool, {{}, nullptr, adaptive_uneven});
-  register_lowering({"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"},
-                    adaptive_avg_pool_backward,
-                    {{}, nullptr, [](const std::vector<c10::IValue>& args) {
-                       const at::Tensor& g = args[0].toTensor();
-                       const at::Tensor& x = args[1].toTensor();
-                       return x.size(-1) % g.size(-1) != 0 || x.size(-2) % g.size(-2) != 0;
-                     }});
+                     "_adaptive_avg_pool3d.out"}, adaptive_avg_pool);
+  register_lowering({"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out",
+                     "_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.grad_input"},
+                    adaptive_avg_pool_backward);
 }
 
 }  // namespace torchtpu::aten

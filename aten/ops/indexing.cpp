@@ -59,6 +59,11 @@ hlo::RegionBody replace() {
 // Scatters `updates` (shaped like index) into self at coordinates(index, dim).
 Value scatter_along(LoweringContext& c, const Value& self, int64_t dim, const Value& index,
                     const Value& updates, const hlo::RegionBody& combine) {
+  if (self.type.rank() == 0) {  // a 0-d tensor behaves as a 1-element vector
+    Value r = scatter_along(c, c.b.reshape(self, {1}), 0, c.b.reshape(index, {index.type.element_count()}),
+                            c.b.reshape(updates, {updates.type.element_count()}), combine);
+    return c.b.reshape(r, {});
+  }
   int64_t rank = self.type.rank();
   Value coords = coordinates(c.b, index, dim, rank, self.type.dims.at(dim));
   auto all = range(0, rank);
@@ -162,6 +167,7 @@ Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, doub
   int64_t rank = x.type.rank();
   if (rank == 0) return x;
   int64_t n = x.type.dims[dim];
+  if (n == 0) return x;
   hlo::Window w;
   w.dims.assign(rank, 1);
   w.dims[dim] = n;
@@ -360,6 +366,14 @@ TORCHTPU_LOWERINGS(indexing) {
     Value start = c.bcast(c.in_as(0, wide)), step = c.bcast(c.in_as(2, wide));
     return V{c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, i, step))};
   });
+  LoweringOptions pad_options;
+  pad_options.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+    // PyTorch has no meta kernel for constant_pad_nd: each pad pair widens a trailing dim.
+    const at::Tensor& x = args[0].toTensor();
+    std::vector<int64_t> sizes = x.sizes().vec(), pad = args[1].toIntVector();
+    for (size_t i = 0; 2 * i + 1 < pad.size(); ++i) sizes[sizes.size() - 1 - i] += pad[2 * i] + pad[2 * i + 1];
+    return std::vector<c10::IValue>{at::empty(sizes, x.options())};
+  };
   register_lowering({"constant_pad_nd", "constant_pad_nd.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
     auto pad = c.int_list(1);
@@ -383,7 +397,7 @@ TORCHTPU_LOWERINGS(indexing) {
       limit[d] -= std::max<int64_t>(-high[d], 0);
     }
     return V{c.b.slice(padded, start, limit, step)};
-  });
+  }, pad_options);
   register_lowering({"fill_.Tensor", "fill.Tensor", "fill.Tensor_out"}, [](LoweringContext& c) {
     return V{c.bcast(c.in(1))};
   });

@@ -21,6 +21,7 @@ int64_t wrap(int64_t dim, int64_t rank) { return dim < 0 ? dim + std::max<int64_
 
 
 Value softmax(Math& m, const Value& x, int64_t dim, bool log) {
+  if (x.type.rank() == 0) return m.k(log ? 0 : 1, x);
   Value shifted = m.sub(x, m.reduce_keep(x, {dim}, BinaryOp::kMaximum, -INFINITY));
   Value e = m.b.unary(UnaryOp::kExponential, shifted);
   Value sum = m.reduce_keep(e, {dim}, BinaryOp::kAdd, 0);
@@ -140,6 +141,7 @@ TORCHTPU_LOWERINGS(nn) {
     Math m{c.b};  // (grad_output, output, dim, input_dtype)
     DType acc = accumulator(c.out().dtype);
     Value g = cast(c.b, c.raw(0), acc), y = cast(c.b, c.raw(1), acc);
+    if (y.type.rank() == 0) return V{m.k(0, g)};
     int64_t dim = wrap(c.arg(2).toInt(), y.type.rank());
     return V{m.mul(y, m.sub(g, m.reduce_keep(m.mul(g, y), {dim}, BinaryOp::kAdd, 0)))};
   });
@@ -147,6 +149,7 @@ TORCHTPU_LOWERINGS(nn) {
     Math m{c.b};
     DType acc = accumulator(c.out().dtype);
     Value g = cast(c.b, c.raw(0), acc), y = cast(c.b, c.raw(1), acc);
+    if (y.type.rank() == 0) return V{m.k(0, g)};
     int64_t dim = wrap(c.arg(2).toInt(), y.type.rank());
     Value sum = m.reduce_keep(g, {dim}, BinaryOp::kAdd, 0);
     return V{m.sub(g, m.mul(c.b.unary(UnaryOp::kExponential, y), sum))};

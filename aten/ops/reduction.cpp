@@ -16,6 +16,7 @@ using V = std::vector<Value>;
 
 // The dimensions argument `i` names (None or [] means all), made non-negative and sorted.
 std::vector<int64_t> reduced_dims(const LoweringContext& c, size_t i, int64_t rank) {
+  if (rank == 0) return {};  // a 0-d tensor reduced over "dim 0" is itself
   std::vector<int64_t> dims;
   if (i < 1000 && !c.arg(i).isNone()) dims = c.int_list(i);
   if (dims.empty())
@@ -155,8 +156,8 @@ Lowering arg_lowering(bool is_max) {
 Value variance(LoweringContext& c, const Value& x_in, const std::vector<int64_t>& dims, double correction) {
   Value x = cast(c.b, x_in, accumulator(c.out().dtype));
   double n = static_cast<double>(count(x, dims));
-  Value mean = c.b.binary(BinaryOp::kDivide, reduce(c, x, dims, BinaryOp::kAdd, 0),
-                          c.b.constant(n, {x.type.dtype, {}}));
+  Value sum = reduce(c, x, dims, BinaryOp::kAdd, 0);
+  Value mean = c.b.binary(BinaryOp::kDivide, sum, c.full(n, sum));
   std::vector<int64_t> kept;
   for (int64_t d = 0; d < x.type.rank(); ++d)
     if (!std::binary_search(dims.begin(), dims.end(), d)) kept.push_back(d);
