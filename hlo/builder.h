@@ -115,6 +115,10 @@ class Builder {
   // Contractions, reductions, indexing.
   Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims,
                     DType result_dtype);
+  enum class FftType { kFFT, kIFFT, kRFFT, kIRFFT };
+  // FFT over the trailing fft_length.size() (1 to 3) dims. IFFT and IRFFT scale by 1/n, as XLA does.
+  Value fft(const Value& x, FftType type, const std::vector<int64_t>& fft_length);
+
   // The caller gives the result shape (PyTorch's shape rules already computed it).
   Value convolution(const Value& lhs, const Value& rhs, const ConvSpec& spec,
                     const std::vector<int64_t>& result_dims, DType result_dtype);

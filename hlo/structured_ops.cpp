@@ -57,6 +57,33 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
   return emit1("stablehlo.dot_general", {lhs, rhs}, type, "dot_dimension_numbers = " + attr + ">");
 }
 
+Value Builder::fft(const Value& x, FftType fft_type, const std::vector<int64_t>& fft_length) {
+  static constexpr const char* kNames[] = {"FFT", "IFFT", "RFFT", "IRFFT"};
+  size_t rank = x.type.dims.size(), n = fft_length.size();
+  require(n >= 1 && n <= 3 && n <= rank, "fft transforms 1 to 3 trailing dimensions");
+  bool wide = x.type.dtype == DType::kF64 || x.type.dtype == DType::kC128;
+  TensorType result = x.type;
+  switch (fft_type) {
+    case FftType::kFFT:
+    case FftType::kIFFT:
+      require(is_complex(x.type.dtype), "FFT and IFFT take complex input");
+      break;
+    case FftType::kRFFT:
+      require(is_floating(x.type.dtype), "RFFT takes real input");
+      result.dtype = wide ? DType::kC128 : DType::kC64;
+      result.dims.back() = fft_length.back() / 2 + 1;
+      break;
+    case FftType::kIRFFT:
+      require(is_complex(x.type.dtype), "IRFFT takes complex input");
+      result.dtype = wide ? DType::kF64 : DType::kF32;
+      result.dims.back() = fft_length.back();
+      break;
+  }
+  return emit1("stablehlo.fft", {x}, result,
+               std::string("fft_type = #stablehlo<fft_type ") + kNames[static_cast<int>(fft_type)] +
+                   ">, fft_length = " + i64_array(fft_length));
+}
+
 Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvSpec& spec,
                            const std::vector<int64_t>& result_dims, DType result_dtype) {
   size_t spatial = lhs.type.dims.size() - 2;

@@ -17,15 +17,32 @@ bool spans_storage(const at::Tensor& t) {
          t.numel() * t.element_size() == static_cast<int64_t>(t.storage().nbytes());
 }
 
-// Writes `src` (a tpu tensor broadcastable to dst) into the tpu view `dst`, converting dtype.
+// PyTorch's lazy conjugate / negative bits: the logical value is conj(stored) / -stored.
+hlo::Value apply_bits(hlo::Builder& b, hlo::Value v, bool conj, bool neg) {
+  if (conj && is_complex(v.type.dtype)) {
+    hlo::Value re = b.unary(hlo::UnaryOp::kReal, v), im = b.unary(hlo::UnaryOp::kImag, v);
+    v = b.binary(hlo::BinaryOp::kComplex, re, b.unary(hlo::UnaryOp::kNegate, im));
+  }
+  return neg ? b.unary(hlo::UnaryOp::kNegate, v) : v;
+}
+
+// Writes `src` (a tpu tensor broadcastable to dst) into the tpu view `dst`, converting dtype and
+// resolving conjugate/negative bits on both sides.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   std::vector<int64_t> sizes = dst.sizes().vec();
   DType to = to_dtype(dst.scalar_type());
-  exec::run({"copy", [sizes, to](hlo::Builder& b, const std::vector<hlo::Value>& in) {
-               return std::vector<hlo::Value>{broadcast_to(b, cast(b, in[0], to), sizes)};
+  bool src_conj = src.is_conj(), src_neg = src.is_neg(), dst_conj = dst.is_conj(), dst_neg = dst.is_neg();
+  std::string key = std::string("copy|") + (src_conj ? "c" : "") + (src_neg ? "n" : "") + "|" +
+                    (dst_conj ? "c" : "") + (dst_neg ? "n" : "");
+  exec::run({key,
+             [=](hlo::Builder& b, const std::vector<hlo::Value>& in) {
+               hlo::Value v = cast(b, apply_bits(b, in[0], src_conj, src_neg), to);
+               return std::vector<hlo::Value>{broadcast_to(b, apply_bits(b, v, dst_conj, dst_neg), sizes)};
              },
              {operand(src)}, {operand(dst)}});
 }
+
+bool has_bits(const at::Tensor& t) { return t.is_conj() || t.is_neg(); }
 
 // A contiguous tpu tensor on `device` holding the host tensor `cpu` (already in the wanted dtype).
 at::Tensor upload_contiguous(const at::Tensor& cpu, c10::Device device) {
@@ -38,7 +55,7 @@ at::Tensor upload_contiguous(const at::Tensor& cpu, c10::Device device) {
 // The tpu tensor `src` as a new contiguous host tensor of the same dtype.
 at::Tensor download_contiguous(const at::Tensor& src) {
   at::Tensor dense = src;
-  if (!spans_storage(src)) {
+  if (!spans_storage(src) || has_bits(src)) {
     dense = at::empty(src.sizes(), src.options());
     copy_on_device(src, dense);
   }
@@ -57,8 +74,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   } else if (is_tpu(self)) {  // tpu -> cpu
     dst.copy_(download_contiguous(self));
   } else {  // cpu -> tpu
-    at::Tensor host = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
-    if (spans_storage(dst) && dst.numel() > 0)
+    at::Tensor host = self.resolve_conj().resolve_neg().to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    if (spans_storage(dst) && !has_bits(dst) && dst.numel() > 0)
       exec::upload(buffer_ref(dst), host.data_ptr(), to_dtype(host.scalar_type()));
     else
       copy_on_device(upload_contiguous(host, dst.device()), dst);
@@ -73,6 +90,17 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return download_contiguous(self).item();
+}
+
+// _copy_from resolves the conjugate/negative bits itself (above); without these fallthroughs
+// PyTorch's Conjugate fallback would clone the input, which copies, which recurses.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -138,6 +138,13 @@ TORCHTPU_LOWERINGS(unary) {
     Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));
     return V{c.b.unary(UnaryOp::kNot, truth)};
   });
+  register_lowering({"_conj_physical", "conj_physical_", "conj_physical.out", "_conj_physical.out"},
+                    [](LoweringContext& c) {
+                      Value x = c.in(0);
+                      if (!is_complex(x.type.dtype)) return V{x};
+                      Value re = c.b.unary(UnaryOp::kReal, x), im = c.b.unary(UnaryOp::kImag, x);
+                      return V{c.b.binary(BinaryOp::kComplex, re, c.b.unary(UnaryOp::kNegate, im))};
+                    });
   register_lowering({"isnan"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     return V{c.b.compare(Compare::kNE, x, x)};
