@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <unordered_map>
 
 #include "aten/device.h"
@@ -237,6 +238,65 @@ bool expand_mask_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack
   return false;
 }
 
+// What the meta kernel said: the meta arguments after the call (out= ones resized) and returns.
+struct MetaResult {
+  std::vector<c10::IValue> args;
+  torch::jit::Stack returns;
+};
+
+// A description of everything output metadata depends on: each tensor's dtype, sizes and
+// strides, each Scalar's kind, every other argument's value.
+std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
+                     const std::vector<c10::IValue>& args) {
+  std::string key = name;
+  auto add_tensor = [&key](const at::Tensor& t) {
+    if (!t.defined()) {
+      key += "u,";
+      return;
+    }
+    key += c10::toString(t.scalar_type());
+    key += t.device().type() == c10::DeviceType::PrivateUse1 ? '[' : '<';
+    for (int64_t d = 0; d < t.dim(); ++d) key += std::to_string(t.size(d)) + ":" + std::to_string(t.stride(d)) + ",";
+    key += ']';
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& a = args[i];
+    key += '|';
+    if (a.isTensor()) add_tensor(a.toTensor());
+    else if (a.isTensorList()) for_each_tensor(a, add_tensor);
+    else if (is_tensor_list(schema.arguments()[i]) && a.isList())
+      for (const c10::IValue& e : a.toListRef()) e.isTensor() ? add_tensor(e.toTensor()) : void(key += "N,");
+    else if (is_scalar_arg(schema.arguments()[i]) && !a.isNone()) key += a.isDouble() ? "f" : a.isInt() ? "i" : a.isBool() ? "b" : "c";
+    else append_key(key, a);
+  }
+  return key;
+}
+
+// Meta results are a pure function of meta_key, so they are cached: the meta kernels of common
+// ops are Python functions costing tens of microseconds, more than the op itself.
+std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const Entry& entry,
+                                  const std::string& name, const std::vector<c10::IValue>& args) {
+  constexpr size_t kMaxEntries = 1 << 16;
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
+  const c10::FunctionSchema& schema = op.schema();
+  std::string key = meta_key(name, schema, args);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  auto result = std::make_shared<MetaResult>();
+  for (size_t i = 0; i < args.size(); ++i) result->args.push_back(to_meta(schema.arguments()[i], args[i]));
+  result->returns = result->args;
+  if (entry.options.meta)
+    result->returns = entry.options.meta(schema, result->args);
+  else
+    op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= kMaxEntries) cache.clear();  // shapes are not repeating: start over
+  return cache.emplace(key, result).first->second;
+}
+
 void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   if (expand_mask_indices(op, stack)) return;
@@ -248,13 +308,9 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   torch::jit::drop(*stack, num_args);
 
   // 1. Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
-  std::vector<c10::IValue> meta_args;
-  for (size_t i = 0; i < num_args; ++i) meta_args.push_back(to_meta(schema.arguments()[i], args[i]));
-  torch::jit::Stack meta_stack = meta_args;
-  if (entry.options.meta)
-    meta_stack = entry.options.meta(schema, meta_args);
-  else
-    op.callBoxedForDispatchKey(c10::DispatchKey::Meta, meta_stack);
+  std::shared_ptr<const MetaResult> meta = output_metadata(op, entry, name, args);
+  const std::vector<c10::IValue>& meta_args = meta->args;
+  const torch::jit::Stack& meta_stack = meta->returns;
 
   // 2. Destinations: written arguments (in-place, out=) first, then fresh tensors for the rest.
   int device = device_of(args);

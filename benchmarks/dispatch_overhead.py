@@ -1,0 +1,76 @@
+"""Strict-mode dispatch overhead: microseconds per op on tpu beside PyTorch CPU eager, in one run.
+
+    python benchmarks/dispatch_overhead.py [--repeats 15] [--json FILE]
+
+Workloads: a chain of small adds (f32[16]) and a chain of 256x256 matmuls. Each repeat runs the
+chain once and waits for the result (tpu: torch.tpu.synchronize()); the first repeat of each is a
+warm-up that compiles. Reports the median and the spread (min-max) of per-op times.
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+import torchtpu
+
+
+def chain(device, op, n, make):
+    x = make(device)
+    y = x
+    for _ in range(n):
+        y = op(y, x)
+    return y
+
+
+def timed(device, op, n, make, repeats):
+    sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+    per_op = []
+    for i in range(repeats + 1):
+        sync()
+        start = time.perf_counter()
+        chain(device, op, n, make)
+        sync()
+        if i:  # the first run compiles
+            per_op.append((time.perf_counter() - start) / n * 1e6)
+    return per_op
+
+
+WORKLOADS = {
+    "add f32[16] (x1000)": (lambda a, b: a + b, 1000, lambda d: torch.ones(16, device=d)),
+    "matmul 256x256 (x100)": (lambda a, b: torch.mm(a, b) * 0.01, 100,
+                              lambda d: torch.full((256, 256), 0.01, device=d)),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    results = {}
+    for name, (op, n, make) in WORKLOADS.items():
+        row = {}
+        for device in ("cpu", "tpu"):
+            samples = timed(device, op, n, make, args.repeats)
+            row[device] = {"median_us": statistics.median(samples), "min_us": min(samples),
+                           "max_us": max(samples)}
+        row["ratio_tpu_vs_cpu"] = row["tpu"]["median_us"] / row["cpu"]["median_us"]
+        results[name] = row
+    info = {"machine": platform.processor() or platform.machine(), "cpus": torch.get_num_threads(),
+            "torch": torch.__version__, "platform": torchtpu.platform(), "results": results}
+    print(f"{'workload':26} {'cpu eager us/op':>16} {'tpu strict us/op':>17} {'tpu/cpu':>8}")
+    for name, row in results.items():
+        c, t = row["cpu"], row["tpu"]
+        print(f"{name:26} {c['median_us']:9.1f} ({c['min_us']:.1f}-{c['max_us']:.1f}) "
+              f"{t['median_us']:9.1f} ({t['min_us']:.1f}-{t['max_us']:.1f}) {row['ratio_tpu_vs_cpu']:7.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(info, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
