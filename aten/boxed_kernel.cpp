@@ -379,10 +379,17 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < results.size(); ++i)
       if (wanted[i]) written.push_back(ctx.to_out(results[i], i));
+    if (entry.options.device_check) written.push_back(ctx.device_ok());
     return written;
   };
+  std::shared_ptr<exec::BufferRef> ok;
+  if (entry.options.device_check) {
+    ok = std::make_shared<exec::BufferRef>(device, 1);
+    outputs.push_back({ok.get(), {DType::kBool, {}, {}, 0}});
+  }
   try {
     exec::run({in.key, lower, in.operands, outputs});
+    if (ok) exec::defer_check(ok, std::string(entry.options.device_check) + " (" + name + " on tpu, detected on the device)");
   } catch (const c10::Error&) {
     throw;
   } catch (const std::exception& e) {

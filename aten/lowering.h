@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,13 @@ class LoweringContext {
   // The rng_bit_generator state of a random op (LoweringOptions::random).
   hlo::Value rng_state() const { return values_.at(args_.size()).at(0); }
 
+  // Adds a condition the program checks on the device (a 0-d bool, true = fine) for ops
+  // registered with LoweringOptions::device_check; see there.
+  void check_on_device(const hlo::Value& ok) {
+    device_ok_ = device_ok_ ? b.binary(hlo::BinaryOp::kAnd, *device_ok_, ok) : ok;
+  }
+  hlo::Value device_ok() const { return device_ok_ ? *device_ok_ : b.constant(1, {DType::kBool, {}}); }
+
   const hlo::TensorType& out(size_t i = 0) const { return outputs_.at(i); }
   size_t num_outputs() const { return outputs_.size(); }
   DType compute_dtype() const { return outputs_.at(0).dtype; }
@@ -64,6 +72,7 @@ class LoweringContext {
   std::vector<std::vector<hlo::Value>> values_;
   const std::vector<c10::IValue>& args_;
   std::vector<hlo::TensorType> outputs_;
+  std::optional<hlo::Value> device_ok_;
 };
 
 using Lowering = std::function<std::vector<hlo::Value>(LoweringContext&)>;
@@ -90,6 +99,10 @@ struct LoweringOptions {
   // The op draws random numbers: the program gets an rng_bit_generator state from the op's
   // Generator argument (or the device's default one), available as rng_state().
   bool random = false;
+  // The op checks its input on the device (indices in range): the program gets an extra bool
+  // output, the AND of the lowering's check_on_device() calls, read at the next host sync; false
+  // raises IndexError with this message. Asynchronous, like CUDA's device-side asserts.
+  const char* device_check = nullptr;
 };
 
 // Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").

@@ -55,8 +55,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
   m.def("_set_device", [](int index) { aten::set_current_device(static_cast<c10::DeviceIndex>(index)); });
   m.def("_synchronize", [](int device) {
-    py::gil_scoped_release no_gil;
-    exec::synchronize(device);
+    try {
+      py::gil_scoped_release no_gil;
+      exec::synchronize(device);
+    } catch (const exec::CheckFailed& e) {
+      throw py::index_error(e.what());
+    }
   });
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory", &exec::reset_peak_device_bytes);

@@ -169,6 +169,41 @@ PendingWork& pending() {
   return p;
 }
 
+struct DeferredCheck {
+  std::shared_ptr<BufferRef> ok;
+  std::string message;
+};
+
+class DeferredChecks {
+ public:
+  void add(DeferredCheck check) {
+    std::lock_guard<std::mutex> lock(mu_);
+    checks_.push_back(std::move(check));
+  }
+  // Reads every pending check; throws for the first that failed (all are consumed).
+  void verify() {
+    std::vector<DeferredCheck> checks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      checks.swap(checks_);
+    }
+    for (const DeferredCheck& c : checks) {
+      bool ok = true;
+      c.ok->buffer()->copy_to_host(&ok, 1);
+      if (!ok) throw CheckFailed(c.message);
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<DeferredCheck> checks_;
+};
+
+DeferredChecks& deferred_checks() {
+  static DeferredChecks d;
+  return d;
+}
+
 // The storage's flat buffer, creating zeros for a never-written one.
 const runtime::Buffer& materialized(BufferRef& storage, DType dtype) {
   if (!storage.buffer()) {
@@ -205,7 +240,14 @@ void run(const OpCall& call) {
                       s.flat_dtype);
 }
 
-void synchronize(int device) { pending().wait(device); }
+void synchronize(int device) {
+  pending().wait(device);
+  deferred_checks().verify();
+}
+
+void defer_check(std::shared_ptr<BufferRef> ok, std::string message) {
+  deferred_checks().add({std::move(ok), std::move(message)});
+}
 
 void upload(BufferRef& storage, const void* data, DType dtype) {
   int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
@@ -215,6 +257,7 @@ void upload(BufferRef& storage, const void* data, DType dtype) {
 }
 
 void download(const BufferRef& storage, void* dst) {
+  deferred_checks().verify();  // a failed check means this data may be garbage: say so first
   if (!storage.buffer()) {
     std::memset(dst, 0, storage.nbytes());
     return;

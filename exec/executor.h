@@ -2,6 +2,10 @@
 // dispatched asynchronously. The host waits only when it reads data (download()).
 #pragma once
 
+#include <memory>
+#include <stdexcept>
+#include <string>
+
 #include "exec/op_call.h"
 
 namespace torchtpu::exec {
@@ -11,8 +15,18 @@ namespace torchtpu::exec {
 void run(const OpCall& call);
 
 // Waits until every execution dispatched to `device` so far has finished; rethrows the first
-// failure among them.
+// failure among them, then any failed device-side check (see defer_check).
 void synchronize(int device);
+
+// A condition a program computed on the device (a 0-d bool storage: true = fine), such as
+// "every index is in range". It is read when the host next waits for data, so checking costs no
+// extra synchronization; a false one raises CheckFailed with `message` there.
+void defer_check(std::shared_ptr<BufferRef> ok, std::string message);
+
+class CheckFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // Whole-storage transfers. upload() replaces the contents with host data read as elements of
 // `dtype` (storage.nbytes() bytes); download() copies storage.nbytes() raw bytes out, waiting for

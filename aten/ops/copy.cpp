@@ -60,7 +60,11 @@ at::Tensor download_contiguous(const at::Tensor& src) {
     copy_on_device(src, dense);
   }
   at::Tensor host = at::empty(src.sizes(), src.options().device(c10::kCPU));
-  if (host.numel() > 0) exec::download(buffer_ref(dense), host.data_ptr());
+  try {
+    if (host.numel() > 0) exec::download(buffer_ref(dense), host.data_ptr());
+  } catch (const exec::CheckFailed& e) {
+    TORCH_CHECK_INDEX(false, e.what());
+  }
   return host;
 }
 

@@ -35,6 +35,17 @@ Value wrapped_index(hlo::Builder& b, const Value& index, int64_t size) {
   return b.select(negative, b.binary(BinaryOp::kAdd, i, b.constant_int(size, i.type)), i);
 }
 
+hlo::RegionBody combine_with(BinaryOp op);
+
+// True when every (already wrapped) index lies in [0, size).
+Value all_in_range(hlo::Builder& b, const Value& index, int64_t size) {
+  Value ok = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, index, b.constant(0, index.type)),
+                      b.compare(Compare::kLT, index, b.constant_int(size, index.type)));
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < ok.type.rank(); ++d) all.push_back(d);
+  return b.reduce({ok}, {b.constant(1, {DType::kBool, {}})}, all, combine_with(BinaryOp::kAnd))[0];
+}
+
 // Full coordinates [index.shape..., rank] that address self along every dimension, with `index`
 // substituted along `dim` (the addressing of gather and scatter).
 Value coordinates(hlo::Builder& b, const Value& index, int64_t dim, int64_t rank, int64_t size) {
@@ -42,7 +53,7 @@ Value coordinates(hlo::Builder& b, const Value& index, int64_t dim, int64_t rank
   shape.push_back(1);
   std::vector<Value> parts;
   for (int64_t d = 0; d < rank; ++d) {
-    Value coord = d == dim ? wrapped_index(b, index, size) : b.iota({DType::kS64, index.type.dims}, d);
+    Value coord = d == dim ? cast(b, index, DType::kS64) : b.iota({DType::kS64, index.type.dims}, d);
     parts.push_back(b.reshape(coord, shape));
   }
   return b.concatenate(parts, rank);
@@ -65,6 +76,7 @@ Value scatter_along(LoweringContext& c, const Value& self, int64_t dim, const Va
     return c.b.reshape(r, {});
   }
   int64_t rank = self.type.rank();
+  c.check_on_device(all_in_range(c.b, cast(c.b, index, DType::kS64), self.type.dims.at(dim)));
   Value coords = coordinates(c.b, index, dim, rank, self.type.dims.at(dim));
   auto all = range(0, rank);
   return c.b.scatter(self, coords, updates, {{}, all, all, index.type.rank()}, combine);
@@ -104,6 +116,7 @@ Advanced advanced_index(LoweringContext& c, const Value& self, size_t indices_ar
     if (!list[d].isTensor() || !list[d].toTensor().defined()) continue;  // None may come as an undefined tensor
     a.indexed.push_back(static_cast<int64_t>(d));
     present.push_back(wrapped_index(c.b, values.at(next++), self.type.dims[d]));
+    c.check_on_device(all_in_range(c.b, present.back(), self.type.dims[d]));
   }
   for (const Value& v : present) {  // broadcast shape, aligned at the trailing end
     const auto& dims = v.type.dims;
@@ -268,10 +281,17 @@ at::Tensor nonzero(const at::Tensor& self) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("nonzero", nonzero); }
 
+LoweringOptions checked(const char* message) {
+  LoweringOptions o;
+  o.device_check = message;
+  return o;
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(indexing) {
-  register_lowering({"scatter_reduce.two", "scatter_reduce_.two", "scatter_reduce.two_out"}, scatter_reduce);
+  register_lowering({"scatter_reduce.two", "scatter_reduce_.two", "scatter_reduce.two_out"}, scatter_reduce,
+                    checked("index out of range in self"));
   register_lowering({"masked_scatter", "masked_scatter_", "masked_scatter.out"}, masked_scatter);
   register_lowering({"cat", "cat.out"}, [](LoweringContext& c) {
     std::vector<Value> parts;
@@ -288,7 +308,8 @@ TORCHTPU_LOWERINGS(indexing) {
     int64_t rank = self.type.rank();
     if (rank == 0) return V{self};
     int64_t dim = wrap(c.arg(1).toInt(), rank);
-    Value idx = wrapped_index(c.b, c.b.reshape(c.raw(2), {c.raw(2).type.element_count(), 1}), self.type.dims[dim]);
+    Value idx = cast(c.b, c.b.reshape(c.raw(2), {c.raw(2).type.element_count(), 1}), DType::kS64);
+    c.check_on_device(all_in_range(c.b, idx, self.type.dims[dim]));
     std::vector<int64_t> slice = self.type.dims, out = self.type.dims;
     slice[dim] = 1;
     out[dim] = idx.type.dims[0];
@@ -296,40 +317,42 @@ TORCHTPU_LOWERINGS(indexing) {
     for (int64_t d = 0; d < rank; ++d)
       if (d != dim) offset.push_back(d);
     return V{c.b.gather(self, idx, {offset, {dim}, {dim}, 1}, slice, out)};
-  });
+  }, checked("index out of range in self"));
   register_lowering({"gather", "gather.out"}, [](LoweringContext& c) {
     Value self = c.raw(0), index = c.raw(2);
     int64_t rank = self.type.rank();
     int64_t dim = wrap(c.arg(1).toInt(), rank);
     if (rank == 0) return V{self};
+    c.check_on_device(all_in_range(c.b, cast(c.b, index, DType::kS64), self.type.dims[dim]));
     Value coords = coordinates(c.b, index, dim, rank, self.type.dims[dim]);
     auto all = range(0, rank);
     return V{c.b.gather(self, coords, {{}, all, all, index.type.rank()},
                         std::vector<int64_t>(rank, 1), index.type.dims)};
-  });
+  }, checked("index out of range in self"));
   register_lowering({"scatter.src", "scatter_.src", "scatter.src_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), replace())};
-  });
+  }, checked("index out of range in self"));
   register_lowering({"scatter.value", "scatter_.value", "scatter.value_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
     Value updates = c.b.broadcast_in_dim(c.in(3), index.type.dims, {});
     return V{scatter_along(c, self, dim, index, updates, replace())};
-  });
+  }, checked("index out of range in self"));
   register_lowering({"scatter.reduce", "scatter_.reduce", "scatter.reduce_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), reduce_named(c.arg(4).toStringRef()))};
-  });
+  }, checked("index out of range in self"));
   register_lowering({"scatter_add", "scatter_add_", "scatter_add.out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
-  });
-  register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor);
-  register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put);
+  }, checked("index out of range in self"));
+  register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, checked("index out of range in self"));
+  register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put,
+                    checked("index out of range in self"));
   register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
     return V{cumulative(c.b, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};

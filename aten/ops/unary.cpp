@@ -29,8 +29,13 @@ struct Ops {
   Value sigmoid(const Value& x) { return u(UnaryOp::kLogistic, x); }
 };
 
+// Complex inputs keep their type (abs of complex is real: the builder knows); real ones are cast
+// to the output dtype first (exp of an int tensor computes in float).
 Lowering unary(UnaryOp op) {
-  return [op](LoweringContext& c) { return V{c.b.unary(op, c.in(0))}; };
+  return [op](LoweringContext& c) {
+    Value x = c.raw(0);
+    return V{c.b.unary(op, is_complex(x.type.dtype) ? x : c.in(0))};
+  };
 }
 
 // A unary op defined by a formula over Ops.

@@ -1,0 +1,187 @@
+"""The tpu device as PyTorch code sees it: storage semantics, torch.tpu, RNG, errors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+
+def tpu(t):
+    return t.to("tpu")
+
+
+def test_writes_through_views_reach_every_alias():
+    base = torch.zeros(4, 6)
+    t = tpu(base)
+    t[1:3, ::2] = 5.0
+    t.diagonal().fill_(-1.0)
+    t.t()[2].add_(3.0)
+    base[1:3, ::2] = 5.0
+    base.diagonal().fill_(-1.0)
+    base.t()[2].add_(3.0)
+    torch.testing.assert_close(t.cpu(), base)
+
+
+def test_copy_between_overlapping_views():
+    base = torch.arange(10.0)
+    t = tpu(base)
+    t[2:8].copy_(t[0:6].clone())
+    base[2:8].copy_(base[0:6].clone())
+    torch.testing.assert_close(t.cpu(), base)
+
+
+def test_index_put_accumulate_and_masked_fill():
+    base = torch.zeros(5)
+    idx = torch.tensor([0, 2, 2, 4])
+    want = base.index_put((idx,), torch.ones(4), accumulate=True)
+    got = tpu(base).index_put_((tpu(idx),), tpu(torch.ones(4)), accumulate=True)
+    torch.testing.assert_close(got.cpu(), want)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(tpu(x).masked_fill(tpu(x > 0), 0.5).cpu(), x.masked_fill(x > 0, 0.5))
+
+
+def test_storage_resize_to_zero_and_back_like_fsdp2():
+    p = tpu(torch.arange(6.0))
+    storage = p.untyped_storage()
+    storage.resize_(0)
+    assert storage.nbytes() == 0
+    storage.resize_(6 * 4)
+    p.copy_(tpu(torch.full((6,), 2.0)))
+    torch.testing.assert_close(p.cpu(), torch.full((6,), 2.0))
+
+
+def test_set_and_resize_and_data_assignment():
+    a = tpu(torch.arange(4.0))
+    b = torch.empty(0, device="tpu")
+    b.set_(a)
+    assert b.data_ptr() == a.data_ptr()
+    a.add_(1)
+    torch.testing.assert_close(b.cpu(), torch.arange(4.0) + 1)
+    c = torch.empty(2, device="tpu").resize_(3, 2).fill_(1.0)
+    assert c.shape == (3, 2)
+    w = torch.nn.Parameter(tpu(torch.zeros(3)))
+    w.data = tpu(torch.ones(3))
+    torch.testing.assert_close(w.detach().cpu(), torch.ones(3))
+
+
+def test_out_variants_and_dtype_promotion():
+    a, b = torch.randn(3, 4), torch.randn(4)
+    out = torch.empty(0, device="tpu")
+    torch.add(tpu(a), tpu(b), out=out)
+    torch.testing.assert_close(out.cpu(), a + b)
+    i = torch.arange(6).reshape(2, 3)
+    torch.testing.assert_close((tpu(i) / 4).cpu(), i / 4)
+    torch.testing.assert_close((tpu(i) // 4).cpu(), i // 4)
+    assert (tpu(i) > 2).dtype == torch.bool
+
+
+def test_rng_is_reproducible_under_manual_seed():
+    torch.manual_seed(7)
+    a = torch.rand(100, device="tpu"), torch.randn(100, device="tpu"), torch.randint(0, 10, (50,), device="tpu")
+    torch.manual_seed(7)
+    b = torch.rand(100, device="tpu"), torch.randn(100, device="tpu"), torch.randint(0, 10, (50,), device="tpu")
+    for x, y in zip(a, b):
+        assert torch.equal(x.cpu(), y.cpu())
+    assert 0 <= a[0].min().item() and a[0].max().item() < 1
+    assert 0 <= a[2].min().item() and a[2].max().item() < 10
+    state = torch.tpu.get_rng_state()
+    first = torch.rand(5, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    assert torch.equal(torch.rand(5, device="tpu").cpu(), first)
+
+
+def test_dropout_and_bernoulli_statistics():
+    torch.manual_seed(0)
+    x = torch.ones(20000, device="tpu")
+    y = F.dropout(x, 0.25)
+    dropped = (y == 0).float().mean().item()
+    assert 0.23 < dropped < 0.27
+    assert y.max().item() == pytest.approx(1 / 0.75)
+    assert sorted(torch.randperm(20, device="tpu").cpu().tolist()) == list(range(20))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("conv2d", lambda x: F.conv2d(x, torch.ones(2, 3, 3, 3, device=x.device), stride=2, padding=1)),
+    ("max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1)),
+    ("avg_pool2d", lambda x: F.avg_pool2d(x, 2, ceil_mode=True)),
+    ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (3, 4))),
+    ("batch_norm", lambda x: F.batch_norm(x, None, None, training=True)),
+    ("interpolate", lambda x: F.interpolate(x, scale_factor=2, mode="bilinear")),
+    ("rfft2", lambda x: torch.fft.rfft2(x).abs()),
+])
+def test_vision_ops_forward_and_backward_match_cpu(name, fn):
+    x = torch.randn(2, 3, 7, 9, requires_grad=True)
+    xt = x.detach().to("tpu").requires_grad_()
+    want, got = fn(x), fn(xt)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    want.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=1e-3, atol=1e-3)
+
+
+def test_boolean_mask_indexing_and_nonzero_run_on_device():
+    torchtpu.metrics.reset()
+    x = torch.randn(5, 4)
+    t = tpu(x)
+    torch.testing.assert_close(t[t > 0].cpu(), x[x > 0])
+    torch.testing.assert_close(torch.nonzero(t > 0).cpu(), torch.nonzero(x > 0))
+    assert torchtpu.metrics.cpu_fallbacks() == {}
+
+
+def test_index_out_of_range_is_detected_on_device():
+    x = torch.randn(5, 3, device="tpu")
+    with pytest.raises(IndexError, match="index out of range"):
+        torch.index_select(x, 0, torch.tensor([1, 7], device="tpu")).cpu()
+    with pytest.raises(IndexError, match="index out of range"):
+        x[torch.tensor([5], device="tpu")]
+        torch.tpu.synchronize()
+    # and nothing is left pending afterwards
+    assert x[torch.tensor([4], device="tpu")].cpu().shape == (1, 3)
+
+
+def test_cpu_fallback_is_counted_and_can_be_an_error(monkeypatch):
+    torchtpu.metrics.reset()
+    x = tpu(torch.randn(4, 4))
+    torch.linalg.inv(x @ x.t() + 4 * torch.eye(4, device="tpu"))
+    assert any("linalg_inv" in op for op in torchtpu.metrics.cpu_fallbacks())
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
+    with pytest.raises(NotImplementedError, match="TORCHTPU_FALLBACK=error"):
+        torch.linalg.inv(x @ x.t() + 4 * torch.eye(4, device="tpu"))
+
+
+def test_torch_tpu_module_and_memory_accounting():
+    assert torch.tpu.is_available() and torch.tpu.device_count() >= 1
+    assert torch.tpu.current_device() == 0
+    with torch.tpu.device(0):
+        assert torch.tpu.current_device() == 0
+    before = torch.tpu.memory_allocated()
+    t = torch.ones(256, 256, device="tpu")
+    assert torch.tpu.memory_allocated() >= before + 256 * 256 * 4
+    assert torch.tpu.max_memory_allocated() >= torch.tpu.memory_allocated()
+    del t
+    assert torch.tpu.memory_allocated() <= before
+    assert torch.bfloat16 in torch.tpu.get_amp_supported_dtype()
+    assert torch.tpu.get_device_properties().name
+    assert torch.ones(2).tpu().is_tpu
+    assert next(torch.nn.Linear(2, 2).tpu().parameters()).device.type == "tpu"
+
+
+def test_save_and_load_state_dict_across_devices(tmp_path):
+    m = torch.nn.Linear(3, 2).to("tpu")
+    path = tmp_path / "m.pt"
+    torch.save(m.state_dict(), path)
+    loaded = torch.load(path, map_location="cpu")
+    for k, v in m.state_dict().items():
+        assert loaded[k].device.type == "cpu"
+        torch.testing.assert_close(loaded[k], v.cpu())
+
+
+def test_printing_item_tolist_numpy_non_blocking():
+    t = tpu(torch.tensor([[1.5, -2.0], [0.25, 4.0]]))
+    assert "tpu:0" in repr(t)
+    assert t[1, 1].item() == 4.0
+    assert t.tolist() == [[1.5, -2.0], [0.25, 4.0]]
+    assert t.cpu().numpy().shape == (2, 2)
+    u = torch.ones(3).to("tpu", non_blocking=True)
+    assert u.sum().item() == 3.0
