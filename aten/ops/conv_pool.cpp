@@ -158,10 +158,11 @@ hlo::RegionBody add_body() {
   return [](hlo::Builder& b, const V& a) { return V{b.binary(BinaryOp::kAdd, a[0], a[1])}; };
 }
 
-V max_pool_with_indices(LoweringContext& c) {
+// Pooling lowerings take the number of spatial dims from the op (2 for *2d, 3 for *3d): PyTorch
+// may pass a single kernel size for all of them.
+V max_pool_with_indices(LoweringContext& c, size_t n) {
   // (self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices)
   Value x = c.in(0);
-  size_t n = c.int_list(1).size() == 1 ? 2 : c.int_list(1).size();
   auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0), d = per_dim(c, 4, n, 1);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   int64_t rank = x.type.rank();
@@ -189,10 +190,9 @@ V max_pool_with_indices(LoweringContext& c) {
   return {r[0], r[1]};
 }
 
-V max_pool_backward(LoweringContext& c) {
+V max_pool_backward(LoweringContext& c, size_t n) {
   // (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices) -> grad_input
   Value g = c.in(0), x = c.in(1), idx = c.raw(7);
-  size_t n = std::max<size_t>(c.int_list(2).size(), 2);
   int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n);
   int64_t rows = 1, plane = 1, outs = 1;
   for (int64_t i = 0; i < lead; ++i) rows *= x.type.dims[i];
@@ -229,10 +229,9 @@ Value avg_divisor(LoweringContext& c, const Value& x, const std::vector<int64_t>
   return c.b.broadcast_in_dim(counts, out_dims, trailing);
 }
 
-V avg_pool(LoweringContext& c) {
+V avg_pool(LoweringContext& c, size_t n) {
   // (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
   Value x = c.in(0);
-  size_t n = c.int_list(1).size() == 1 ? 2 : c.int_list(1).size();
   auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   std::vector<int64_t> ones(n, 1);
@@ -241,10 +240,9 @@ V avg_pool(LoweringContext& c) {
   return {c.b.binary(BinaryOp::kDivide, sum, avg_divisor(c, x, c.out().dims, k, s, p, c.arg(5).toBool(), c.arg(6)))};
 }
 
-V avg_pool_backward(LoweringContext& c) {
+V avg_pool_backward(LoweringContext& c, size_t n) {
   // (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
   Value g = c.in(0), x = c.in(1);
-  size_t n = c.int_list(2).size() == 1 ? 2 : c.int_list(2).size();
   auto k = per_dim(c, 2, n, 1), s = per_dim(c, 3, n, 0), p = per_dim(c, 4, n, 0);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   Value share = c.b.binary(BinaryOp::kDivide, g, avg_divisor(c, x, g.type.dims, k, s, p, c.arg(6).toBool(), c.arg(7)));
@@ -320,14 +318,19 @@ V adaptive_avg_pool_backward(LoweringContext& c) {  // (grad_output, self)
 TORCHTPU_LOWERINGS(conv_pool) {
   register_lowering({"convolution", "convolution.out"}, convolution);
   register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward);
-  register_lowering({"max_pool2d_with_indices", "max_pool2d_with_indices.out", "max_pool3d_with_indices",
-                     "max_pool3d_with_indices.out"}, max_pool_with_indices);
-  register_lowering({"max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward.grad_input",
-                     "max_pool3d_with_indices_backward", "max_pool3d_with_indices_backward.grad_input"},
-                    max_pool_backward);
-  register_lowering({"avg_pool2d", "avg_pool2d.out", "avg_pool3d", "avg_pool3d.out"}, avg_pool);
-  register_lowering({"avg_pool2d_backward", "avg_pool2d_backward.grad_input", "avg_pool3d_backward",
-                     "avg_pool3d_backward.grad_input"}, avg_pool_backward);
+  for (size_t n : {2, 3}) {
+    std::string d = std::to_string(n) + "d";
+    auto with_n = [n](V (*fn)(LoweringContext&, size_t)) {
+      return [n, fn](LoweringContext& c) { return fn(c, n); };
+    };
+    std::string mp = "max_pool" + d + "_with_indices", mpo = mp + ".out";
+    std::string mpb = mp + "_backward", mpbo = mpb + ".grad_input";
+    std::string ap = "avg_pool" + d, apo = ap + ".out", apb = ap + "_backward", apbo = apb + ".grad_input";
+    register_lowering({mp.c_str(), mpo.c_str()}, with_n(max_pool_with_indices));
+    register_lowering({mpb.c_str(), mpbo.c_str()}, with_n(max_pool_backward));
+    register_lowering({ap.c_str(), apo.c_str()}, with_n(avg_pool));
+    register_lowering({apb.c_str(), apbo.c_str()}, with_n(avg_pool_backward));
+  }
   register_lowering({"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool3d",
                      "_adaptive_avg_pool3d.out"}, adaptive_avg_pool);
   register_lowering({"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out",

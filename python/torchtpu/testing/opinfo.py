@@ -1,6 +1,7 @@
 """Runs PyTorch's OpInfo samples on tpu against the CPU reference.
 
     python -m torchtpu.testing.opinfo --json FILE [--ops NAME ...] [--dtypes float32 ...]
+                                      [--markdown FILE]
 
 For every entry of ``torch.testing._internal.common_methods_invocations.op_db`` (or the named ones),
 for each dtype the op supports on CPU (among those given), every sample input runs on CPU and on
@@ -171,6 +172,7 @@ def main(argv=None):
     parser.add_argument("--dtypes", nargs="*", default=DTYPES, choices=DTYPES)
     parser.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
     parser.add_argument("--chunk", type=int, default=40, help="ops per worker process")
+    parser.add_argument("--markdown", help="also write the results as a Markdown report")
     parser.add_argument("--_worker", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -226,8 +228,73 @@ def main(argv=None):
     with open(args.json, "w") as f:
         json.dump({"ops": ops, "totals": totals, "excluded_random": excluded,
                    "dtypes": args.dtypes}, f, indent=1, sort_keys=True)
+    if args.markdown:
+        write_markdown(args.markdown, ops, totals, excluded, args)
     print(json.dumps(totals))
     return 0
+
+
+def _core_ops():
+    import torch
+    core = set()
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not hasattr(packet, "overloads"):
+            continue
+        for overload in packet.overloads():
+            if torch.Tag.core in getattr(packet, overload).tags:
+                core.add("aten::" + name + ("" if overload == "default" else "." + overload))
+    return core
+
+
+def write_markdown(path, ops, totals, excluded, args):
+    import datetime
+    import platform
+
+    import torch
+    core = _core_ops()
+    core_fallbacks = sorted({f for r in ops.values() for f in r["fallback_ops"] if f in core})
+    pct = 100.0 * totals["passed"] / max(totals["samples"], 1)
+    lines = [
+        "# Conformance against PyTorch's OpInfo database", "",
+        f"Generated {datetime.date.today()} on {platform.machine()} ({os.cpu_count()} CPUs), "
+        f"torch {torch.__version__}, platform `{_platform()}`, by:", "",
+        "```", "python -m torchtpu.testing.opinfo --json conformance.json --dtypes "
+        + " ".join(args.dtypes) + f" --markdown docs/conformance.md", "```", "",
+        "Each OpInfo sample runs on CPU (the reference) and on tpu; outputs are compared with "
+        "`torch.testing.assert_close` at default tolerances. Ops supporting autograd also get a "
+        "float32 gradient check (backward of the summed outputs). *errors* are samples where tpu "
+        "raised and CPU did not; a worker crash counts as one error for the op. Random ops are "
+        "excluded (listed at the end): their values cannot match CPU's.", "",
+        "| | |", "| --- | --- |",
+        f"| samples | {totals['samples']} |",
+        f"| passed | {totals['passed']} ({pct:.1f}%) |",
+        f"| failed (wrong values) | {totals['failed']} |",
+        f"| errors | {totals['errors']} |",
+        f"| gradient checks | {totals['grad_samples']} ({totals['grad_failed']} failed) |",
+        f"| ops | {totals['ops_total']}, all samples passing: {totals['ops_all_passed']} |",
+        f"| core ATen ops that fell back to the CPU | {len(core_fallbacks)}: "
+        + (", ".join(f"`{o}`" for o in core_fallbacks) or "none") + " |", "",
+        "## Per op", "",
+        "| op | samples | passed | failed | errors | grad checks (failed) | CPU fallbacks | first failure |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in ops.items():
+        fb = ", ".join(f"`{f.replace('aten::', '')}`" for f in r["fallback_ops"])
+        why = (r["first_failure"] or "").replace("|", "\\|").replace("\n", " ")[:120]
+        lines.append(f"| {name} | {r['samples']} | {r['passed']} | {r['failed']} | {r['errors']} | "
+                     f"{r['grad_samples']} ({r['grad_failed']}) | {fb} | {why} |")
+    lines += ["", "Excluded (random): " + ", ".join(excluded), ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def _platform():
+    try:
+        import torchtpu
+        return torchtpu.platform()
+    except Exception:
+        return "unknown"
 
 
 if __name__ == "__main__":
