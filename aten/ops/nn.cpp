@@ -124,9 +124,49 @@ V embedding_dense_backward(LoweringContext& c) {
   return {grad};
 }
 
+// p-norm distances between rows of a [..., P, M] and b [..., R, M] -> [..., P, R].
+Value pairwise_distance(Math& m, const Value& a, const Value& b, double p) {
+  int64_t rank = a.type.rank();
+  std::vector<int64_t> dims = a.type.dims;  // [..., P, R, M]
+  dims.insert(dims.end() - 1, b.type.dims[rank - 2]);
+  std::vector<int64_t> batch;
+  for (int64_t d = 0; d < rank - 2; ++d) batch.push_back(d);
+  std::vector<int64_t> a_map = batch, b_map = batch;
+  a_map.insert(a_map.end(), {rank - 2, rank});
+  b_map.insert(b_map.end(), {rank - 1, rank});
+  Value diff = m.b.unary(UnaryOp::kAbs, m.sub(m.b.broadcast_in_dim(a, dims, a_map), m.b.broadcast_in_dim(b, dims, b_map)));
+  if (p == 0) return m.sum(cast(m.b, m.b.compare(Compare::kNE, diff, m.k(0, diff)), diff.type.dtype), {rank});
+  if (std::isinf(p)) return m.reduce(diff, {rank}, BinaryOp::kMaximum, 0);
+  if (p == 1) return m.sum(diff, {rank});
+  if (p == 2) return m.b.unary(UnaryOp::kSqrt, m.sum(m.mul(diff, diff), {rank}));
+  Value s = m.sum(m.b.binary(BinaryOp::kPower, diff, m.k(p, diff)), {rank});
+  return m.b.binary(BinaryOp::kPower, s, m.k(1 / p, s));
+}
+
+V cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode)
+  Math m{c.b};
+  return {pairwise_distance(m, c.in(0), c.in(1), c.arg(2).toDouble())};
+}
+
+V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, row-major
+  Math m{c.b};
+  Value x = c.in(0);
+  int64_t n = x.type.dims[0];
+  Value all = c.b.reshape(pairwise_distance(m, x, x, c.arg(1).toDouble()), {n * n});
+  std::vector<int64_t> pairs;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i + 1; j < n; ++j) pairs.push_back(i * n + j);
+  int64_t count = static_cast<int64_t>(pairs.size());
+  if (count == 0) return {c.b.constant(0, c.out())};
+  Value idx = c.b.constant_bytes(pairs.data(), {DType::kS64, {count, 1}});
+  return {c.b.gather(all, idx, {{}, {0}, {0}, 1}, {1}, {count})};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(nn) {
+  register_lowering({"_cdist_forward", "_cdist_forward.out"}, cdist);
+  register_lowering({"_pdist_forward", "_pdist_forward.out"}, pdist);
   register_lowering({"_softmax", "_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
