@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "int32", "int8", "uint8", "bool",
@@ -35,7 +36,7 @@ RANDOM_OPS = {
 }
 
 
-def _worker(op_names, dtypes, out_path, grad):
+def _worker(op_names, dtypes, out_path, grad, time_limit):
     import torch
 
     import torchtpu
@@ -138,7 +139,7 @@ def _worker(op_names, dtypes, out_path, grad):
                 except Exception:
                     continue
                 for sample in samples:
-                    if time.time() - started > 120:
+                    if time.time() - started > time_limit:
                         break
                     result, why = run_sample(op, sample, want_grad)
                     rec["samples"] += 1
@@ -171,47 +172,67 @@ def main(argv=None):
     parser.add_argument("--ops", nargs="*", help="OpInfo names (default: all of op_db)")
     parser.add_argument("--dtypes", nargs="*", default=DTYPES, choices=DTYPES)
     parser.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
-    parser.add_argument("--chunk", type=int, default=40, help="ops per worker process")
+    parser.add_argument("--chunk", type=int, default=20, help="ops per worker process")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes at once")
+    parser.add_argument("--time-limit", type=float, default=60,
+                        help="seconds per op; samples beyond it are not run (nor counted)")
     parser.add_argument("--markdown", help="also write the results as a Markdown report")
     parser.add_argument("--_worker", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args._worker is not None:
-        _worker(args._worker, args.dtypes, args._out, not args.no_grad)
+        _worker(args._worker, args.dtypes, args._out, not args.no_grad, args.time_limit)
         return 0
 
     names = args.ops or _all_op_names()
     excluded = sorted(n for n in names if n.split(".")[0] in RANDOM_OPS or n in RANDOM_OPS)
     todo = [n for n in names if n not in excluded]
     results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "results.jsonl")
-        while todo:
-            chunk, todo = todo[: args.chunk], todo[args.chunk:]
+    lock = threading.Lock()
+    queue = [todo[i:i + args.chunk] for i in range(0, len(todo), args.chunk)]
+
+    def run_chunks(log):
+        while True:
+            with lock:
+                if not queue:
+                    return
+                chunk = queue.pop(0)
             cmd = [sys.executable, "-m", "torchtpu.testing.opinfo", "--json", args.json,
-                   "--dtypes", *args.dtypes, "--_out", log, "--_worker", *chunk]
+                   "--dtypes", *args.dtypes, "--time-limit", str(args.time_limit), "--_out", log,
+                   "--_worker", *chunk]
             if args.no_grad:
                 cmd.append("--no-grad")
+            open(log, "w").close()
             proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            started, finished = None, set()
+            started, done = None, {}
             with open(log) as f:
                 for line in f:
                     rec = json.loads(line)
                     if "start" in rec:
                         started = rec["start"]
                     else:
-                        results[rec["op"]] = rec
-                        finished.add(rec["op"])
-            if proc.returncode != 0:  # a crash: record the op it died in, resume after it
-                if started and started not in results:
-                    results[started] = {"op": started, "samples": 1, "passed": 0, "failed": 0,
-                                        "errors": 1, "grad_samples": 0, "grad_failed": 0,
-                                        "first_failure": f"worker crashed (exit {proc.returncode})",
-                                        "fallback_ops": []}
-                rest = [n for n in chunk if n not in results]
-                todo = rest + todo
-            print(f"{len(results)}/{len(names) - len(excluded)} ops done", file=sys.stderr, flush=True)
+                        done[rec["op"]] = rec
+            if proc.returncode != 0 and started and started not in done:
+                # a crash: record the op it died in, and resume after it
+                done[started] = {"op": started, "samples": 1, "passed": 0, "failed": 0, "errors": 1,
+                                 "grad_samples": 0, "grad_failed": 0,
+                                 "first_failure": f"worker crashed (exit {proc.returncode})",
+                                 "fallback_ops": []}
+            with lock:
+                results.update(done)
+                rest = [n for n in chunk if n not in done]
+                if rest:
+                    queue.insert(0, rest)
+                print(f"{len(results)}/{len(todo)} ops done", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        threads = [threading.Thread(target=run_chunks, args=(os.path.join(tmp, f"worker{i}.jsonl"),))
+                   for i in range(args.jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     ops = {name: {k: v for k, v in rec.items() if k != "op"} for name, rec in sorted(results.items())}
     totals = {
