@@ -70,7 +70,7 @@ TpuGenerator* TpuGenerator::clone_impl() const {
 
 const at::Generator& default_generator(c10::DeviceIndex device) {
   static std::once_flag once;
-  static std::vector<at::Generator> generators;
+  static auto& generators = *new std::vector<at::Generator>;
   std::call_once(once, [] {
     for (c10::DeviceIndex d = 0; d < std::max<c10::DeviceIndex>(device_count(), 1); ++d)
       generators.push_back(at::make_generator<TpuGenerator>(d));

@@ -35,7 +35,7 @@ std::shared_ptr<exec::BufferRef> device_scalar(const c10::Scalar& s, int device)
   size_t size = element_size(dtype);
   using Key = std::tuple<int, DType, std::string>;
   static std::mutex mu;
-  static std::map<Key, std::shared_ptr<exec::BufferRef>> cache;
+  static auto& cache = *new std::map<Key, std::shared_ptr<exec::BufferRef>>;  // never destroyed: see exec
   std::lock_guard<std::mutex> lock(mu);
   Key key{device, dtype, std::string(reinterpret_cast<char*>(bytes), size)};
   if (auto it = cache.find(key); it != cache.end()) return it->second;

@@ -136,9 +136,11 @@ class ExecutableCache {
   std::unordered_map<std::string, std::shared_ptr<runtime::Executable>> entries_;
 };
 
+// Process-lifetime objects are deliberately never destroyed: destroying executables and
+// buffers at exit, after a GPU driver has shut down, fails noisily. The OS reclaims them.
 ExecutableCache& cache() {
-  static ExecutableCache c;
-  return c;
+  static auto* c = new ExecutableCache;
+  return *c;
 }
 
 // Completion events of dispatched executions, per device, for synchronize().
@@ -165,8 +167,8 @@ class PendingWork {
 };
 
 PendingWork& pending() {
-  static PendingWork p;
-  return p;
+  static auto* p = new PendingWork;
+  return *p;
 }
 
 struct DeferredCheck {
@@ -200,8 +202,8 @@ class DeferredChecks {
 };
 
 DeferredChecks& deferred_checks() {
-  static DeferredChecks d;
-  return d;
+  static auto* d = new DeferredChecks;
+  return *d;
 }
 
 // The storage's flat buffer, creating zeros for a never-written one.

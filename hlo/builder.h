@@ -113,15 +113,19 @@ class Builder {
   Value reverse(const Value& x, const std::vector<int64_t>& dimensions);
 
   // Contractions, reductions, indexing.
-  Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims,
-                    DType result_dtype);
+  // kHighest asks for full f32 precision where a backend would otherwise use reduced-precision
+  // units (TF32 on NVIDIA GPUs): PyTorch's default for float32 matmuls and convolutions.
+  enum class Precision { kDefault, kHighest };
+  Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims, DType result_dtype,
+                    Precision precision = Precision::kDefault);
   enum class FftType { kFFT, kIFFT, kRFFT, kIRFFT };
   // FFT over the trailing fft_length.size() (1 to 3) dims. IFFT and IRFFT scale by 1/n, as XLA does.
   Value fft(const Value& x, FftType type, const std::vector<int64_t>& fft_length);
 
   // The caller gives the result shape (PyTorch's shape rules already computed it).
   Value convolution(const Value& lhs, const Value& rhs, const ConvSpec& spec,
-                    const std::vector<int64_t>& result_dims, DType result_dtype);
+                    const std::vector<int64_t>& result_dims, DType result_dtype,
+                    Precision precision = Precision::kDefault);
   std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
                             const std::vector<int64_t>& dimensions, const RegionBody& body);
   std::vector<Value> reduce_window(const std::vector<Value>& inputs,

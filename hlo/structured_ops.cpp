@@ -31,8 +31,17 @@ std::vector<int64_t> or_ones(const std::vector<int64_t>& v, size_t rank) {
 
 }  // namespace
 
+namespace {
+
+std::string precision_attr(Builder::Precision p) {
+  if (p == Builder::Precision::kDefault) return "";
+  return ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+}
+
+}  // namespace
+
 Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
-                           DType result_dtype) {
+                           DType result_dtype, Precision precision) {
   require(d.lhs_batch.size() == d.rhs_batch.size() && d.lhs_contract.size() == d.rhs_contract.size(),
           "dot_general dimension lists differ in length");
   TensorType type{result_dtype, {}};
@@ -54,7 +63,8 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
   add_list(attr, "rhs_batching_dimensions", d.rhs_batch);
   add_list(attr, "lhs_contracting_dimensions", d.lhs_contract);
   add_list(attr, "rhs_contracting_dimensions", d.rhs_contract);
-  return emit1("stablehlo.dot_general", {lhs, rhs}, type, "dot_dimension_numbers = " + attr + ">");
+  return emit1("stablehlo.dot_general", {lhs, rhs}, type,
+               "dot_dimension_numbers = " + attr + ">" + precision_attr(precision));
 }
 
 Value Builder::fft(const Value& x, FftType fft_type, const std::vector<int64_t>& fft_length) {
@@ -85,7 +95,8 @@ Value Builder::fft(const Value& x, FftType fft_type, const std::vector<int64_t>&
 }
 
 Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvSpec& spec,
-                           const std::vector<int64_t>& result_dims, DType result_dtype) {
+                           const std::vector<int64_t>& result_dims, DType result_dtype,
+                           Precision precision) {
   size_t spatial = lhs.type.dims.size() - 2;
   auto ones = [&](const std::vector<int64_t>& v) { return v.empty() ? std::vector<int64_t>(spatial, 1) : v; };
   auto padding = spec.padding.empty() ? std::vector<std::pair<int64_t, int64_t>>(spatial, {0, 0}) : spec.padding;
@@ -96,7 +107,8 @@ Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvSpec& s
                       ", lhs_dilation = " + i64_array(ones(spec.lhs_dilation)) +
                       ", padding = " + padding_attr(padding) +
                       ", rhs_dilation = " + i64_array(ones(spec.rhs_dilation)) +
-                      ", window_strides = " + i64_array(ones(spec.window_strides));
+                      ", window_strides = " + i64_array(ones(spec.window_strides)) +
+                      precision_attr(precision);
   return emit1("stablehlo.convolution", {lhs, rhs}, {result_dtype, result_dims}, attrs);
 }
 

@@ -13,6 +13,8 @@ if [ "${1:-}" = --prepare ]; then
   inc=$(.venv/bin/python -c "import os, xla_plugins.xla_cpu_pjrt as p; print(os.path.join(os.path.dirname(p.__file__), 'include'))")
   cp "$inc/pjrt_c_api.h" .device/include/
   cp build/tests/runtime_tests build/tests/exec_tests build/benchmarks/runtime_bench .device/
+  mkdir -p .device/lib  # Google Benchmark's shared library, which that machine lacks
+  cp /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian .device/lib/
   exit 0
 fi
 
@@ -25,6 +27,7 @@ python3 -c "import torch, jax; print('torch', torch.__version__, 'jax', jax.__ve
 PLUGIN=$(python3 -c "import os, jax_plugins.xla_cuda13 as p; print(os.path.join(os.path.dirname(p.__file__), 'xla_cuda_plugin.so'))")
 echo "plugin: $PLUGIN"
 export TORCHTPU_PJRT_PLUGIN=$PLUGIN
+export LD_LIBRARY_PATH=$PWD/.device/lib:${LD_LIBRARY_PATH:-}
 
 echo "== C++ runtime and executor tests on the CUDA plugin (collectives need 4 devices: skipped on 1 GPU)"
 .device/runtime_tests --gtest_filter=-Collectives.* > "$OUT/runtime_tests.log" 2>&1

@@ -15,6 +15,9 @@ using hlo::Value;
 using V = std::vector<Value>;
 using Pads = std::vector<std::pair<int64_t, int64_t>>;
 
+// PyTorch computes float32 convolutions in full precision unless told otherwise (no TF32).
+constexpr auto kExact = hlo::Builder::Precision::kHighest;
+
 // An int list argument expanded to one entry per spatial dimension (PyTorch accepts one value).
 std::vector<int64_t> per_dim(const LoweringContext& c, size_t i, size_t n, int64_t fallback) {
   std::vector<int64_t> v = c.arg(i).isNone() ? std::vector<int64_t>{} : c.int_list(i);
@@ -60,7 +63,7 @@ Value transposed_conv(hlo::Builder& b, const Value& x, const Value& w, const std
     int64_t high = out - ((in - 1) * stride[i] + 1) - low + dilation[i] * (k - 1);
     spec.padding.push_back({low, high});
   }
-  return b.convolution(x, as_forward_weight(b, w, groups), spec, out_dims, dtype);
+  return b.convolution(x, as_forward_weight(b, w, groups), spec, out_dims, dtype, kExact);
 }
 
 Value add_bias(LoweringContext& c, const Value& y, size_t bias_arg) {
@@ -79,7 +82,7 @@ V convolution(LoweringContext& c) {
     return {add_bias(c, transposed_conv(c.b, x, w, stride, padding, dilation, groups, out, x.type.dtype), 2)};
   hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), stride, {}, dilation, {}, groups, 1};
   for (size_t i = 0; i < n; ++i) spec.padding.push_back({padding[i], padding[i]});
-  return {add_bias(c, c.b.convolution(x, w, spec, out, x.type.dtype), 2)};
+  return {add_bias(c, c.b.convolution(x, w, spec, out, x.type.dtype, kExact), 2)};
 }
 
 // d(weight) of a regular convolution of `input` giving `grad` (shape w_dims): the two correlated
@@ -93,7 +96,7 @@ Value weight_grad(hlo::Builder& b, const Value& input, const Value& grad, const 
     int64_t k = w_dims[2 + i], in = input.type.dims[2 + i], o = grad.type.dims[2 + i];
     spec.padding.push_back({padding[i], (k - 1) * dilation[i] + (o - 1) * stride[i] + 1 - in - padding[i]});
   }
-  return b.convolution(input, grad, spec, w_dims, input.type.dtype);
+  return b.convolution(input, grad, spec, w_dims, input.type.dtype, kExact);
 }
 
 V convolution_backward(LoweringContext& c) {
@@ -110,7 +113,7 @@ V convolution_backward(LoweringContext& c) {
     // regular convolution of g with w, and the weight gradient with input and g swapped.
     hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), stride, {}, dilation, {}, groups, 1};
     for (size_t i = 0; i < n; ++i) spec.padding.push_back({padding[i], padding[i]});
-    grad_input = c.b.convolution(g, w, spec, x.type.dims, t);
+    grad_input = c.b.convolution(g, w, spec, x.type.dims, t, kExact);
     grad_weight = weight_grad(c.b, g, x, w.type.dims, stride, padding, dilation, groups);
   } else {
     grad_input = transposed_conv(c.b, g, w, stride, padding, dilation, groups, x.type.dims, t);
@@ -287,7 +290,7 @@ Value averaging_matrix(hlo::Builder& b, int64_t in, int64_t out, DType t) {
 
 // Contracts dim `dim` of x with matrix m ([size(dim), n] or transposed), keeping dim order.
 Value along(hlo::Builder& b, const Value& x, int64_t dim, const Value& m, bool transpose_m) {
-  Value r = b.dot_general(x, m, {{}, {}, {dim}, {transpose_m ? 1 : 0}}, x.type.dtype);
+  Value r = b.dot_general(x, m, {{}, {}, {dim}, {transpose_m ? 1 : 0}}, x.type.dtype, kExact);
   std::vector<int64_t> perm;  // the new dim comes last: move it back to `dim`
   int64_t rank = x.type.rank();
   for (int64_t d = 0; d < rank; ++d) perm.push_back(d < dim ? d : d == dim ? rank - 1 : d - 1);

@@ -17,8 +17,9 @@ DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DTyp
 Value matmul(LoweringContext& c, const Value& a, const Value& b, int64_t batch, int64_t rhs_contract) {
   std::vector<int64_t> bd;
   for (int64_t i = 0; i < batch; ++i) bd.push_back(i);
+  // Full precision: PyTorch's default float32 matmul precision is "highest" (no TF32).
   return c.b.dot_general(a, b, {bd, bd, {a.type.rank() - 1}, {rhs_contract}},
-                         accumulator(c.out().dtype));
+                         accumulator(c.out().dtype), hlo::Builder::Precision::kHighest);
 }
 
 // beta * self + alpha * product, with PyTorch's rule that beta == 0 ignores self (even NaN).

@@ -1,8 +1,11 @@
 #include "tests/runtime/test_util.h"
 
+#include <cstdlib>
+
 namespace torchtpu::testing {
 
 runtime::Client& client() {
+  setenv("TORCHTPU_NUM_CPU_DEVICES", "4", /*overwrite=*/0);  // collectives need four CPU devices
   static std::unique_ptr<runtime::Client> c = runtime::Client::create(runtime::Plugin::discover());
   return *c;
 }
