@@ -79,6 +79,9 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex d) const override {
     return new_generator(d < 0 ? current : d);
   }
+  // Pinned host memory: plain host memory (PJRT copies from any host address).
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetAllocator(c10::DeviceType::CPU); }
+  bool isPinnedPtr(const void*) const override { return false; }
   at::Device getDeviceFromPtr(void*) const override {
     return {c10::DeviceType::PrivateUse1, current};
   }

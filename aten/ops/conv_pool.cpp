@@ -112,7 +112,10 @@ V convolution_backward(LoweringContext& c) {
     // y = convT(x, w) is the input-gradient of a regular convolution, so its gradients are a
     // regular convolution of g with w, and the weight gradient with input and g swapped.
     hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), stride, {}, dilation, {}, groups, 1};
-    for (size_t i = 0; i < n; ++i) spec.padding.push_back({padding[i], padding[i]});
+    for (size_t i = 0; i < n; ++i) {  // high padding chosen to land exactly on the input's size
+      int64_t k = w.type.dims[2 + i], in = x.type.dims[2 + i], o = g.type.dims[2 + i];
+      spec.padding.push_back({padding[i], (in - 1) * stride[i] + dilation[i] * (k - 1) + 1 - o - padding[i]});
+    }
     grad_input = c.b.convolution(g, w, spec, x.type.dims, t, kExact);
     grad_weight = weight_grad(c.b, g, x, w.type.dims, stride, padding, dilation, groups);
   } else {
@@ -308,9 +311,9 @@ V adaptive_avg_pool(LoweringContext& c) {  // (self, output_size)
   return {x};
 }
 
-V adaptive_avg_pool_backward(LoweringContext& c) {  // (grad_output, self)
+V adaptive_avg_pool_backward(LoweringContext& c, int64_t pooled) {  // (grad_output, self)
   Value g = c.in(0), x = c.in(1);
-  int64_t rank = x.type.rank(), pooled = rank == 5 ? 3 : 2;
+  int64_t rank = x.type.rank();
   for (int64_t dim = rank - pooled; dim < rank; ++dim)
     g = along(c.b, g, dim, averaging_matrix(c.b, x.type.dims[dim], g.type.dims[dim], g.type.dtype), true);
   return {g};
@@ -336,9 +339,10 @@ TORCHTPU_LOWERINGS(conv_pool) {
   }
   register_lowering({"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool3d",
                      "_adaptive_avg_pool3d.out"}, adaptive_avg_pool);
-  register_lowering({"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out",
-                     "_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.grad_input"},
-                    adaptive_avg_pool_backward);
+  register_lowering({"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"},
+                    [](LoweringContext& c) { return adaptive_avg_pool_backward(c, 2); });
+  register_lowering({"_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.grad_input"},
+                    [](LoweringContext& c) { return adaptive_avg_pool_backward(c, 3); });
 }
 
 }  // namespace torchtpu::aten

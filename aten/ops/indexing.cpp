@@ -240,9 +240,10 @@ V scatter_reduce(LoweringContext& c) {
 
 // masked_scatter(self, mask, source): the k-th true position of mask takes source.flatten()[k].
 V masked_scatter(LoweringContext& c) {
-  Value self = c.in(0);
+  Value self = c.in_b(0);
   Value mask = c.bcast(c.raw(1));
   int64_t n = self.type.element_count();
+  if (c.raw(2).type.element_count() == 0) return {self};  // then mask has no true element
   Value flat_mask = c.b.reshape(mask, {n});
   Value counts = cumulative(c.b, cast(c.b, flat_mask, DType::kS64), 0, BinaryOp::kAdd, 0);
   Value pos = c.b.binary(BinaryOp::kSubtract, counts, c.b.constant(1, counts.type));

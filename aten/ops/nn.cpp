@@ -143,9 +143,15 @@ Value pairwise_distance(Math& m, const Value& a, const Value& b, double p) {
   return m.b.binary(BinaryOp::kPower, s, m.k(1 / p, s));
 }
 
-V cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode)
+V cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode); batch dims broadcast
   Math m{c.b};
-  return {pairwise_distance(m, c.in(0), c.in(1), c.arg(2).toDouble())};
+  std::vector<int64_t> batch(c.out().dims.begin(), c.out().dims.end() - 2);
+  auto with_batch = [&](const Value& v) {
+    std::vector<int64_t> dims = batch;
+    dims.insert(dims.end(), v.type.dims.end() - 2, v.type.dims.end());
+    return broadcast_to(c.b, v, dims);
+  };
+  return {pairwise_distance(m, with_batch(c.in(0)), with_batch(c.in(1)), c.arg(2).toDouble())};
 }
 
 V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, row-major

@@ -3,6 +3,9 @@
 // low-precision inputs.
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/AccumulateType.h>
 #include <torch/library.h>
 
 #include "aten/lowering.h"
@@ -208,9 +211,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     bool training, double momentum, double eps) {
   bool has_stats = running_mean && running_mean->defined() && running_var && running_var->defined();
   if (!has_stats) return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
-  if (!training)
-    return at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var,
-                                                    momentum, eps);
+  if (!training) {  // the CPU kernel returns empty statistics in eval mode
+    at::Tensor out = std::get<0>(at::_native_batch_norm_legit_no_training(
+        input, weight, bias, *running_mean, *running_var, momentum, eps));
+    at::Tensor empty = at::empty({0}, input.options().dtype(at::toAccumulateType(input.scalar_type(), true)));
+    return {out, empty, empty.clone()};
+  }
   at::Tensor rm = *running_mean, rv = *running_var;
   return at::_native_batch_norm_legit(input, weight, bias, rm, rv, training, momentum, eps);
 }
@@ -220,7 +226,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("native_batch_norm", native_ba
 }  // namespace
 
 TORCHTPU_LOWERINGS(normalization) {
-  register_lowering({"_native_batch_norm_legit", "_native_batch_norm_legit.out"}, batch_norm_with_stats);
+  // In eval mode PyTorch's CPU kernel returns empty save_mean/save_invstd while the meta kernel
+  // claims per-channel ones: follow the CPU.
+  LoweringOptions cpu_shapes;
+  cpu_shapes.meta = [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    const at::Tensor& x = args[0].toTensor();
+    bool training = args[5].toBool();
+    int64_t channels = x.dim() > 1 ? x.size(1) : 1;
+    auto stat = [&] { return at::empty({training ? channels : 0}, x.options().dtype(at::toAccumulateType(x.scalar_type(), true))); };
+    return std::vector<c10::IValue>{at::empty_like(x, at::MemoryFormat::Contiguous), stat(), stat()};
+  };
+  register_lowering({"_native_batch_norm_legit", "_native_batch_norm_legit.out"}, batch_norm_with_stats,
+                    cpu_shapes);
   register_lowering({"_native_batch_norm_legit.no_stats", "_native_batch_norm_legit.no_stats_out"},
                     batch_norm_no_stats);
   register_lowering({"_native_batch_norm_legit_no_training", "_native_batch_norm_legit_no_training.out"},

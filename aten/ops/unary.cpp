@@ -2,6 +2,8 @@
 #include <cmath>
 #include <tuple>
 
+#include <ATen/ops/empty_like.h>
+
 #include "aten/lowering.h"
 
 namespace torchtpu::aten {
@@ -143,13 +145,19 @@ TORCHTPU_LOWERINGS(unary) {
     Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));
     return V{c.b.unary(UnaryOp::kNot, truth)};
   });
+  LoweringOptions same_as_input;  // _conj_physical has no meta kernel
+  same_as_input.meta = [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    if (schema.returns().empty() || schema.returns()[0].alias_info()) return std::vector<c10::IValue>{args[0]};
+    return std::vector<c10::IValue>{at::empty_like(args[0].toTensor())};
+  };
   register_lowering({"_conj_physical", "conj_physical_", "conj_physical.out", "_conj_physical.out"},
                     [](LoweringContext& c) {
                       Value x = c.in(0);
                       if (!is_complex(x.type.dtype)) return V{x};
                       Value re = c.b.unary(UnaryOp::kReal, x), im = c.b.unary(UnaryOp::kImag, x);
                       return V{c.b.binary(BinaryOp::kComplex, re, c.b.unary(UnaryOp::kNegate, im))};
-                    });
+                    },
+                    same_as_input);
   register_lowering({"isnan"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     return V{c.b.compare(Compare::kNE, x, x)};
