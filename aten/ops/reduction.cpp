@@ -1,6 +1,7 @@
 // Reductions: sum, mean, prod, amax/amin, max/min (with indices), argmax/argmin, var/std, any/all,
 // logsumexp, vector norms. Low-precision floats accumulate in f32, as PyTorch does on CPU.
 #include <cmath>
+#include <cstdint>
 
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
@@ -14,11 +15,14 @@ using hlo::UnaryOp;
 using hlo::Value;
 using V = std::vector<Value>;
 
+// Passed instead of an argument index by ops that always reduce every dimension.
+constexpr size_t kAll = SIZE_MAX;
+
 // The dimensions argument `i` names (None or [] means all), made non-negative and sorted.
 std::vector<int64_t> reduced_dims(const LoweringContext& c, size_t i, int64_t rank) {
   if (rank == 0) return {};  // a 0-d tensor reduced over "dim 0" is itself
   std::vector<int64_t> dims;
-  if (i < 1000 && !c.arg(i).isNone()) dims = c.int_list(i);
+  if (i != kAll && !c.arg(i).isNone()) dims = c.int_list(i);
   if (dims.empty())
     for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
   for (int64_t& d : dims) d = d < 0 ? d + rank : d;
@@ -182,7 +186,6 @@ Lowering boolean_reduce(BinaryOp op, size_t dims_arg) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(reduction) {
-  constexpr size_t kAll = 1000;  // "reduce every dimension"
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
   register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));

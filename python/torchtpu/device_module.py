@@ -31,12 +31,11 @@ def _index(device) -> int:
 
 def synchronize(device=None) -> None:
     """Waits for all work queued on the device; raises the first asynchronous failure."""
-    _C._synchronize(_index(device) if device is not None else current_device())
+    _C._synchronize(_device_index(device))
 
 
 def get_device_name(device=None) -> str:
-    info = _C._platform_info()
-    return info["device_kinds"][_index(device) if device is not None else current_device()]
+    return _C._platform_info()["device_kinds"][_device_index(device)]
 
 
 def memory_stats(device=None) -> dict:
