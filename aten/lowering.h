@@ -77,6 +77,13 @@ class LoweringContext {
 
 using Lowering = std::function<std::vector<hlo::Value>(LoweringContext&)>;
 
+// Shorthands for the lowering files.
+using hlo::BinaryOp;
+using hlo::Compare;
+using hlo::UnaryOp;
+using hlo::Value;
+using V = std::vector<hlo::Value>;
+
 // Scalar arguments reach a program as runtime 0-d inputs (a new learning rate must not compile a
 // new program), so a lowering must not branch on their values. The few that must (a norm's `ord`,
 // var's `correction`) list them here: those values become part of the cache key instead, and

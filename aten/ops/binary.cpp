@@ -6,12 +6,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Compare;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
 Value bin(LoweringContext& c, BinaryOp op, const Value& a, const Value& b) {
   return c.b.binary(op, a, b);
 }

@@ -8,11 +8,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Compare;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
 using Pads = std::vector<std::pair<int64_t, int64_t>>;
 
 // PyTorch computes float32 convolutions in full precision unless told otherwise (no TF32).

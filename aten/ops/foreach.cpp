@@ -9,11 +9,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
 // Element k's operand from argument i: a list (tensors or scalars) or one shared value.
 Value operand_of(LoweringContext& c, size_t i, size_t k) {
   const auto& values = c.list(i);

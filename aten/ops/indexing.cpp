@@ -14,14 +14,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Compare;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
-int64_t wrap(int64_t dim, int64_t rank) { return dim < 0 ? dim + std::max<int64_t>(rank, 1) : dim; }
-
 std::vector<int64_t> range(int64_t begin, int64_t end) {
   std::vector<int64_t> v;
   for (int64_t i = begin; i < end; ++i) v.push_back(i);
@@ -216,7 +208,7 @@ std::pair<Value, Value> sort_along(LoweringContext& c, const Value& x, int64_t d
 V scatter_reduce(LoweringContext& c) {
   Math m{c.b};
   Value self = c.in(0), index = c.raw(2);
-  int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+  int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
   Value src = corner(c, c.in(3), index);
   std::string reduce = c.arg(4).toStringRef();
   bool include_self = c.arg(5).toBool();
@@ -297,7 +289,7 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"cat", "cat.out"}, [](LoweringContext& c) {
     std::vector<Value> parts;
     int64_t rank = c.out().rank();
-    int64_t dim = wrap(c.arg(1).toInt(), rank);
+    int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
     for (const Value& v : c.list(0))
       if (!(v.type.rank() == 1 && v.type.dims[0] == 0 && rank != 1))  // legacy: skip empty 1-D
         parts.push_back(cast(c.b, v, c.out().dtype));
@@ -308,7 +300,7 @@ TORCHTPU_LOWERINGS(indexing) {
     Value self = c.raw(0);
     int64_t rank = self.type.rank();
     if (rank == 0) return V{self};
-    int64_t dim = wrap(c.arg(1).toInt(), rank);
+    int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
     Value idx = cast(c.b, c.b.reshape(c.raw(2), {c.raw(2).type.element_count(), 1}), DType::kS64);
     c.check_on_device(all_in_range(c.b, idx, self.type.dims[dim]));
     std::vector<int64_t> slice = self.type.dims, out = self.type.dims;
@@ -322,7 +314,7 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"gather", "gather.out"}, [](LoweringContext& c) {
     Value self = c.raw(0), index = c.raw(2);
     int64_t rank = self.type.rank();
-    int64_t dim = wrap(c.arg(1).toInt(), rank);
+    int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
     if (rank == 0) return V{self};
     c.check_on_device(all_in_range(c.b, cast(c.b, index, DType::kS64), self.type.dims[dim]));
     Value coords = coordinates(c.b, index, dim, rank, self.type.dims[dim]);
@@ -332,23 +324,23 @@ TORCHTPU_LOWERINGS(indexing) {
   }, checked("index out of range in self"));
   register_lowering({"scatter.src", "scatter_.src", "scatter.src_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
-    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), replace())};
   }, checked("index out of range in self"));
   register_lowering({"scatter.value", "scatter_.value", "scatter.value_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
-    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     Value updates = c.b.broadcast_in_dim(c.in(3), index.type.dims, {});
     return V{scatter_along(c, self, dim, index, updates, replace())};
   }, checked("index out of range in self"));
   register_lowering({"scatter.reduce", "scatter_.reduce", "scatter.reduce_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
-    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), reduce_named(c.arg(4).toStringRef()))};
   }, checked("index out of range in self"));
   register_lowering({"scatter_add", "scatter_add_", "scatter_add.out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
-    int64_t dim = wrap(c.arg(1).toInt(), self.type.rank());
+    int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
   }, checked("index out of range in self"));
   register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, checked("index out of range in self"));
@@ -356,28 +348,28 @@ TORCHTPU_LOWERINGS(indexing) {
                     checked("index out of range in self"));
   register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
-    return V{cumulative(c.b, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
+    return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
   });
   register_lowering({"cumprod", "cumprod_", "cumprod.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
-    return V{cumulative(c.b, x, wrap(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
+    return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
   });
   register_lowering({"sort.stable", "sort.values_stable"}, [](LoweringContext& c) {
     Value x = c.raw(0);  // (self, stable, dim, descending)
     if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
-    auto [values, indices] = sort_along(c, x, wrap(c.arg(2).toInt(), x.type.rank()), c.arg(3).toBool());
+    auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(2).toInt(), x.type.rank()), c.arg(3).toBool());
     return V{values, indices};
   });
   register_lowering({"sort", "sort.values"}, [](LoweringContext& c) {
     Value x = c.raw(0);  // (self, dim, descending)
     if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
-    auto [values, indices] = sort_along(c, x, wrap(c.arg(1).toInt(), x.type.rank()), c.arg(2).toBool());
+    auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), c.arg(2).toBool());
     return V{values, indices};
   });
   register_lowering({"topk", "topk.values"}, [](LoweringContext& c) {
     Value x = c.raw(0);  // (self, k, dim, largest, sorted)
     if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
-    int64_t k = c.arg(1).toInt(), dim = wrap(c.arg(2).toInt(), x.type.rank());
+    int64_t k = c.arg(1).toInt(), dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
     auto [values, indices] = sort_along(c, x, dim, c.arg(3).toBool());
     std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
     limit[dim] = k;

@@ -6,12 +6,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
-DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
-
 // Contracts the last dimension of `a` with dimension `rhs_contract` of `b`, batching the leading
 // `batch` dimensions.
 Value matmul(LoweringContext& c, const Value& a, const Value& b, int64_t batch, int64_t rhs_contract) {

@@ -7,6 +7,12 @@
 
 namespace torchtpu::aten {
 
+// Low-precision floats accumulate in f32, as PyTorch does on CPU.
+inline DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+// A possibly negative dimension index made non-negative (a 0-d tensor has one "dimension").
+inline int64_t wrap_dim(int64_t dim, int64_t rank) { return dim < 0 ? dim + (rank > 0 ? rank : 1) : dim; }
+
 inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
   return v.type.dtype == to ? v : b.convert(v, to);
 }

@@ -9,17 +9,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Compare;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
-DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
-
-int64_t wrap(int64_t dim, int64_t rank) { return dim < 0 ? dim + std::max<int64_t>(rank, 1) : dim; }
-
-
 Value softmax(Math& m, const Value& x, int64_t dim, bool log) {
   if (x.type.rank() == 0) return m.k(log ? 0 : 1, x);
   Value shifted = m.sub(x, m.reduce_keep(x, {dim}, BinaryOp::kMaximum, -INFINITY));
@@ -176,19 +165,19 @@ TORCHTPU_LOWERINGS(nn) {
   register_lowering({"_softmax", "_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{softmax(m, x, wrap(c.arg(1).toInt(), x.type.rank()), false)};
+    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), false)};
   });
   register_lowering({"_log_softmax", "_log_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{softmax(m, x, wrap(c.arg(1).toInt(), x.type.rank()), true)};
+    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), true)};
   });
   register_lowering({"_softmax_backward_data", "_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, output, dim, input_dtype)
     DType acc = accumulator(c.out().dtype);
     Value g = cast(c.b, c.raw(0), acc), y = cast(c.b, c.raw(1), acc);
     if (y.type.rank() == 0) return V{m.k(0, g)};
-    int64_t dim = wrap(c.arg(2).toInt(), y.type.rank());
+    int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
     return V{m.mul(y, m.sub(g, m.reduce_keep(m.mul(g, y), {dim}, BinaryOp::kAdd, 0)))};
   });
   register_lowering({"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, [](LoweringContext& c) {
@@ -196,7 +185,7 @@ TORCHTPU_LOWERINGS(nn) {
     DType acc = accumulator(c.out().dtype);
     Value g = cast(c.b, c.raw(0), acc), y = cast(c.b, c.raw(1), acc);
     if (y.type.rank() == 0) return V{m.k(0, g)};
-    int64_t dim = wrap(c.arg(2).toInt(), y.type.rank());
+    int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
     Value sum = m.reduce_keep(g, {dim}, BinaryOp::kAdd, 0);
     return V{m.sub(g, m.mul(c.b.unary(UnaryOp::kExponential, y), sum))};
   });

@@ -15,14 +15,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
-DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
-
-
 std::vector<int64_t> all_but_channels(int64_t rank) {
   std::vector<int64_t> dims{0};
   for (int64_t d = 2; d < rank; ++d) dims.push_back(d);

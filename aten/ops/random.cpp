@@ -9,12 +9,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Compare;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
 // `count` independent draws of raw bits shaped [count, dims...].
 Value bits(LoweringContext& c, DType bit_type, std::vector<int64_t> dims, int64_t count = 1) {
   dims.insert(dims.begin(), count);

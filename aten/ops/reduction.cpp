@@ -9,12 +9,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Compare;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
 // Passed instead of an argument index by ops that always reduce every dimension.
 constexpr size_t kAll = SIZE_MAX;
 
@@ -29,8 +23,6 @@ std::vector<int64_t> reduced_dims(const LoweringContext& c, size_t i, int64_t ra
   std::sort(dims.begin(), dims.end());
   return dims;
 }
-
-DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 hlo::RegionBody combiner(BinaryOp op) {
   return [op](hlo::Builder& b, const V& a) { return V{b.binary(op, a[0], a[1])}; };

@@ -8,10 +8,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
 Value slice_dim(hlo::Builder& b, const Value& x, int64_t dim, int64_t start, int64_t limit) {
   std::vector<int64_t> s(x.type.rank(), 0), l = x.type.dims, st(x.type.rank(), 1);
   s[dim] = start;

@@ -10,8 +10,6 @@ namespace torchtpu::aten {
 namespace {
 
 using hlo::Builder;
-using hlo::Value;
-using V = std::vector<Value>;
 
 // Moves `dims` to the end (in order); returns the permutation and its inverse.
 std::pair<std::vector<int64_t>, std::vector<int64_t>> dims_last(int64_t rank, std::vector<int64_t> dims) {

@@ -9,12 +9,6 @@
 namespace torchtpu::aten {
 namespace {
 
-using hlo::BinaryOp;
-using hlo::Compare;
-using hlo::UnaryOp;
-using hlo::Value;
-using V = std::vector<Value>;
-
 struct Ops {
   LoweringContext& c;
   Value add(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kAdd, a, b); }
