@@ -314,9 +314,38 @@ V adaptive_avg_pool_backward(LoweringContext& c, int64_t pooled) {  // (grad_out
   return {g};
 }
 
+// col2im (fold): sums every patch column back into its place in a zero-padded image.
+V col2im(LoweringContext& c) {
+  // (self [N, C*kh*kw, L] or [C*kh*kw, L], output_size, kernel_size, dilation, padding, stride)
+  Value cols = c.in(0);
+  bool batched = cols.type.rank() == 3;
+  if (!batched) cols = c.b.reshape(cols, {1, cols.type.dims[0], cols.type.dims[1]});
+  auto out = c.int_list(1), k = per_dim(c, 2, 2, 1), d = per_dim(c, 3, 2, 1), p = per_dim(c, 4, 2, 0),
+       s = per_dim(c, 5, 2, 1);
+  int64_t n = cols.type.dims[0], ckk = cols.type.dims[1], l = cols.type.dims[2];
+  int64_t kk = k[0] * k[1], ch = ckk / kk;
+  int64_t hp = out[0] + 2 * p[0], wp = out[1] + 2 * p[1];
+  int64_t blocks_w = (out[1] + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+  // Target position in the padded image of every (channel-kernel row, block) element.
+  std::vector<int64_t> target(ckk * l);
+  for (int64_t r = 0; r < ckk; ++r)
+    for (int64_t b = 0; b < l; ++b) {
+      int64_t channel = r / kk, ki = (r % kk) / k[1], kj = r % k[1];
+      int64_t y = (b / blocks_w) * s[0] + ki * d[0], x = (b % blocks_w) * s[1] + kj * d[1];
+      target[r * l + b] = channel * hp * wp + y * wp + x;
+    }
+  Value idx = c.b.constant_bytes(target.data(), {DType::kS64, {ckk * l, 1}});
+  Value zeros = c.b.constant(0, {cols.type.dtype, {n, ch * hp * wp}});
+  Value summed = c.b.scatter(zeros, idx, c.b.reshape(cols, {n, ckk * l}), {{0}, {1}, {1}, 1}, add_body());
+  Value image = c.b.slice(c.b.reshape(summed, {n, ch, hp, wp}), {0, 0, p[0], p[1]},
+                          {n, ch, p[0] + out[0], p[1] + out[1]}, {1, 1, 1, 1});
+  return {batched ? image : c.b.reshape(image, {ch, out[0], out[1]})};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(conv_pool) {
+  register_lowering({"col2im", "col2im.out"}, col2im);
   register_lowering({"convolution", "convolution.out"}, convolution);
   register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward);
   for (size_t n : {2, 3}) {

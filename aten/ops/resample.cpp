@@ -112,9 +112,67 @@ V upsample_bilinear(LoweringContext& c) {  // (input, output_size, align_corners
   return {x};
 }
 
+// grid_sampler_2d(input [N,C,H,W], grid [N,Ho,Wo,2], interpolation, padding, align_corners) for
+// bilinear/nearest interpolation with zeros/border padding.
+V grid_sampler(LoweringContext& c) {
+  Math m{c.b};
+  Value x = c.in(0), grid = cast(c.b, c.raw(1), x.type.dtype);
+  int64_t n = x.type.dims[0], ch = x.type.dims[1], h = x.type.dims[2], w = x.type.dims[3];
+  int64_t ho = grid.type.dims[1], wo = grid.type.dims[2];
+  bool nearest = c.arg(2).toInt() == 1, border = c.arg(3).toInt() == 1, align = c.arg(4).toBool();
+  std::vector<int64_t> plane{n, ho, wo};
+  auto coord = [&](int64_t i, int64_t size) {  // unnormalized source coordinate along one axis
+    Value g = c.b.reshape(c.b.slice(grid, {0, 0, 0, i}, {n, ho, wo, i + 1}, {1, 1, 1, 1}), plane);
+    Value u = align ? m.mul(m.add(g, m.k(1, g)), m.k((size - 1) / 2.0, g))
+                    : m.div(m.sub(m.mul(m.add(g, m.k(1, g)), m.k(static_cast<double>(size), g)), m.k(1, g)), m.k(2, g));
+    if (border) u = c.b.clamp(m.k(0, u), u, m.k(static_cast<double>(size - 1), u));
+    return u;
+  };
+  Value gx = coord(0, w), gy = coord(1, h);
+  // Rows of the [N*H*W, C] channels-last input, gathered at integer positions; zeros outside.
+  Value rows = c.b.reshape(c.b.transpose(x, {0, 2, 3, 1}), {n * h * w, ch});
+  Value batch = c.b.iota({DType::kS64, plane}, 0);
+  auto sample = [&](const Value& yi, const Value& xi) {
+    Value inside = c.b.binary(BinaryOp::kAnd,
+                              c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, xi, c.b.constant(0, xi.type)),
+                                         c.b.compare(Compare::kLT, xi, c.b.constant_int(w, xi.type))),
+                              c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, yi, c.b.constant(0, yi.type)),
+                                         c.b.compare(Compare::kLT, yi, c.b.constant_int(h, yi.type))));
+    Value cx = c.b.clamp(c.b.constant(0, xi.type), xi, c.b.constant_int(w - 1, xi.type));
+    Value cy = c.b.clamp(c.b.constant(0, yi.type), yi, c.b.constant_int(h - 1, yi.type));
+    Value flat = c.b.binary(BinaryOp::kAdd, c.b.binary(BinaryOp::kMultiply, batch, c.b.constant_int(h * w, batch.type)),
+                            c.b.binary(BinaryOp::kAdd, c.b.binary(BinaryOp::kMultiply, cy, c.b.constant_int(w, cy.type)), cx));
+    Value picked = c.b.gather(rows, c.b.reshape(flat, {n * ho * wo, 1}), {{1}, {0}, {0}, 1}, {1, ch}, {n * ho * wo, ch});
+    Value v = c.b.reshape(picked, {n, ho, wo, ch});
+    return c.b.select(c.b.broadcast_in_dim(inside, v.type.dims, {0, 1, 2}), v, m.k(0, v));
+  };
+  auto to_index = [&](const Value& v) { return c.b.convert(v, DType::kS64); };
+  Value result;
+  if (nearest) {
+    result = sample(to_index(c.b.unary(UnaryOp::kRoundNearestEven, gy)), to_index(c.b.unary(UnaryOp::kRoundNearestEven, gx)));
+  } else {
+    Value x0f = c.b.unary(UnaryOp::kFloor, gx), y0f = c.b.unary(UnaryOp::kFloor, gy);
+    Value wx = m.sub(gx, x0f), wy = m.sub(gy, y0f);
+    Value x0 = to_index(x0f), y0 = to_index(y0f);
+    Value one = c.b.constant(1, x0.type);
+    Value x1 = c.b.binary(BinaryOp::kAdd, x0, one), y1 = c.b.binary(BinaryOp::kAdd, y0, one);
+    auto weight = [&](const Value& a) { return c.b.broadcast_in_dim(a, {n, ho, wo, ch}, {0, 1, 2}); };
+    Value ax = weight(wx), ay = weight(wy);
+    Value top = m.add(m.mul(sample(y0, x0), m.sub(m.k(1, ax), ax)), m.mul(sample(y0, x1), ax));
+    Value bottom = m.add(m.mul(sample(y1, x0), m.sub(m.k(1, ax), ax)), m.mul(sample(y1, x1), ax));
+    result = m.add(m.mul(top, m.sub(m.k(1, ay), ay)), m.mul(bottom, ay));
+  }
+  return {c.b.transpose(result, {0, 3, 1, 2})};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(resample) {
+  register_lowering({"grid_sampler_2d", "grid_sampler_2d.out"}, grid_sampler,
+                    {{}, nullptr, [](const std::vector<c10::IValue>& args) {
+                       // bicubic interpolation and reflection padding still run on the CPU
+                       return args[2].toInt() == 2 || args[3].toInt() == 2;
+                     }});
   register_lowering({"flip", "flip.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
     std::vector<int64_t> dims;
