@@ -392,6 +392,8 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (ok) exec::defer_check(ok, std::string(entry.options.device_check) + " (" + name + " on tpu, detected on the device)");
   } catch (const c10::Error&) {
     throw;
+  } catch (const exec::OutOfDeviceMemory& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
   } catch (const std::exception& e) {
     TORCH_CHECK(false, name, " on tpu failed: ", e.what());
   }

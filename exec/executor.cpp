@@ -9,6 +9,7 @@
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
 #include "exec/view_program.h"
+#include "runtime/error.h"
 
 namespace torchtpu::exec {
 namespace {
@@ -215,6 +216,15 @@ const runtime::Buffer& materialized(BufferRef& storage, DType dtype) {
   return *storage.buffer();
 }
 
+// Rethrows a PJRT out-of-memory error as OutOfDeviceMemory naming the bytes requested.
+[[noreturn]] void rethrow_memory_error(const runtime::PjrtError& e, int device, size_t bytes,
+                                       const std::string& what) {
+  if (e.code() != PJRT_Error_Code_RESOURCE_EXHAUSTED) throw e;
+  throw OutOfDeviceMemory("tpu:" + std::to_string(device) + " is out of memory: tried to allocate " +
+                          std::to_string(bytes) + " bytes for " + what + " (" +
+                          std::to_string(device_bytes(device)) + " bytes held by tensors). " + e.what());
+}
+
 }  // namespace
 
 void run(const OpCall& call) {
@@ -231,7 +241,15 @@ void run(const OpCall& call) {
                                   std::to_string(s.storage->device()) + ")");
     if (s.read) args.push_back(&materialized(*s.storage, s.flat_dtype));
   }
-  runtime::ExecuteResult result = exe->execute_on(exec::device(device).raw(), args);
+  size_t output_bytes = 0;
+  for (const Slot& s : plan.slots())
+    if (s.written) output_bytes += s.storage->nbytes();
+  runtime::ExecuteResult result;
+  try {
+    result = exe->execute_on(exec::device(device).raw(), args);
+  } catch (const runtime::PjrtError& e) {
+    rethrow_memory_error(e, device, output_bytes, call.key.substr(0, call.key.find('|')));
+  }
   counters().executions++;
   pending().add(device, std::move(result.done[0]));
 
@@ -253,7 +271,12 @@ void defer_check(std::shared_ptr<BufferRef> ok, std::string message) {
 
 void upload(BufferRef& storage, const void* data, DType dtype) {
   int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
-  runtime::Buffer b = client().to_device(data, dtype, {length}, exec::device(storage.device()));
+  runtime::Buffer b;
+  try {
+    b = client().to_device(data, dtype, {length}, exec::device(storage.device()));
+  } catch (const runtime::PjrtError& e) {
+    rethrow_memory_error(e, storage.device(), storage.nbytes(), "a host-to-device copy");
+  }
   counters().bytes_to_device += storage.nbytes();
   storage.swap(std::make_shared<runtime::Buffer>(std::move(b)), dtype);
 }

@@ -28,6 +28,12 @@ class CheckFailed : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The device could not allocate what an execution or transfer needed (PJRT RESOURCE_EXHAUSTED).
+class OutOfDeviceMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Whole-storage transfers. upload() replaces the contents with host data read as elements of
 // `dtype` (storage.nbytes() bytes); download() copies storage.nbytes() raw bytes out, waiting for
 // the work that produces them. A never-written storage reads as zeros.

@@ -68,7 +68,17 @@ at::Tensor download_contiguous(const at::Tensor& src) {
   return host;
 }
 
+at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst);
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  try {
+    return copy_between(self, dst);
+  } catch (const exec::OutOfDeviceMemory& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+  }
+}
+
+at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst) {
   if (is_tpu(self) && is_tpu(dst)) {
     if (self.device() == dst.device()) {
       copy_on_device(self, dst);
