@@ -297,88 +297,81 @@ std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op,
   return cache.emplace(key, result).first->second;
 }
 
-void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  if (expand_mask_indices(op, stack)) return;
-  const std::string name = full_name(op);
-  const Entry& entry = registry().at(name);
-  const size_t num_args = schema.arguments().size();
-  std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
-  if (entry.options.cpu_when && entry.options.cpu_when(args)) return cpu_fallback(op, stack);
-  torch::jit::drop(*stack, num_args);
+// Where an op's results go: written arguments first (resized where the meta kernel resized an
+// out= argument), then fresh tensors for the other returns. `wanted` has one entry per result;
+// false marks a return the op leaves undefined (a backward op's output_mask).
+struct Destinations {
+  std::vector<at::Tensor> tensors;
+  std::vector<bool> wanted;
+  std::vector<c10::IValue> fresh;  // the non-aliased returns, as they will be returned
+};
 
-  // 1. Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
-  std::shared_ptr<const MetaResult> meta = output_metadata(op, entry, name, args);
-  const std::vector<c10::IValue>& meta_args = meta->args;
-  const torch::jit::Stack& meta_stack = meta->returns;
-
-  // 2. Destinations: written arguments (in-place, out=) first, then fresh tensors for the rest.
-  int device = device_of(args);
-  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
-  std::vector<at::Tensor> dests;
-  for (size_t i = 0; i < num_args; ++i) {
+Destinations destinations(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
+                          const MetaResult& meta, int device) {
+  Destinations d;
+  for (size_t i = 0; i < args.size(); ++i) {
     if (!is_written(schema.arguments()[i])) continue;
     std::vector<at::Tensor> metas;
-    for_each_tensor(meta_args[i], [&](const at::Tensor& t) { metas.push_back(t); });
+    for_each_tensor(meta.args[i], [&](const at::Tensor& t) { metas.push_back(t); });
     size_t k = 0;
     for_each_tensor(args[i], [&](const at::Tensor& t) {
-      if (t.sizes() != metas[k].sizes()) t.resize_(metas[k].sizes());  // out= resized by meta
-      dests.push_back(t);
+      if (t.sizes() != metas[k].sizes()) t.resize_(metas[k].sizes());
+      d.tensors.push_back(t);
+      d.wanted.push_back(true);
       ++k;
     });
   }
-  std::vector<bool> wanted(dests.size(), true);  // false: an output the op leaves undefined
-  std::vector<c10::IValue> fresh;  // returns that are new tensors
+  auto make = [&](const at::Tensor& mt) {
+    d.wanted.push_back(mt.defined());
+    if (!mt.defined()) return at::Tensor();
+    at::Tensor t = at::empty_strided(mt.sizes(), mt.strides(),
+                                     mt.options().device(c10::DeviceType::PrivateUse1, device));
+    d.tensors.push_back(t);
+    return t;
+  };
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     if (schema.returns()[r].alias_info()) continue;
-    const c10::IValue& m = meta_stack[r];
-    auto make = [&](const at::Tensor& mt) {
-      if (!mt.defined()) {  // e.g. a backward op's output_mask said the gradient is not needed
-        wanted.push_back(false);
-        return at::Tensor();
-      }
-      at::Tensor t = at::empty_strided(mt.sizes(), mt.strides(),
-                                       mt.options().device(c10::DeviceType::PrivateUse1, device));
-      dests.push_back(t);
-      wanted.push_back(true);
-      return t;
-    };
+    const c10::IValue& m = meta.returns[r];
     if (m.isTensor()) {
-      fresh.emplace_back(make(m.toTensor()));
+      d.fresh.emplace_back(make(m.toTensor()));
     } else {
       c10::List<at::Tensor> list;
       for (const at::Tensor& mt : m.toTensorList().vec()) list.push_back(make(mt));
-      fresh.emplace_back(list);
+      d.fresh.emplace_back(list);
     }
   }
+  return d;
+}
 
-  // 3. One program: inputs read through their views, the lowering, results into destinations.
+// One program: inputs read through their views, the lowering, results cast and broadcast into
+// the destinations (plus the device-check flag, for ops that have one).
+void run_program(const Entry& entry, const std::string& name, const c10::FunctionSchema& schema,
+                 const std::vector<c10::IValue>& args, const Destinations& d, int device) {
   Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
   if (entry.options.random) add_rng_state(in, args, device);
-  std::vector<hlo::TensorType> out_types;  // one per return value, wanted or not
+  std::vector<hlo::TensorType> out_types;  // one per result, wanted or not
   std::vector<exec::Operand> outputs;
   size_t next_dest = 0;
-  for (bool w : wanted) {
+  for (bool w : d.wanted) {
     if (!w) {
       out_types.push_back({DType::kF32, {}});
       continue;
     }
-    outputs.push_back(operand(dests[next_dest++]));
+    outputs.push_back(operand(d.tensors[next_dest++]));
     out_types.push_back({outputs.back().view.dtype, outputs.back().view.sizes});
   }
-  const Lowering& fn = entry.fn;
   exec::Lowering lower = [&](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
     std::vector<std::vector<hlo::Value>> values(in.count.size());
     size_t next = 0;
     for (size_t i = 0; i < in.count.size(); ++i)
       for (size_t k = 0; k < in.count[i]; ++k) values[i].push_back(flat[next++]);
     LoweringContext ctx(b, std::move(values), args, out_types);
-    std::vector<hlo::Value> results = fn(ctx);
+    std::vector<hlo::Value> results = entry.fn(ctx);
     TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), name, ": lowering returned ",
                           results.size(), " values for ", out_types.size(), " outputs");
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < results.size(); ++i)
-      if (wanted[i]) written.push_back(ctx.to_out(results[i], i));
+      if (d.wanted[i]) written.push_back(ctx.to_out(results[i], i));
     if (entry.options.device_check) written.push_back(ctx.device_ok());
     return written;
   };
@@ -389,7 +382,6 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   try {
     exec::run({in.key, lower, in.operands, outputs});
-    if (ok) exec::defer_check(ok, std::string(entry.options.device_check) + " (" + name + " on tpu, detected on the device)");
   } catch (const c10::Error&) {
     throw;
   } catch (const exec::OutOfDeviceMemory& e) {
@@ -397,18 +389,43 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } catch (const std::exception& e) {
     TORCH_CHECK(false, name, " on tpu failed: ", e.what());
   }
+  if (ok)
+    exec::defer_check(ok, std::string(entry.options.device_check) + " (" + name +
+                              " on tpu, detected on the device)");
+}
 
-  // 4. Returns: aliased ones are the written arguments themselves, the others the fresh tensors.
-  size_t next_fresh = 0, next_written = 0;
+// Aliased returns are the written arguments themselves; the others are the fresh tensors.
+void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
+                  const Destinations& d, torch::jit::Stack* stack) {
   std::vector<size_t> written_args;
-  for (size_t i = 0; i < num_args; ++i)
+  for (size_t i = 0; i < args.size(); ++i)
     if (is_written(schema.arguments()[i])) written_args.push_back(i);
+  size_t next_fresh = 0, next_written = 0;
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     if (schema.returns()[r].alias_info())
       stack->push_back(args[written_args.at(next_written++)]);
     else
-      stack->push_back(fresh[next_fresh++]);
+      stack->push_back(d.fresh[next_fresh++]);
   }
+}
+
+void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (expand_mask_indices(op, stack)) return;
+  const std::string name = full_name(op);
+  const Entry& entry = registry().at(name);
+  const size_t num_args = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
+  if (entry.options.cpu_when && entry.options.cpu_when(args)) return cpu_fallback(op, stack);
+  torch::jit::drop(*stack, num_args);
+
+  // Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
+  std::shared_ptr<const MetaResult> meta = output_metadata(op, entry, name, args);
+  int device = device_of(args);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  Destinations d = destinations(schema, args, *meta, device);
+  run_program(entry, name, schema, args, d, device);
+  push_returns(schema, args, d, stack);
 }
 
 }  // namespace
