@@ -133,14 +133,19 @@ struct Inputs {
   std::string key;
 };
 
+// A Scalar reaches the program as a runtime 0-d input (a cached device copy of its value).
+void add_scalar(Inputs& in, const c10::Scalar& s, int device) {
+  in.scalars.push_back(device_scalar(s, device));
+  in.operands.push_back({in.scalars.back().get(), {scalar_dtype(s), {}, {}, 0}});
+  in.key += 's';
+}
+
 void add_tensor(Inputs& in, const at::Tensor& t, int device, const std::string& op) {
   if (on_tpu(t)) {
     in.operands.push_back(operand(t));
     in.key += 't';
   } else if (t.dim() == 0) {  // a CPU scalar tensor (wrapped number) mixes with tpu tensors
-    in.scalars.push_back(device_scalar(t.item(), device));
-    in.operands.push_back({in.scalars.back().get(), {scalar_dtype(t.item()), {}, {}, 0}});
-    in.key += 's';
+    add_scalar(in, t.item(), device);
   } else {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
                 "devices, tpu:", device, " and ", t.device(), "! (in ", op, ")");
@@ -157,17 +162,9 @@ Inputs gather_inputs(const c10::FunctionSchema& schema, const std::vector<c10::I
     in.key += '|';
     bool is_static = std::find(static_scalars.begin(), static_scalars.end(), i) != static_scalars.end();
     if (is_scalar_arg(schema.arguments()[i]) && !a.isNone() && !is_static) {
-      c10::Scalar s = a.toScalar();
-      in.scalars.push_back(device_scalar(s, device));
-      in.operands.push_back({in.scalars.back().get(), {scalar_dtype(s), {}, {}, 0}});
-      in.key += 's';
+      add_scalar(in, a.toScalar(), device);
     } else if (is_scalar_list_arg(schema.arguments()[i]) && !is_static) {
-      for (const c10::IValue& e : a.toListRef()) {
-        c10::Scalar s = e.toScalar();
-        in.scalars.push_back(device_scalar(s, device));
-        in.operands.push_back({in.scalars.back().get(), {scalar_dtype(s), {}, {}, 0}});
-        in.key += 's';
-      }
+      for (const c10::IValue& e : a.toListRef()) add_scalar(in, e.toScalar(), device);
     } else if (a.isTensor() || is_tensor_list(schema.arguments()[i])) {
       if (a.isList()) append_key(in.key, a);
       for_each_tensor(a, [&](const at::Tensor& t) {

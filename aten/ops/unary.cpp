@@ -5,23 +5,20 @@
 #include <ATen/ops/empty_like.h>
 
 #include "aten/lowering.h"
+#include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
 
-struct Ops {
-  LoweringContext& c;
-  Value add(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kAdd, a, b); }
-  Value sub(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kSubtract, a, b); }
-  Value mul(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kMultiply, a, b); }
-  Value div(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kDivide, a, b); }
-  Value max(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kMaximum, a, b); }
-  Value min(const Value& a, const Value& b) { return c.b.binary(BinaryOp::kMinimum, a, b); }
-  Value k(double v, const Value& like) { return c.full(v, like); }
-  Value u(UnaryOp op, const Value& x) { return c.b.unary(op, x); }
-  Value gt(const Value& a, const Value& b) { return c.b.compare(Compare::kGT, a, b); }
-  Value le(const Value& a, const Value& b) { return c.b.compare(Compare::kLE, a, b); }
-  Value sel(const Value& p, const Value& a, const Value& b) { return c.b.select(p, a, b); }
+// Math plus the few extra shorthands activation formulas use.
+struct Ops : Math {
+  explicit Ops(LoweringContext& c) : Math{c.b} {}
+  Value max(const Value& a, const Value& x) { return b.binary(BinaryOp::kMaximum, a, x); }
+  Value min(const Value& a, const Value& x) { return b.binary(BinaryOp::kMinimum, a, x); }
+  Value u(UnaryOp op, const Value& x) { return b.unary(op, x); }
+  Value gt(const Value& a, const Value& x) { return b.compare(Compare::kGT, a, x); }
+  Value le(const Value& a, const Value& x) { return b.compare(Compare::kLE, a, x); }
+  Value sel(const Value& p, const Value& a, const Value& x) { return b.select(p, a, x); }
   Value sigmoid(const Value& x) { return u(UnaryOp::kLogistic, x); }
 };
 
@@ -38,7 +35,7 @@ Lowering unary(UnaryOp op) {
 template <typename F>
 Lowering formula(F f) {
   return [f](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     return V{f(o, c.in(0))};
   };
 }
@@ -47,7 +44,7 @@ Lowering formula(F f) {
 template <typename F>
 Lowering backward(F f) {
   return [f](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     return V{f(o, c.in_b(0), c.in_b(1))};
   };
 }
@@ -167,37 +164,37 @@ TORCHTPU_LOWERINGS(unary) {
     });
   }
   register_lowering({"gelu", "gelu_", "gelu.out"}, [](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     return V{gelu(o, c.in(0), tanh_approximation(c, 1))};
   });
   register_lowering({"gelu_backward", "gelu_backward.grad_input"}, [](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     return V{gelu_grad(o, c.in_b(0), c.in_b(1), tanh_approximation(c, 2))};
   });
   register_lowering({"hardtanh", "hardtanh_", "hardtanh.out"}, [](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     return V{o.min(o.max(c.in(0), c.bcast(c.in(1))), c.bcast(c.in(2)))};
   });
   register_lowering({"leaky_relu", "leaky_relu_", "leaky_relu.out"}, [](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     Value x = c.in(0);
     return V{o.sel(o.gt(x, o.k(0, x)), x, o.mul(x, c.bcast(c.in(1))))};
   });
   register_lowering({"elu", "elu_", "elu.out"}, [](LoweringContext& c) {
-    Ops o{c};  // elu(x, alpha, scale, input_scale)
+    Ops o(c);  // elu(x, alpha, scale, input_scale)
     Value x = c.in(0);
     Value neg = o.mul(c.bcast(c.in(1)), o.u(UnaryOp::kExponentialMinusOne, o.mul(x, c.bcast(c.in(3)))));
     return V{o.mul(c.bcast(c.in(2)), o.sel(o.gt(x, o.k(0, x)), x, neg))};
   });
   register_lowering({"softplus", "softplus.out"}, [](LoweringContext& c) {
-    Ops o{c};  // softplus(x, beta, threshold)
+    Ops o(c);  // softplus(x, beta, threshold)
     Value x = c.in(0), beta = c.bcast(c.in(1)), threshold = c.bcast(c.in(2));
     Value bx = o.mul(x, beta);
     Value soft = o.div(o.u(UnaryOp::kLogPlusOne, o.u(UnaryOp::kExponential, bx)), beta);
     return V{o.sel(o.gt(bx, threshold), x, soft)};
   });
   register_lowering({"nan_to_num", "nan_to_num_", "nan_to_num.out"}, [](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     Value x = c.in(0);
     if (!is_floating(x.type.dtype)) return V{x};
     double big = x.type.dtype == DType::kF64 ? 1.7976931348623157e308
@@ -214,12 +211,12 @@ TORCHTPU_LOWERINGS(unary) {
 
   // Backward formulas.
   register_lowering({"threshold_backward", "threshold_backward.grad_input"}, [](LoweringContext& c) {
-    Ops o{c};  // (grad, self, threshold): grad where self > threshold
+    Ops o(c);  // (grad, self, threshold): grad where self > threshold
     Value g = c.in_b(0), x = c.in_b(1);
     return V{o.sel(o.le(x, c.bcast(c.in(2))), o.k(0, g), g)};
   });
   register_lowering({"threshold", "threshold_", "threshold.out"}, [](LoweringContext& c) {
-    Ops o{c};  // (self, threshold, value)
+    Ops o(c);  // (self, threshold, value)
     Value x = c.in(0);
     return V{o.sel(o.le(x, c.bcast(c.in(1))), c.bcast(c.in(2)), x)};
   });
@@ -237,14 +234,14 @@ TORCHTPU_LOWERINGS(unary) {
                       return o.mul(g, o.mul(s, o.add(o.k(1, x), o.mul(x, o.sub(o.k(1, x), s)))));
                     }));
   register_lowering({"hardtanh_backward", "hardtanh_backward.grad_input"}, [](LoweringContext& c) {
-    Ops o{c};
+    Ops o(c);
     Value g = c.in_b(0), x = c.in_b(1);
     Value inside = c.b.binary(BinaryOp::kAnd, o.gt(x, c.bcast(c.in(2))),
                               c.b.compare(Compare::kLT, x, c.bcast(c.in(3))));
     return V{o.sel(inside, g, o.k(0, g))};
   });
   register_lowering({"leaky_relu_backward", "leaky_relu_backward.grad_input"}, [](LoweringContext& c) {
-    Ops o{c};  // (grad, self, negative_slope, self_is_result)
+    Ops o(c);  // (grad, self, negative_slope, self_is_result)
     Value g = c.in_b(0), x = c.in_b(1);
     return V{o.sel(o.gt(x, o.k(0, x)), g, o.mul(g, c.bcast(c.in(2))))};
   });
