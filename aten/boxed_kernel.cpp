@@ -242,9 +242,9 @@ struct MetaResult {
 };
 
 // A description of everything output metadata depends on: each tensor's dtype, sizes and
-// strides, each Scalar's kind, every other argument's value.
+// strides, each Scalar's kind (its value too for shape_from_scalars ops), every other argument's value.
 std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
-                     const std::vector<c10::IValue>& args) {
+                     const std::vector<c10::IValue>& args, bool scalar_values) {
   std::string key = name;
   auto add_tensor = [&key](const at::Tensor& t) {
     if (!t.defined()) {
@@ -263,7 +263,7 @@ std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
     else if (a.isTensorList()) for_each_tensor(a, add_tensor);
     else if (is_tensor_list(schema.arguments()[i]) && a.isList())
       for (const c10::IValue& e : a.toListRef()) e.isTensor() ? add_tensor(e.toTensor()) : void(key += "N,");
-    else if (is_scalar_arg(schema.arguments()[i]) && !a.isNone()) key += a.isDouble() ? "f" : a.isInt() ? "i" : a.isBool() ? "b" : "c";
+    else if (is_scalar_arg(schema.arguments()[i]) && !a.isNone() && !scalar_values) key += a.isDouble() ? "f" : a.isInt() ? "i" : a.isBool() ? "b" : "c";
     else append_key(key, a);
   }
   return key;
@@ -277,7 +277,7 @@ std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op,
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
   const c10::FunctionSchema& schema = op.schema();
-  std::string key = meta_key(name, schema, args);
+  std::string key = meta_key(name, schema, args, entry.options.shape_from_scalars);
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;

@@ -110,6 +110,9 @@ struct LoweringOptions {
   // output, the AND of the lowering's check_on_device() calls, read at the next host sync; false
   // raises IndexError with this message. Asynchronous, like CUDA's device-side asserts.
   const char* device_check = nullptr;
+  // The output shape depends on Scalar values (arange): they join the output-metadata cache key
+  // but stay runtime inputs of the program.
+  bool shape_from_scalars = false;
 };
 
 // Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").

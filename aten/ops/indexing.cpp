@@ -29,15 +29,6 @@ Value wrapped_index(hlo::Builder& b, const Value& index, int64_t size) {
 
 hlo::RegionBody combine_with(BinaryOp op);
 
-// True when every (already wrapped) index lies in [0, size).
-Value all_in_range(hlo::Builder& b, const Value& index, int64_t size) {
-  Value ok = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, index, b.constant(0, index.type)),
-                      b.compare(Compare::kLT, index, b.constant_int(size, index.type)));
-  std::vector<int64_t> all;
-  for (int64_t d = 0; d < ok.type.rank(); ++d) all.push_back(d);
-  return b.reduce({ok}, {b.constant(1, {DType::kBool, {}})}, all, combine_with(BinaryOp::kAnd))[0];
-}
-
 // Full coordinates [index.shape..., rank] that address self along every dimension, with `index`
 // substituted along `dim` (the addressing of gather and scatter).
 Value coordinates(hlo::Builder& b, const Value& index, int64_t dim, int64_t rank, int64_t size) {
@@ -381,7 +372,11 @@ TORCHTPU_LOWERINGS(indexing) {
     Value i = c.b.iota({wide, c.out().dims}, 0);
     Value start = c.bcast(c.in_as(0, wide)), step = c.bcast(c.in_as(2, wide));
     return V{c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, i, step))};
-  });
+  }, [] {
+    LoweringOptions o;
+    o.shape_from_scalars = true;
+    return o;
+  }());
   LoweringOptions pad_options;
   pad_options.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
     // PyTorch has no meta kernel for constant_pad_nd: each pad pair widens a trailing dim.

@@ -1,4 +1,4 @@
-// Neural-network ops training scripts hit directly: softmax family, nll_loss, embedding backward.
+// Neural-network ops training scripts hit directly: softmax family, nll_loss, distances.
 // Low-precision inputs compute in f32.
 #include <cmath>
 
@@ -89,30 +89,6 @@ V nll_loss_backward(LoweringContext& c) {
   return {c.b.select(class_mask(c, c.raw(2), x.type.dims, class_dim), spread, zeros)};
 }
 
-V embedding_dense_backward(LoweringContext& c) {
-  // (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq) -> grad_weight
-  Math m{c.b};
-  Value g = c.in(0);
-  Value idx = cast(c.b, c.raw(1), DType::kS64);
-  int64_t n = idx.type.element_count(), dim = c.out().dims[1];
-  int64_t num_weights = c.arg(2).toInt(), padding = c.arg(3).toInt();
-  Value rows = c.b.reshape(g, {n, dim});
-  Value flat_idx = c.b.reshape(idx, {n, 1});
-  Value keep = c.b.compare(Compare::kNE, flat_idx, c.b.constant_int(padding, flat_idx.type));
-  rows = c.b.select(c.b.broadcast_in_dim(c.b.reshape(keep, {n}), {n, dim}, {0}), rows, m.k(0, rows));
-  auto add = [](hlo::Builder& rb, const V& a) { return V{rb.binary(BinaryOp::kAdd, a[0], a[1])}; };
-  Value zeros = c.b.constant(0, {g.type.dtype, {num_weights, dim}});
-  Value grad = c.b.scatter(zeros, flat_idx, rows, {{1}, {0}, {0}, 1}, add);
-  if (c.arg(4).toBool()) {
-    Value ones = c.b.constant(1, {g.type.dtype, {n}});
-    Value counts = c.b.scatter(c.b.constant(0, {g.type.dtype, {num_weights}}), flat_idx, ones,
-                               {{}, {0}, {0}, 1}, add);
-    counts = m.add(counts, c.b.select(c.b.compare(Compare::kEQ, counts, m.k(0, counts)), m.k(1, counts), m.k(0, counts)));
-    grad = m.div(grad, c.b.broadcast_in_dim(counts, {num_weights, dim}, {0}));
-  }
-  return {grad};
-}
-
 // p-norm distances between rows of a [..., P, M] and b [..., R, M] -> [..., P, R].
 Value pairwise_distance(Math& m, const Value& a, const Value& b, double p) {
   int64_t rank = a.type.rank();
@@ -191,7 +167,6 @@ TORCHTPU_LOWERINGS(nn) {
   });
   register_lowering({"nll_loss_forward", "nll_loss_forward.output"}, nll_loss_forward);
   register_lowering({"nll_loss_backward", "nll_loss_backward.grad_input"}, nll_loss_backward);
-  register_lowering({"embedding_dense_backward", "embedding_dense_backward.out"}, embedding_dense_backward);
 }
 
 }  // namespace torchtpu::aten

@@ -185,3 +185,30 @@ def test_printing_item_tolist_numpy_non_blocking():
     assert t.cpu().numpy().shape == (2, 2)
     u = torch.ones(3).to("tpu", non_blocking=True)
     assert u.sum().item() == 3.0
+
+
+def test_arange_shapes_follow_scalar_values_not_a_cached_shape():
+    # Output metadata is cached by argument signature; arange's length depends on its Scalar values.
+    for start, end, step in [(0, 25, 5), (0, 9, 3), (1.5, 4.0, 0.5), (10, 0, -3)]:
+        torch.testing.assert_close(torch.arange(start, end, step, device="tpu").cpu(),
+                                   torch.arange(start, end, step))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_forward_and_backward_on_device(mode, monkeypatch):
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
+    torch.manual_seed(0)
+    weight = torch.randn(12, 4, requires_grad=True)
+    index = torch.tensor([3, 1, 1, 7, 0, 11, 5, 2])
+    offsets = torch.tensor([0, 3, 3, 6])  # the second bag is empty
+    per_sample = torch.rand(8, requires_grad=True) if mode == "sum" else None
+    want = F.embedding_bag(index, weight, offsets, mode=mode, per_sample_weights=per_sample, padding_idx=7)
+    want.pow(2).sum().backward()
+    w = weight.detach().to("tpu").requires_grad_()
+    p = per_sample.detach().to("tpu").requires_grad_() if per_sample is not None else None
+    got = F.embedding_bag(index.to("tpu"), w, offsets.to("tpu"), mode=mode, per_sample_weights=p, padding_idx=7)
+    got.pow(2).sum().backward()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(w.grad.cpu(), weight.grad)
+    if p is not None:
+        torch.testing.assert_close(p.grad.cpu(), per_sample.grad)
