@@ -14,6 +14,7 @@
 #include "aten/generator.h"
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/origin.h"
 #include "aten/scalar_cache.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
@@ -340,10 +341,24 @@ Destinations destinations(const c10::FunctionSchema& schema, const std::vector<c
   return d;
 }
 
+// The arguments as the lowering sees them, safe to keep after the call returns (fused and lazy
+// modes run lowerings later): tpu tensors become their meta twins (same dtype and geometry), so a
+// deferred op does not keep its inputs' storages alive.
+std::vector<c10::IValue> lowering_args(const std::vector<c10::IValue>& args, const MetaResult& meta) {
+  std::vector<c10::IValue> kept = args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    bool on_device = false;
+    for_each_tensor(args[i], [&](const at::Tensor& t) { on_device |= t.defined() && on_tpu(t); });
+    if (on_device) kept[i] = meta.args[i];
+  }
+  return kept;
+}
+
 // One program: inputs read through their views, the lowering, results cast and broadcast into
 // the destinations (plus the device-check flag, for ops that have one).
 void run_program(const Entry& entry, const std::string& name, const c10::FunctionSchema& schema,
-                 const std::vector<c10::IValue>& args, const Destinations& d, int device) {
+                 const std::vector<c10::IValue>& args, const MetaResult& meta, const Destinations& d,
+                 int device) {
   Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
   if (entry.options.random) add_rng_state(in, args, device);
   std::vector<hlo::TensorType> out_types;  // one per result, wanted or not
@@ -357,19 +372,21 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
     outputs.push_back(operand(d.tensors[next_dest++]));
     out_types.push_back({outputs.back().view.dtype, outputs.back().view.sizes});
   }
-  exec::Lowering lower = [&](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
-    std::vector<std::vector<hlo::Value>> values(in.count.size());
+  exec::Lowering lower = [fn = entry.fn, checked = entry.options.device_check != nullptr, count = in.count,
+                          largs = lowering_args(args, meta), out_types, wanted = d.wanted,
+                          name](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
+    std::vector<std::vector<hlo::Value>> values(count.size());
     size_t next = 0;
-    for (size_t i = 0; i < in.count.size(); ++i)
-      for (size_t k = 0; k < in.count[i]; ++k) values[i].push_back(flat[next++]);
-    LoweringContext ctx(b, std::move(values), args, out_types);
-    std::vector<hlo::Value> results = entry.fn(ctx);
+    for (size_t i = 0; i < count.size(); ++i)
+      for (size_t k = 0; k < count[i]; ++k) values[i].push_back(flat[next++]);
+    LoweringContext ctx(b, std::move(values), largs, out_types);
+    std::vector<hlo::Value> results = fn(ctx);
     TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), name, ": lowering returned ",
                           results.size(), " values for ", out_types.size(), " outputs");
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < results.size(); ++i)
-      if (d.wanted[i]) written.push_back(ctx.to_out(results[i], i));
-    if (entry.options.device_check) written.push_back(ctx.device_ok());
+      if (wanted[i]) written.push_back(ctx.to_out(results[i], i));
+    if (checked) written.push_back(ctx.device_ok());
     return written;
   };
   std::shared_ptr<exec::BufferRef> ok;
@@ -377,17 +394,10 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
     ok = std::make_shared<exec::BufferRef>(device, 1);
     outputs.push_back({ok.get(), {DType::kBool, {}, {}, 0}});
   }
-  try {
-    exec::run({in.key, lower, in.operands, outputs});
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const exec::OutOfDeviceMemory& e) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, name, " on tpu failed: ", e.what());
-  }
+  std::shared_ptr<const graph::Origin> origin = origin_of(name);
+  run_on_device({in.key, lower, in.operands, outputs, origin});
   if (ok)
-    exec::defer_check(ok, std::string(entry.options.device_check) + " (" + name +
+    exec::defer_check(ok, std::string(entry.options.device_check) + " (" + origin->describe() +
                               " on tpu, detected on the device)");
 }
 
@@ -421,7 +431,7 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   int device = device_of(args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   Destinations d = destinations(schema, args, *meta, device);
-  run_program(entry, name, schema, args, d, device);
+  run_program(entry, name, schema, args, *meta, d, device);
   push_returns(schema, args, d, stack);
 }
 

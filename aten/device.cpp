@@ -53,7 +53,7 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream exchangeStream(c10::Stream s) const override { return s; }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
-  void synchronizeDevice(c10::DeviceIndex index) const override { exec::synchronize(index); }
+  void synchronizeDevice(c10::DeviceIndex index) const override { synchronize_device(index, "synchronize"); }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
@@ -91,9 +91,9 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
     c10::DataPtr fresh = make_data_ptr(ref.device(), newsize);
     auto& fresh_ref = *static_cast<exec::BufferRef*>(fresh.get_context());
     size_t keep = std::min(ref.nbytes(), newsize);
-    if (keep > 0 && ref.buffer()) {
+    if (keep > 0 && ref.value()) {
       std::vector<char> bytes(ref.nbytes());
-      exec::download(ref, bytes.data());
+      download_to_host(ref, bytes.data(), "storage resize");
       bytes.resize(newsize, 0);
       exec::upload(fresh_ref, bytes.data(), DType::kU8);
     }

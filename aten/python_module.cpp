@@ -8,6 +8,9 @@
 #include "aten/device.h"
 #include "aten/generator.h"
 #include "aten/lowering.h"
+#include "aten/tensor_operand.h"
+#include "exec/compile_cache.h"
+#include "exec/diagnostics.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
@@ -44,6 +47,59 @@ py::dict memory_stats(int index) {
   return out;
 }
 
+// Runs `f` without the GIL, raising PyTorch's errors as the Python exceptions torch raises.
+template <typename F>
+auto without_gil(F&& f) {
+  try {
+    py::gil_scoped_release no_gil;
+    return f();
+  } catch (const c10::IndexError& e) {
+    throw py::index_error(e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    throw py::value_error(e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(e.what_without_backtrace());
+  }
+}
+
+py::dict metrics() {
+  py::dict out;
+  out["counters"] = exec::counters_snapshot();
+  out["host_syncs"] = exec::sync_counts();
+  out["window_cuts"] = exec::cut_counts();
+  out["window_sizes"] = exec::window_sizes();
+  out["recompiles"] = exec::recompiles();
+  out["recompile_count"] = exec::recompile_count();
+  out["cpu_fallbacks"] = exec::fallback_counts();
+  out["pending_ops"] = exec::pending_ops();
+  return out;
+}
+
+py::dict cache_stats() {
+  exec::CacheStats s = exec::cache_stats();
+  py::dict out;
+  out["requests"] = s.requests;
+  py::dict hits;
+  for (const char* tier : {"memory", "disk", "shared"}) hits[tier] = s.hits.count(tier) ? s.hits.at(tier) : 0;
+  out["hits"] = hits;
+  out["misses"] = s.misses;
+  out["background_pending"] = s.background_pending;
+  py::list compiles;
+  for (const auto& c : s.compiles) compiles.append(py::make_tuple(c.what, c.seconds));
+  out["compiles"] = compiles;
+  out["dir"] = exec::cache_dir();
+  out["shared_dir"] = exec::shared_cache_dir();
+  return out;
+}
+
+// Warnings from the executor (a damaged cache entry, an unwritable cache directory) become Python
+// warnings, also when they come from the background compiler's thread.
+void warn_in_python(const std::string& message) {
+  if (!Py_IsInitialized()) return;
+  py::gil_scoped_acquire gil;
+  if (PyErr_WarnEx(PyExc_UserWarning, ("torchtpu: " + message).c_str(), 1) != 0) PyErr_Clear();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -54,14 +110,24 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
   m.def("_set_device", [](int index) { aten::set_current_device(static_cast<c10::DeviceIndex>(index)); });
-  m.def("_synchronize", [](int device) {
-    try {
-      py::gil_scoped_release no_gil;
-      exec::synchronize(device);
-    } catch (const exec::CheckFailed& e) {
-      throw py::index_error(e.what());
-    }
+  exec::set_warning_handler(warn_in_python);
+  m.def("_synchronize", [](int device, const std::string& reason) {
+    without_gil([&] { aten::synchronize_device(device, reason); });
   });
+  m.def("_set_eager_mode", [](const std::string& name) {
+    auto mode = exec::parse_mode(name);
+    if (!mode) throw py::value_error("unknown eager mode '" + name + "': use debug, strict, fused or lazy");
+    without_gil([&] { exec::set_mode(*mode); });
+  });
+  m.def("_eager_mode", [] { return std::string(exec::mode_name(exec::mode())); });
+  m.def("_flush", [](const std::string& reason) {
+    without_gil([&] { aten::flush_pending(reason); });
+  });
+  m.def("_metrics", &metrics);
+  m.def("_cache_stats", &cache_stats);
+  m.def("_cache_reset_stats", &exec::reset_cache_stats);
+  m.def("_cache_clear", [] { without_gil([] { exec::clear_cache(); }); });
+  m.def("_wait_for_background_compiles", [] { without_gil([] { exec::wait_for_background_compiles(); }); });
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory", &exec::reset_peak_device_bytes);
   // RNG state as plain values; torch.tpu wraps them in PyTorch's API.

@@ -16,6 +16,13 @@ exec::BufferRef& buffer_ref(const at::Tensor& t);
 // The tensor as the executor sees it: its storage and its view geometry.
 exec::Operand operand(const at::Tensor& t);
 
+// The executor's entry points with its errors turned into PyTorch's exception types (IndexError
+// for a failed device-side check, OutOfMemoryError, RuntimeError naming the op and user line).
+void run_on_device(const exec::OpCall& call);
+void download_to_host(const exec::BufferRef& storage, void* dst, const std::string& reason);
+void synchronize_device(int device, const std::string& reason);
+void flush_pending(const std::string& reason);
+
 // Checks that `t` lives on the tpu device; `what` names the argument in the message.
 void check_tpu(const at::Tensor& t, const char* what);
 

@@ -1,14 +1,15 @@
-// The contents of one tensor storage: a flat device buffer that is swapped, never mutated.
+// The contents of one tensor storage: a flat device value that is swapped, never mutated.
 //
-// XLA buffers are immutable, so a write to any part of a storage produces a whole new flat buffer
-// and swaps it in here; every tensor aliasing the storage sees the change.
+// XLA buffers are immutable, so a write to any part of a storage produces a whole new flat value
+// and swaps it in here; every tensor aliasing the storage sees the change. The value may still be
+// pending (fused and lazy modes): the storage then holds what a recorded op will produce.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 
 #include "exec/metrics.h"
-#include "runtime/buffer.h"
+#include "graph/device_value.h"
 
 namespace torchtpu::exec {
 
@@ -22,28 +23,29 @@ class BufferRef {
   int device() const { return device_; }
   size_t nbytes() const { return nbytes_; }
 
-  // The flat 1-D buffer, or null when the storage was never written (it then reads as zeros).
-  const std::shared_ptr<runtime::Buffer>& buffer() const { return buffer_; }
-  // Element type of the flat buffer: the dtype of the tensor that last wrote the storage.
-  DType buffer_dtype() const { return buffer_dtype_; }
+  // The current contents, or null when the storage was never written (it then reads as zeros).
+  const graph::ValuePtr& value() const { return value_; }
 
-  void swap(std::shared_ptr<runtime::Buffer> buffer, DType dtype) {
-    if (!buffer_) track_device_bytes(device_, static_cast<int64_t>(nbytes_));
-    buffer_ = std::move(buffer);
-    buffer_dtype_ = dtype;
+  void swap(graph::ValuePtr value) {
+    if (!value_) track_device_bytes(device_, static_cast<int64_t>(nbytes_));
+    else value_->release();
+    value->hold();
+    value_ = std::move(value);
   }
   // Resizing drops the old contents; the caller re-materializes what it keeps.
   void reset(size_t nbytes) {
-    if (buffer_) track_device_bytes(device_, -static_cast<int64_t>(nbytes_));
+    if (value_) {
+      track_device_bytes(device_, -static_cast<int64_t>(nbytes_));
+      value_->release();
+    }
     nbytes_ = nbytes;
-    buffer_.reset();
+    value_.reset();
   }
 
  private:
   int device_;
   size_t nbytes_;
-  std::shared_ptr<runtime::Buffer> buffer_;
-  DType buffer_dtype_ = DType::kU8;
+  graph::ValuePtr value_;
 };
 
 }  // namespace torchtpu::exec

@@ -1,173 +1,90 @@
 #include "exec/executor.h"
 
-#include <chrono>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
+#include "exec/compile_cache.h"
 #include "exec/metrics.h"
+#include "exec/op_record.h"
 #include "exec/runtime_context.h"
-#include "exec/view_program.h"
+#include "graph/pending_graph.h"
 #include "runtime/error.h"
 
 namespace torchtpu::exec {
 namespace {
 
-// A storage the program touches: one flat parameter (unless fully overwritten) and, if written,
-// one flat result.
-struct Slot {
-  BufferRef* storage;
-  DType flat_dtype;
-  int64_t flat_length;
-  bool read = false;     // the program needs the current contents
-  bool written = false;  // the program produces new contents
-};
+using graph::NodePtr;
+using graph::ValuePtr;
+using graph::Window;
 
-class Plan {
- public:
-  explicit Plan(const OpCall& call) : call_(call) {
-    for (const Operand& in : call.inputs) slot_for(in, /*full_overwrite=*/false).read = true;
-    for (const Operand& out : call.outputs) {
-      Slot& s = slot_for(out, overwrites_all(out));
-      if (!overwrites_all(out)) s.read = true;
-      s.written = true;
-    }
-  }
-
-  std::string cache_key() const {
-    std::string key = call_.key;
-    for (const Slot& s : slots_) {
-      key += s.read ? "|r" : "|w";
-      key += dtype_name(s.flat_dtype);
-      key += std::to_string(s.flat_length);
-    }
-    for (const Operand& in : call_.inputs) append_operand(key, 'i', in);
-    for (const Operand& out : call_.outputs) append_operand(key, 'o', out);
-    return key;
-  }
-
-  std::string program_text() const {
-    hlo::Builder b;
-    std::vector<hlo::Value> flat(slots_.size());
-    for (size_t i = 0; i < slots_.size(); ++i)
-      if (slots_[i].read) flat[i] = b.parameter({slots_[i].flat_dtype, {slots_[i].flat_length}});
-    std::vector<hlo::Value> inputs;
-    for (const Operand& in : call_.inputs) inputs.push_back(read_view(b, flat[index_of(in)], in.view));
-    std::vector<hlo::Value> results = call_.lower(b, inputs);
-    if (results.size() != call_.outputs.size())
-      throw std::logic_error(call_.key + ": lowering returned " + std::to_string(results.size()) +
-                             " results for " + std::to_string(call_.outputs.size()) + " outputs");
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Operand& out = call_.outputs[i];
-      size_t s = index_of(out);
-      if (overwrites_all(out) && !slots_[s].read)
-        flat[s] = b.reshape(results[i], {slots_[s].flat_length});
-      else
-        flat[s] = write_view(b, flat[s], out.view, results[i]);
-    }
-    std::vector<hlo::Value> outs;
-    for (size_t i = 0; i < slots_.size(); ++i)
-      if (slots_[i].written) outs.push_back(flat[i]);
-    b.results(outs);
-    return b.module_text();
-  }
-
-  const std::vector<Slot>& slots() const { return slots_; }
-
- private:
-  static bool overwrites_all(const Operand& o) {
-    return o.view.is_contiguous() && o.view.offset == 0 &&
-           static_cast<size_t>(o.view.numel()) * element_size(o.view.dtype) == o.storage->nbytes();
-  }
-
-  Slot& slot_for(const Operand& o, bool full_overwrite) {
-    for (Slot& s : slots_)
-      if (s.storage == o.storage) return s;
-    // A storage being replaced whole takes the writer's dtype; otherwise keep what it holds.
-    DType dtype = o.storage->buffer() && !full_overwrite ? o.storage->buffer_dtype() : o.view.dtype;
-    int64_t length = static_cast<int64_t>(o.storage->nbytes() / element_size(dtype));
-    slots_.push_back({o.storage, dtype, length});
-    return slots_.back();
-  }
-
-  size_t index_of(const Operand& o) const {
-    for (size_t i = 0; i < slots_.size(); ++i)
-      if (slots_[i].storage == o.storage) return i;
-    throw std::logic_error("operand storage not planned");
-  }
-
-  void append_operand(std::string& key, char kind, const Operand& o) const {
-    key += '|';
-    key += kind;
-    key += std::to_string(index_of(o));
-    o.view.append_key(key);
-  }
-
-  const OpCall& call_;
-  std::vector<Slot> slots_;
-};
-
-class ExecutableCache {
- public:
-  std::shared_ptr<runtime::Executable> get(const std::string& key, const Plan& plan) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auto it = entries_.find(key); it != entries_.end()) {
-        counters().cache_hits++;
-        return it->second;
-      }
-    }
-    auto start = std::chrono::steady_clock::now();
-    runtime::CompileOptions options;
-    options.portable = true;  // one executable serves every device
-    auto exe = std::make_shared<runtime::Executable>(client().compile(plan.program_text(), options));
-    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::steady_clock::now() - start).count();
-    counters().compiles++;
-    counters().compile_ns += ns;
-    int64_t prev = counters().max_compile_ns;
-    while (ns > prev && !counters().max_compile_ns.compare_exchange_weak(prev, ns)) {}
-    std::lock_guard<std::mutex> lock(mu_);
-    return entries_.emplace(key, exe).first->second;
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<runtime::Executable>> entries_;
-};
-
-// Process-lifetime objects are deliberately never destroyed: destroying executables and
-// buffers at exit, after a GPU driver has shut down, fails noisily. The OS reclaims them.
-ExecutableCache& cache() {
-  static auto* c = new ExecutableCache;
-  return *c;
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
 }
 
-// Completion events of dispatched executions, per device, for synchronize().
+Mode initial_mode() {
+  if (env_flag("TORCHTPU_LAUNCH_BLOCKING")) return Mode::kDebug;
+  const char* name = std::getenv("TORCHTPU_EAGER_MODE");
+  if (!name || !*name) return Mode::kStrict;
+  if (auto m = parse_mode(name)) return *m;
+  throw std::invalid_argument(std::string("TORCHTPU_EAGER_MODE=") + name +
+                              " is not a mode: use debug, strict, fused or lazy");
+}
+
+std::atomic<Mode>& current_mode() {
+  static std::atomic<Mode> m{initial_mode()};
+  return m;
+}
+
+size_t max_window_ops() {
+  static const size_t n = [] {
+    const char* v = std::getenv("TORCHTPU_FUSED_MAX_OPS");
+    return v ? std::stoul(v) : size_t{4096};
+  }();
+  return n;
+}
+
+// Completion events of dispatched executions, per device, with what they run (for errors).
 class PendingWork {
  public:
-  void add(int device, runtime::Event done) {
+  void add(int device, runtime::Event done, std::string what) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& events = by_device_[device];
-    while (!events.empty() && events.front().is_ready()) events.erase(events.begin());
-    events.push_back(std::move(done));
+    while (!events.empty() && events.front().first.is_ready()) {
+      check(events.front());
+      events.erase(events.begin());
+    }
+    events.emplace_back(std::move(done), std::move(what));
   }
   void wait(int device) {
-    std::vector<runtime::Event> events;
+    std::vector<std::pair<runtime::Event, std::string>> events;
     {
       std::lock_guard<std::mutex> lock(mu_);
       events.swap(by_device_[device]);
     }
-    for (const runtime::Event& e : events) e.await();
+    for (const auto& e : events) check(e);
   }
 
  private:
+  static void check(const std::pair<runtime::Event, std::string>& e) {
+    try {
+      e.first.await();
+    } catch (const runtime::PjrtError& error) {
+      throw ExecutionFailed(e.second + " failed on the device: " + error.what());
+    }
+  }
   std::mutex mu_;
-  std::unordered_map<int, std::vector<runtime::Event>> by_device_;
+  std::unordered_map<int, std::vector<std::pair<runtime::Event, std::string>>> by_device_;
 };
 
-PendingWork& pending() {
+// Process-lifetime objects are deliberately never destroyed: destroying executables and
+// buffers at exit, after a GPU driver has shut down, fails noisily. The OS reclaims them.
+PendingWork& pending_work() {
   static auto* p = new PendingWork;
   return *p;
 }
@@ -183,6 +100,10 @@ class DeferredChecks {
     std::lock_guard<std::mutex> lock(mu_);
     checks_.push_back(std::move(check));
   }
+  bool empty() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return checks_.empty();
+  }
   // Reads every pending check; throws for the first that failed (all are consumed).
   void verify() {
     std::vector<DeferredCheck> checks;
@@ -191,8 +112,10 @@ class DeferredChecks {
       checks.swap(checks_);
     }
     for (const DeferredCheck& c : checks) {
+      const ValuePtr& v = c.ok->value();
+      if (!v || !v->is_materialized()) continue;  // the checking op itself failed and said so
       bool ok = true;
-      c.ok->buffer()->copy_to_host(&ok, 1);
+      v->buffer()->copy_to_host(&ok, 1);
       if (!ok) throw CheckFailed(c.message);
     }
   }
@@ -207,15 +130,6 @@ DeferredChecks& deferred_checks() {
   return *d;
 }
 
-// The storage's flat buffer, creating zeros for a never-written one.
-const runtime::Buffer& materialized(BufferRef& storage, DType dtype) {
-  if (!storage.buffer()) {
-    std::vector<char> zeros(storage.nbytes(), 0);
-    upload(storage, zeros.data(), dtype);
-  }
-  return *storage.buffer();
-}
-
 // Rethrows a PJRT out-of-memory error as OutOfDeviceMemory naming the bytes requested.
 [[noreturn]] void rethrow_memory_error(const runtime::PjrtError& e, int device, size_t bytes,
                                        const std::string& what) {
@@ -225,43 +139,190 @@ const runtime::Buffer& materialized(BufferRef& storage, DType dtype) {
                           std::to_string(device_bytes(device)) + " bytes held by tensors). " + e.what());
 }
 
-}  // namespace
-
-void run(const OpCall& call) {
-  Plan plan(call);
-  std::shared_ptr<runtime::Executable> exe = cache().get(plan.cache_key(), plan);
-
-  int device = call.outputs.empty() ? call.inputs.at(0).storage->device()
-                                    : call.outputs[0].storage->device();
-  std::vector<const runtime::Buffer*> args;
-  for (const Slot& s : plan.slots()) {
-    if (s.storage->device() != device)
-      throw std::invalid_argument(call.key + ": operands are on different devices (tpu:" +
-                                  std::to_string(device) + " and tpu:" +
-                                  std::to_string(s.storage->device()) + ")");
-    if (s.read) args.push_back(&materialized(*s.storage, s.flat_dtype));
-  }
-  size_t output_bytes = 0;
-  for (const Slot& s : plan.slots())
-    if (s.written) output_bytes += s.storage->nbytes();
-  runtime::ExecuteResult result;
-  try {
-    result = exe->execute_on(exec::device(device).raw(), args);
-  } catch (const runtime::PjrtError& e) {
-    rethrow_memory_error(e, device, output_bytes, call.key.substr(0, call.key.find('|')));
-  }
-  counters().executions++;
-  pending().add(device, std::move(result.done[0]));
-
-  size_t next = 0;
-  for (const Slot& s : plan.slots())
-    if (s.written)
-      s.storage->swap(std::make_shared<runtime::Buffer>(std::move(result.outputs[0][next++])),
-                      s.flat_dtype);
+std::string op_of(const graph::Node& node) {
+  return node.origin ? node.origin->describe() : node.key.substr(0, node.key.find('|'));
 }
 
-void synchronize(int device) {
-  pending().wait(device);
+std::string describe(const std::vector<NodePtr>& nodes) {
+  if (nodes.size() == 1) return op_of(*nodes[0]);
+  return "a fused window of " + std::to_string(nodes.size()) + " ops (from " + op_of(*nodes.front()) +
+         " to " + op_of(*nodes.back()) + ")";
+}
+
+// What counts as "the same" op or window when deciding whether a compile is a recompilation.
+std::string identity_of(const std::vector<NodePtr>& nodes) {
+  const graph::Node& first = *nodes.front();
+  if (!first.origin || first.origin->location.empty()) return "";
+  return (nodes.size() == 1 ? "" : "window@") + first.origin->describe();
+}
+
+// Values the nodes produced but nobody kept are never materialized: cut their producer links.
+void discard_unmaterialized(const std::vector<NodePtr>& nodes) {
+  for (const NodePtr& n : nodes)
+    for (const auto& weak : n->outputs)
+      if (ValuePtr v = weak.lock(); v && !v->is_materialized()) v->set_producer(nullptr, 0);
+}
+
+void execute(const Window& w, runtime::Executable& exe, const std::string& what) {
+  int device = w.results().empty() ? 0 : w.results()[0]->device();
+  std::vector<const runtime::Buffer*> args;
+  for (const ValuePtr& p : w.parameters()) args.push_back(p->buffer().get());
+  size_t output_bytes = 0;
+  for (const ValuePtr& r : w.results()) output_bytes += r->length() * element_size(r->dtype());
+  runtime::ExecuteResult result;
+  try {
+    result = exe.execute_on(exec::device(device).raw(), args);
+  } catch (const runtime::PjrtError& e) {
+    rethrow_memory_error(e, device, output_bytes, what);
+  }
+  counters().executions++;
+  pending_work().add(device, std::move(result.done[0]), what);
+  for (size_t i = 0; i < w.results().size(); ++i)
+    w.results()[i]->materialize(std::make_shared<runtime::Buffer>(std::move(result.outputs[0][i])));
+}
+
+// One node as its own program, from the single-op cache.
+void execute_single(const NodePtr& node) {
+  Window w({node}, Window::Keep::kAlive);
+  if (w.results().empty()) return;
+  std::string what = op_of(*node);
+  auto exe = cached_executable(w.key(), [&] { return w.program_text(); }, what, identity_of({node}));
+  execute(w, *exe, what);
+}
+
+// True when a debug-mode NaN/Inf check finds a non-finite element in the flat value.
+bool has_non_finite(const graph::DeviceValue& v) {
+  DType t = v.dtype();
+  if (!is_floating(t) && !is_complex(t)) return false;
+  std::vector<unsigned char> host(v.length() * element_size(t));
+  v.buffer()->copy_to_host(host.data(), host.size());
+  auto any = [&](auto sample, auto bad) {
+    using T = decltype(sample);
+    for (size_t i = 0; i < host.size(); i += sizeof(T)) {
+      T x;
+      std::memcpy(&x, host.data() + i, sizeof(T));
+      if (bad(x)) return true;
+    }
+    return false;
+  };
+  if (t == DType::kF16) return any(uint16_t{}, [](uint16_t b) { return (b & 0x7c00) == 0x7c00; });
+  if (t == DType::kBF16) return any(uint16_t{}, [](uint16_t b) { return (b & 0x7f80) == 0x7f80; });
+  if (t == DType::kF64 || t == DType::kC128) return any(double{}, [](double x) { return !std::isfinite(x); });
+  return any(float{}, [](float x) { return !std::isfinite(x); });
+}
+
+void check_finite(const graph::Node& node) {
+  for (const auto& weak : node.outputs)
+    if (ValuePtr v = weak.lock(); v && v->is_materialized() && has_non_finite(*v))
+      throw NonFiniteValue(op_of(node) + " produced NaN or Inf (TORCHTPU_CHECK_NANS=1)");
+}
+
+// The pending graph of the deferred modes and the lock that serializes recording into it and
+// cutting it (the autograd engine records from its own thread).
+struct Deferred {
+  std::recursive_mutex mu;
+  graph::PendingGraph graph;
+};
+
+Deferred& deferred() {
+  static auto* d = new Deferred;
+  return *d;
+}
+
+// Runs a cut window: one program from the cache; in fused mode, on a miss, op by op from the
+// single-op cache while the window's program compiles in the background.
+void execute_window(std::vector<NodePtr> nodes, Mode m) {
+  if (nodes.size() == 1) {
+    execute_single(nodes[0]);
+    discard_unmaterialized(nodes);
+    return;
+  }
+  Window w(nodes, Window::Keep::kHeld);
+  if (w.results().empty()) {  // nothing anyone can observe
+    discard_unmaterialized(nodes);
+    return;
+  }
+  std::string what = describe(nodes);
+  auto text = [&] { return w.program_text(); };
+  std::shared_ptr<runtime::Executable> exe =
+      m == Mode::kFused ? cached_executable_or_compile_async(w.key(), text, what, identity_of(nodes))
+                        : cached_executable(w.key(), text, what, identity_of(nodes));
+  if (exe) {
+    execute(w, *exe, what);
+    record_window(static_cast<int64_t>(nodes.size()));
+  } else {
+    counters().op_by_op_windows++;
+    for (const NodePtr& n : nodes) execute_single(n);
+  }
+  discard_unmaterialized(nodes);
+}
+
+void flush_locked(Mode m) {
+  std::vector<NodePtr> nodes = deferred().graph.take();
+  if (!nodes.empty()) execute_window(std::move(nodes), m);
+}
+
+}  // namespace
+
+Mode mode() { return current_mode(); }
+
+void set_mode(Mode m) {
+  flush("mode change");
+  current_mode() = m;
+}
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::kDebug: return "debug";
+    case Mode::kStrict: return "strict";
+    case Mode::kFused: return "fused";
+    case Mode::kLazy: return "lazy";
+  }
+  return "?";
+}
+
+std::optional<Mode> parse_mode(const std::string& name) {
+  for (Mode m : {Mode::kDebug, Mode::kStrict, Mode::kFused, Mode::kLazy})
+    if (name == mode_name(m)) return m;
+  return std::nullopt;
+}
+
+void run(const OpCall& call) {
+  Mode m = mode();
+  if (m == Mode::kDebug || m == Mode::kStrict) {
+    if (deferred().graph.size() > 0) flush("mode change");
+    NodePtr node = record_op(call);
+    (m == Mode::kDebug ? counters().debug_ops : counters().strict_ops)++;
+    execute_single(node);
+    if (m == Mode::kDebug) {
+      synchronize(node->outputs.empty() ? 0 : call.outputs[0].storage->device(), "debug mode");
+      if (env_flag("TORCHTPU_CHECK_NANS")) check_finite(*node);
+    }
+    return;
+  }
+  std::lock_guard<std::recursive_mutex> lock(deferred().mu);
+  std::optional<int> device = deferred().graph.device();
+  NodePtr node = record_op(call);
+  int node_device = call.outputs.empty() ? 0 : call.outputs[0].storage->device();
+  if (device && *device != node_device) flush_locked(m);
+  (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
+  deferred().graph.append(std::move(node));
+  if (m == Mode::kFused && deferred().graph.size() >= max_window_ops()) flush_locked(m);
+}
+
+void flush(const std::string& reason) {
+  std::lock_guard<std::recursive_mutex> lock(deferred().mu);
+  if (deferred().graph.size() == 0) return;
+  record_cut(reason);
+  Mode m = mode();
+  flush_locked(m == Mode::kLazy ? Mode::kLazy : Mode::kFused);
+}
+
+size_t pending_ops() { return deferred().graph.size(); }
+
+void synchronize(int device, const std::string& reason) {
+  flush(reason);
+  pending_work().wait(device);
   deferred_checks().verify();
 }
 
@@ -278,16 +339,28 @@ void upload(BufferRef& storage, const void* data, DType dtype) {
     rethrow_memory_error(e, storage.device(), storage.nbytes(), "a host-to-device copy");
   }
   counters().bytes_to_device += storage.nbytes();
-  storage.swap(std::make_shared<runtime::Buffer>(std::move(b)), dtype);
+  auto value = std::make_shared<graph::DeviceValue>(storage.device(), dtype, length);
+  value->materialize(std::make_shared<runtime::Buffer>(std::move(b)));
+  storage.swap(std::move(value));
 }
 
-void download(const BufferRef& storage, void* dst) {
+void download(const BufferRef& storage, void* dst, const std::string& reason) {
+  const ValuePtr& value = storage.value();
+  record_sync(reason);
+  flush(reason);
   deferred_checks().verify();  // a failed check means this data may be garbage: say so first
-  if (!storage.buffer()) {
+  if (!value) {
     std::memset(dst, 0, storage.nbytes());
     return;
   }
-  storage.buffer()->copy_to_host(dst, storage.nbytes());
+  if (!value->is_materialized())
+    throw ExecutionFailed("this tensor's contents were never computed: the op that produced them failed earlier");
+  try {
+    value->buffer()->copy_to_host(dst, storage.nbytes());
+  } catch (const runtime::PjrtError& e) {
+    pending_work().wait(storage.device());  // name the failed op if that is what happened
+    throw;
+  }
   counters().bytes_to_host += storage.nbytes();
 }
 

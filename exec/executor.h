@@ -1,8 +1,13 @@
-// Runs OpCalls in strict eager mode: one cached single-op executable per (op, geometry),
-// dispatched asynchronously. The host waits only when it reads data (download()).
+// Runs OpCalls in the current eager mode. Every mode records the op as a graph node through the
+// same lowering; they differ in when the node runs:
+//   debug   executes it now and waits (optionally checking outputs for NaN/Inf);
+//   strict  executes its cached single-op program now, asynchronously (the default);
+//   fused   defers it into the pending graph, cut into windows that run as one program each;
+//   lazy    defers it until the host needs data or the user calls sync().
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -10,13 +15,26 @@
 
 namespace torchtpu::exec {
 
-// Compiles (on a cache miss) and dispatches `call`; swaps the new contents into each output
-// storage. Returns as soon as the work is queued on the device.
+enum class Mode { kDebug, kStrict, kFused, kLazy };
+
+// The mode starts from TORCHTPU_EAGER_MODE (TORCHTPU_LAUNCH_BLOCKING=1 means debug), else strict.
+Mode mode();
+// Switching executes whatever the previous mode left pending.
+void set_mode(Mode mode);
+const char* mode_name(Mode mode);
+std::optional<Mode> parse_mode(const std::string& name);
+
+// Records `call` (its output storages now hold its results, possibly pending) and runs it as
+// the mode says.
 void run(const OpCall& call);
+
+// Executes every pending op (fused, lazy); `reason` is counted as a cut. A no-op in debug/strict.
+void flush(const std::string& reason);
+size_t pending_ops();
 
 // Waits until every execution dispatched to `device` so far has finished; rethrows the first
 // failure among them, then any failed device-side check (see defer_check).
-void synchronize(int device);
+void synchronize(int device, const std::string& reason = "synchronize");
 
 // A condition a program computed on the device (a 0-d bool storage: true = fine), such as
 // "every index is in range". It is read when the host next waits for data, so checking costs no
@@ -34,10 +52,23 @@ class OutOfDeviceMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An asynchronous execution failed; the message names the op (or window) and the user's line.
+class ExecutionFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Debug mode with TORCHTPU_CHECK_NANS=1: an op produced NaN or Inf.
+class NonFiniteValue : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Whole-storage transfers. upload() replaces the contents with host data read as elements of
 // `dtype` (storage.nbytes() bytes); download() copies storage.nbytes() raw bytes out, waiting for
-// the work that produces them. A never-written storage reads as zeros.
+// the work that produces them (counted as a host sync for `reason`). A never-written storage reads
+// as zeros.
 void upload(BufferRef& storage, const void* data, DType dtype);
-void download(const BufferRef& storage, void* dst);
+void download(const BufferRef& storage, void* dst, const std::string& reason = "cpu");
 
 }  // namespace torchtpu::exec

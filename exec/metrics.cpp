@@ -6,14 +6,20 @@ namespace torchtpu::exec {
 
 namespace {
 
-struct Fallbacks {
+// The counters that are maps or lists, behind one lock (updated per sync or compile, not per op).
+struct Tables {
   std::mutex mu;
-  std::map<std::string, int64_t> counts;
+  std::map<std::string, int64_t> fallbacks;
+  std::map<std::string, int64_t> syncs;
+  std::map<std::string, int64_t> cuts;
+  std::vector<std::string> recompiles;
+  int64_t recompile_count = 0;
+  std::map<int64_t, int64_t> window_sizes;
 };
 
-Fallbacks& fallbacks() {
-  static Fallbacks f;
-  return f;
+Tables& tables() {
+  static auto* t = new Tables;
+  return *t;
 }
 
 struct DeviceBytes {
@@ -28,13 +34,16 @@ DeviceBytes& device_bytes_of(int device) {
   return bytes[device >= 0 && device < kMaxDevices ? device : 0];
 }
 
+void raise_max(std::atomic<int64_t>& max, int64_t value) {
+  int64_t prev = max;
+  while (value > prev && !max.compare_exchange_weak(prev, value)) {}
+}
+
 }  // namespace
 
 void track_device_bytes(int device, int64_t delta) {
   DeviceBytes& d = device_bytes_of(device);
-  int64_t now = d.live += delta;
-  int64_t peak = d.peak;
-  while (now > peak && !d.peak.compare_exchange_weak(peak, now)) {}
+  raise_max(d.peak, d.live += delta);
 }
 
 int64_t device_bytes(int device) { return device_bytes_of(device).live; }
@@ -42,13 +51,69 @@ int64_t peak_device_bytes(int device) { return device_bytes_of(device).peak; }
 void reset_peak_device_bytes(int device) { device_bytes_of(device).peak = device_bytes_of(device).live.load(); }
 
 void record_fallback(const std::string& op) {
-  std::lock_guard<std::mutex> lock(fallbacks().mu);
-  fallbacks().counts[op]++;
+  std::lock_guard<std::mutex> lock(tables().mu);
+  tables().fallbacks[op]++;
 }
 
 std::map<std::string, int64_t> fallback_counts() {
-  std::lock_guard<std::mutex> lock(fallbacks().mu);
-  return fallbacks().counts;
+  std::lock_guard<std::mutex> lock(tables().mu);
+  return tables().fallbacks;
+}
+
+void record_compile(int64_t ns) {
+  counters().compiles++;
+  counters().compile_ns += ns;
+  raise_max(counters().max_compile_ns, ns);
+}
+
+void record_window(int64_t ops) {
+  counters().windows++;
+  counters().window_ops += ops;
+  raise_max(counters().max_window_ops, ops);
+  std::lock_guard<std::mutex> lock(tables().mu);
+  tables().window_sizes[ops]++;
+}
+
+void record_sync(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  tables().syncs[reason]++;
+}
+
+std::map<std::string, int64_t> sync_counts() {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  return tables().syncs;
+}
+
+void record_cut(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  tables().cuts[reason]++;
+}
+
+std::map<std::string, int64_t> cut_counts() {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  return tables().cuts;
+}
+
+void record_recompile(const std::string& description) {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  tables().recompile_count++;
+  tables().recompiles.push_back(description);
+  if (tables().recompiles.size() > 100) tables().recompiles.erase(tables().recompiles.begin());
+}
+
+std::vector<std::string> recompiles() {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  return tables().recompiles;
+}
+
+int64_t recompile_count() {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  return tables().recompile_count;
+}
+
+std::map<int64_t, int64_t> window_sizes() {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  return tables().window_sizes;
 }
 
 Counters& counters() {
@@ -58,19 +123,29 @@ Counters& counters() {
 
 std::map<std::string, int64_t> counters_snapshot() {
   const Counters& c = counters();
-  return {{"executions", c.executions},           {"compiles", c.compiles},
-          {"compile_ns", c.compile_ns},           {"max_compile_ns", c.max_compile_ns},
-          {"cache_hits", c.cache_hits},           {"bytes_to_device", c.bytes_to_device},
-          {"bytes_to_host", c.bytes_to_host}};
+  return {{"executions", c.executions},         {"debug_ops", c.debug_ops},
+          {"strict_ops", c.strict_ops},         {"fused_ops", c.fused_ops},
+          {"lazy_ops", c.lazy_ops},             {"windows", c.windows},
+          {"window_ops", c.window_ops},         {"max_window_ops", c.max_window_ops},
+          {"op_by_op_windows", c.op_by_op_windows}, {"compiles", c.compiles},
+          {"compile_ns", c.compile_ns},         {"max_compile_ns", c.max_compile_ns},
+          {"bytes_to_device", c.bytes_to_device}, {"bytes_to_host", c.bytes_to_host}};
 }
 
 void reset_counters() {
   Counters& c = counters();
-  for (auto* field : {&c.executions, &c.compiles, &c.compile_ns, &c.max_compile_ns, &c.cache_hits,
-                      &c.bytes_to_device, &c.bytes_to_host})
+  for (auto* field : {&c.executions, &c.debug_ops, &c.strict_ops, &c.fused_ops, &c.lazy_ops, &c.windows,
+                      &c.window_ops, &c.max_window_ops, &c.op_by_op_windows, &c.compiles, &c.compile_ns,
+                      &c.max_compile_ns, &c.bytes_to_device, &c.bytes_to_host})
     field->store(0);
-  std::lock_guard<std::mutex> lock(fallbacks().mu);
-  fallbacks().counts.clear();
+  std::lock_guard<std::mutex> lock(tables().mu);
+  Tables& t = tables();
+  t.fallbacks.clear();
+  t.syncs.clear();
+  t.cuts.clear();
+  t.recompiles.clear();
+  t.recompile_count = 0;
+  t.window_sizes.clear();
 }
 
 }  // namespace torchtpu::exec

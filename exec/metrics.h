@@ -5,15 +5,20 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace torchtpu::exec {
 
 struct Counters {
-  std::atomic<int64_t> executions{0};
+  std::atomic<int64_t> executions{0};  // programs dispatched to a device
+  std::atomic<int64_t> debug_ops{0}, strict_ops{0}, fused_ops{0}, lazy_ops{0};  // ops recorded, by mode
+  std::atomic<int64_t> windows{0};            // fused/lazy windows executed as one program
+  std::atomic<int64_t> window_ops{0};         // ops in those windows
+  std::atomic<int64_t> max_window_ops{0};
+  std::atomic<int64_t> op_by_op_windows{0};   // windows run op by op while their program compiled
   std::atomic<int64_t> compiles{0};
   std::atomic<int64_t> compile_ns{0};
   std::atomic<int64_t> max_compile_ns{0};
-  std::atomic<int64_t> cache_hits{0};
   std::atomic<int64_t> bytes_to_device{0};
   std::atomic<int64_t> bytes_to_host{0};
 };
@@ -23,6 +28,21 @@ Counters& counters();
 // A snapshot by name, for Python and reports.
 std::map<std::string, int64_t> counters_snapshot();
 void reset_counters();
+
+void record_compile(int64_t ns);
+void record_window(int64_t ops);
+// A host wait for device data, by reason ("item", "cpu", "print", "control flow", "sync", ...).
+void record_sync(const std::string& reason);
+std::map<std::string, int64_t> sync_counts();
+// Where pending graphs were cut into windows, by reason ("item", "optimizer step", "size limit", ...).
+void record_cut(const std::string& reason);
+std::map<std::string, int64_t> cut_counts();
+// The same op or window compiled again with a change, described (the most recent 100 kept).
+void record_recompile(const std::string& description);
+std::vector<std::string> recompiles();
+int64_t recompile_count();
+// Fused/lazy window sizes (ops per window) with how often each was executed.
+std::map<int64_t, int64_t> window_sizes();
 
 // Bytes of device memory held by tensor storages, per device (like torch.cuda.memory_allocated).
 void track_device_bytes(int device, int64_t delta);

@@ -2,17 +2,20 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "exec/buffer_ref.h"
 #include "exec/view.h"
+#include "graph/node.h"
 #include "hlo/builder.h"
 
 namespace torchtpu::exec {
 
 // Emits the op's results from its inputs. Each input arrives as a value of its view's shape and
-// dtype; each result must have the shape and dtype of the corresponding output view.
+// dtype; each result must have the shape and dtype of the corresponding output view. It may run
+// later (fused and lazy modes) or on another thread, so it must own what it captures.
 using Lowering =
     std::function<std::vector<hlo::Value>(hlo::Builder&, const std::vector<hlo::Value>& inputs)>;
 
@@ -29,6 +32,7 @@ struct OpCall {
   Lowering lower;
   std::vector<Operand> inputs;
   std::vector<Operand> outputs;
+  std::shared_ptr<const graph::Origin> origin;  // for errors and metrics; may be null
 };
 
 }  // namespace torchtpu::exec

@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "aten/ops/lowering_util.h"
+#include "aten/origin.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
 
@@ -34,12 +35,12 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   bool src_conj = src.is_conj(), src_neg = src.is_neg(), dst_conj = dst.is_conj(), dst_neg = dst.is_neg();
   std::string key = std::string("copy|") + (src_conj ? "c" : "") + (src_neg ? "n" : "") + "|" +
                     (dst_conj ? "c" : "") + (dst_neg ? "n" : "");
-  exec::run({key,
-             [=](hlo::Builder& b, const std::vector<hlo::Value>& in) {
-               hlo::Value v = cast(b, apply_bits(b, in[0], src_conj, src_neg), to);
-               return std::vector<hlo::Value>{broadcast_to(b, apply_bits(b, v, dst_conj, dst_neg), sizes)};
-             },
-             {operand(src)}, {operand(dst)}});
+  run_on_device({key,
+                 [=](hlo::Builder& b, const std::vector<hlo::Value>& in) {
+                   hlo::Value v = cast(b, apply_bits(b, in[0], src_conj, src_neg), to);
+                   return std::vector<hlo::Value>{broadcast_to(b, apply_bits(b, v, dst_conj, dst_neg), sizes)};
+                 },
+                 {operand(src)}, {operand(dst)}, origin_of("aten::copy_")});
 }
 
 bool has_bits(const at::Tensor& t) { return t.is_conj() || t.is_neg(); }
@@ -52,19 +53,16 @@ at::Tensor upload_contiguous(const at::Tensor& cpu, c10::Device device) {
   return out;
 }
 
-// The tpu tensor `src` as a new contiguous host tensor of the same dtype.
-at::Tensor download_contiguous(const at::Tensor& src) {
+// The tpu tensor `src` as a new contiguous host tensor of the same dtype. `kind` says why the
+// host reads it ("item", "cpu"), refined from the Python stack for the metrics.
+at::Tensor download_contiguous(const at::Tensor& src, const char* kind = "cpu") {
   at::Tensor dense = src;
   if (!spans_storage(src) || has_bits(src)) {
     dense = at::empty(src.sizes(), src.options());
     copy_on_device(src, dense);
   }
   at::Tensor host = at::empty(src.sizes(), src.options().device(c10::kCPU));
-  try {
-    if (host.numel() > 0) exec::download(buffer_ref(dense), host.data_ptr());
-  } catch (const exec::CheckFailed& e) {
-    TORCH_CHECK_INDEX(false, e.what());
-  }
+  if (host.numel() > 0) download_to_host(buffer_ref(dense), host.data_ptr(), sync_reason(kind));
   return host;
 }
 
@@ -103,7 +101,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
-  return download_contiguous(self).item();
+  return download_contiguous(self, "item").item();
 }
 
 // _copy_from resolves the conjugate/negative bits itself (above); without these fallthroughs

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "aten/device.h"
+#include "aten/origin.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
 
@@ -51,7 +52,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
       return std::vector<hlo::Value>{b.constant(v, type)};
     };
   }
-  exec::run({key, lower, {}, {out}});
+  run_on_device({key, lower, {}, {out}, origin_of("aten::fill_")});
   return self;
 }
 

@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "aten/lowering.h"
+#include "aten/origin.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
 #include "aten/ops/lowering_util.h"
@@ -259,7 +260,7 @@ at::Tensor nonzero(const at::Tensor& self) {
     return V{b.scatter(b.constant(0, {DType::kS64, {count, rank}}), b.reshape(row, {total, 1}), coords,
                        {{1}, {0}, {0}, 1}, replace())};
   };
-  exec::run({"nonzero", lower, {operand(self)}, {operand(out)}});
+  run_on_device({"nonzero", lower, {operand(self)}, {operand(out)}, origin_of("aten::nonzero")});
   return out;
 }
 

@@ -18,10 +18,17 @@ os.environ.setdefault(
 # XLA logs every client start at INFO level; keep warnings and errors only unless asked.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+# Errors name the op and the user's line; the C++ stack only on request.
+if os.environ.get("TORCHTPU_SHOW_CPP_STACKTRACES", "0") not in ("", "0"):
+    os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
+
 torch.utils.rename_privateuse1_backend("tpu")
 
 from . import _C  # noqa: E402  (registers the device with PyTorch's dispatcher)
-from . import device_module, metrics  # noqa: E402
+from . import cache, device_module, metrics, modes  # noqa: E402
+from .modes import eager_mode, get_eager_mode, mark_step, optimizer_step, set_eager_mode, sync  # noqa: E402,F401
+
+get_eager_mode()  # a bad TORCHTPU_EAGER_MODE fails here, at import
 
 torch._register_device_module("tpu", device_module)
 torch.utils.generate_methods_for_privateuse1_backend(

@@ -31,7 +31,7 @@ def _index(device) -> int:
 
 def synchronize(device=None) -> None:
     """Waits for all work queued on the device; raises the first asynchronous failure."""
-    _C._synchronize(_device_index(device))
+    _C._synchronize(_device_index(device), "synchronize")
 
 
 def get_device_name(device=None) -> str:

@@ -1,0 +1,291 @@
+#include "exec/compile_cache.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "exec/diagnostics.h"
+#include "exec/disk_cache.h"
+#include "exec/metrics.h"
+#include "exec/runtime_context.h"
+#include "exec/sha256.h"
+#include "runtime/compile_options.h"
+
+#ifndef TORCHTPU_VERSION
+#define TORCHTPU_VERSION "dev"
+#endif
+
+namespace torchtpu::exec {
+namespace {
+
+using ExecutablePtr = std::shared_ptr<runtime::Executable>;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : fallback;
+}
+
+runtime::CompileOptions compile_options() {
+  runtime::CompileOptions options;
+  options.portable = true;  // one executable serves every device
+  return options;
+}
+
+// What besides the program decides the compiled bytes.
+const std::string& environment_fingerprint() {
+  static const std::string fp = [] {
+    const runtime::Client& c = client();
+    return compile_options().encode() + '\0' + c.platform_name() + '\0' + c.platform_version() + '\0' +
+           c.plugin().attribute("xla_version") + '\0' + TORCHTPU_VERSION;
+  }();
+  return fp;
+}
+
+std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
+
+// A bounded map of loaded executables, least recently used first out.
+class MemoryTier {
+ public:
+  explicit MemoryTier(size_t capacity) : capacity_(capacity) {}
+  ExecutablePtr find(const std::string& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second);
+    return it->second->second;
+  }
+  void insert(const std::string& key, ExecutablePtr exe) {
+    if (find(key)) return;
+    order_.emplace_front(key, std::move(exe));
+    index_[key] = order_.begin();
+    if (order_.size() > capacity_) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+  }
+  void clear() {
+    order_.clear();
+    index_.clear();
+  }
+
+ private:
+  size_t capacity_;
+  std::list<std::pair<std::string, ExecutablePtr>> order_;
+  std::unordered_map<std::string, std::list<std::pair<std::string, ExecutablePtr>>::iterator> index_;
+};
+
+// Names the part of a key that changed between two compiles of "the same" op or window.
+std::string describe_change(const std::string& before, const std::string& after) {
+  size_t at = 0;
+  while (at < before.size() && at < after.size() && before[at] == after[at]) ++at;
+  auto segment = [at](const std::string& k) {
+    size_t begin = k.find_last_of("|<,", at == 0 ? 0 : at - 1);
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    size_t end = k.find_first_of("|>", at);
+    return k.substr(begin, (end == std::string::npos ? k.size() : end) - begin);
+  };
+  std::string where;
+  size_t op = 0;
+  for (size_t i = 0; i < at && i < after.size(); ++i) op += after[i] == '>';
+  if (after.find('>') != std::string::npos) where = "op #" + std::to_string(op) + " of the window: ";
+  return where + "'" + segment(before) + "' became '" + segment(after) + "'";
+}
+
+class Cache {
+ public:
+  Cache()
+      : memory_(std::stoul(env_or("TORCHTPU_CACHE_CAPACITY", "4096"))),
+        dir_(env_or("TORCHTPU_CACHE_DIR", env_or("HOME", "/tmp") + "/.cache/torchtpu")),
+        shared_dir_(env_or("TORCHTPU_SHARED_CACHE_DIR", "")) {}
+
+  ExecutablePtr get(const std::string& key, const ProgramText& program, const std::string& what,
+                    const std::string& identity, bool wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    stats_.requests++;
+    if (ExecutablePtr exe = memory_.find(key)) {
+      stats_.hits["memory"]++;
+      return exe;
+    }
+    if (compiling_.count(key)) return nullptr;  // only reachable without `wait`: see below
+    note_recompile(key, what, identity);
+    lock.unlock();
+    std::string text = program();
+    std::string pkey = persistent_key(text);
+    if (ExecutablePtr exe = load(pkey)) return remember(key, exe);
+    if (!wait) {
+      lock.lock();
+      compiling_.insert(key);
+      stats_.background_pending++;
+      queue_.push_back({key, std::move(text), pkey, what});
+      ensure_worker();
+      wakeup_.notify_one();
+      return nullptr;
+    }
+    return remember(key, compile_and_store(text, pkey, what));
+  }
+
+  void wait_for_background() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return queue_.empty() && !worker_busy_; });
+  }
+
+  CacheStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t pending = stats_.background_pending;
+    stats_ = {};
+    stats_.background_pending = pending;
+  }
+  void clear() {
+    wait_for_background();
+    std::lock_guard<std::mutex> lock(mu_);
+    memory_.clear();
+    last_key_.clear();
+    if (!dir_.empty()) DiskCache(dir_).clear();
+  }
+  const std::string& dir() const { return dir_; }
+  const std::string& shared_dir() const { return shared_dir_; }
+
+ private:
+  struct Job {
+    std::string key, text, pkey, what;
+  };
+
+  // A different key for an identity seen before is a recompilation: record what changed.
+  void note_recompile(const std::string& key, const std::string& what, const std::string& identity) {
+    if (identity.empty()) return;
+    auto [it, fresh] = last_key_.emplace(identity, key);
+    if (fresh || it->second == key) return;
+    record_recompile(what + ": " + describe_change(it->second, key));
+    it->second = key;
+  }
+
+  ExecutablePtr remember(const std::string& key, ExecutablePtr exe) {
+    std::lock_guard<std::mutex> lock(mu_);
+    memory_.insert(key, exe);
+    return exe;
+  }
+
+  // From the persistent directory, else the shared one (copied into the persistent one).
+  ExecutablePtr load(const std::string& pkey) {
+    for (const std::string* dir : {&dir_, &shared_dir_}) {
+      if (dir->empty()) continue;
+      std::optional<std::string> bytes = DiskCache(*dir).load(pkey);
+      if (!bytes) continue;
+      try {
+        auto exe = std::make_shared<runtime::Executable>(client().deserialize(*bytes));
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.hits[dir == &dir_ ? "disk" : "shared"]++;
+        if (dir == &shared_dir_ && !dir_.empty()) local_.store(pkey, *bytes);
+        return exe;
+      } catch (const std::exception& e) {
+        warn("compile cache entry " + pkey + " in " + *dir + " does not load (" + e.what() + "); recompiling");
+      }
+    }
+    return nullptr;
+  }
+
+  ExecutablePtr compile_and_store(const std::string& text, const std::string& pkey, const std::string& what) {
+    auto start = std::chrono::steady_clock::now();
+    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options()));
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    record_compile(static_cast<int64_t>(seconds * 1e9));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.misses++;
+      stats_.compiles.push_back({what, seconds});
+      if (stats_.compiles.size() > 1000) stats_.compiles.erase(stats_.compiles.begin());
+    }
+    if (!dir_.empty() || !shared_dir_.empty()) {
+      std::string bytes = exe->serialize();
+      std::lock_guard<std::mutex> lock(store_mu_);
+      if (!dir_.empty()) local_.store(pkey, bytes);
+      if (!shared_dir_.empty()) shared_.store(pkey, bytes);
+    }
+    return exe;
+  }
+
+  void ensure_worker() {  // with mu_ held
+    if (worker_started_) return;
+    worker_started_ = true;
+    std::thread([this] { work(); }).detach();  // lives as long as the process, like the cache
+  }
+
+  void work() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wakeup_.wait(lock, [&] { return !queue_.empty(); });
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        worker_busy_ = true;
+      }
+      ExecutablePtr exe;
+      try {
+        exe = compile_and_store(job.text, job.pkey, job.what);
+      } catch (const std::exception& e) {
+        // The op-by-op path keeps working; the failure shows when the window runs synchronously.
+        warn("background compile of " + job.what + " failed: " + e.what());
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (exe) memory_.insert(job.key, exe);
+      compiling_.erase(job.key);
+      stats_.background_pending--;
+      worker_busy_ = false;
+      if (queue_.empty()) idle_.notify_all();
+    }
+  }
+
+  std::mutex mu_, store_mu_;
+  MemoryTier memory_;
+  std::string dir_, shared_dir_;
+  DiskCache local_{dir_}, shared_{shared_dir_};
+  CacheStats stats_;
+  std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
+  std::unordered_set<std::string> compiling_;
+  std::deque<Job> queue_;
+  std::condition_variable wakeup_, idle_;
+  bool worker_started_ = false, worker_busy_ = false;
+};
+
+Cache& cache() {
+  static auto* c = new Cache;  // never destroyed: the background worker may still use it at exit
+  return *c;
+}
+
+}  // namespace
+
+std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, const ProgramText& program,
+                                                       const std::string& what, const std::string& identity) {
+  ExecutablePtr exe = cache().get(key, program, what, identity, /*wait=*/true);
+  if (exe) return exe;
+  // Being compiled in the background: wait for it rather than compiling twice.
+  wait_for_background_compiles();
+  return cache().get(key, program, what, identity, /*wait=*/true);
+}
+
+std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
+                                                                        const ProgramText& program,
+                                                                        const std::string& what,
+                                                                        const std::string& identity) {
+  return cache().get(key, program, what, identity, /*wait=*/false);
+}
+
+void wait_for_background_compiles() { cache().wait_for_background(); }
+CacheStats cache_stats() { return cache().stats(); }
+void reset_cache_stats() { cache().reset_stats(); }
+void clear_cache() { cache().clear(); }
+std::string cache_dir() { return cache().dir(); }
+std::string shared_cache_dir() { return cache().shared_dir(); }
+
+}  // namespace torchtpu::exec

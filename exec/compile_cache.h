@@ -1,0 +1,59 @@
+// The compile cache every mode shares (and torch.compile later): loaded executables in memory
+// (a bounded LRU), a persistent directory (TORCHTPU_CACHE_DIR, default ~/.cache/torchtpu), and a
+// directory many hosts share (TORCHTPU_SHARED_CACHE_DIR).
+//
+// In-memory keys are the callers' compact structural keys, so a hit builds no program text. The
+// persistent key is the SHA-256 of the program text, the compile options, the platform, the
+// plugin's xla_version and torchtpu's version.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/executable.h"
+
+namespace torchtpu::exec {
+
+struct CacheStats {
+  int64_t requests = 0;
+  std::map<std::string, int64_t> hits;  // "memory", "disk", "shared"
+  int64_t misses = 0;                   // compiled
+  int64_t background_pending = 0;
+  struct Compile {
+    std::string what;  // the op or window, with the user's line
+    double seconds;
+  };
+  std::vector<Compile> compiles;  // the most recent ones
+};
+
+using ProgramText = std::function<std::string()>;
+
+// The executable for `key`, from the first tier that has it, else compiled now. `what` names the
+// op or window (errors, metrics) and `identity` what counts as "the same op" for recompile
+// tracking (the op and its user line).
+std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, const ProgramText& program,
+                                                       const std::string& what, const std::string& identity);
+
+// The same without waiting for a compile: null while the program compiles on a background thread
+// (started by the first call for `key`); later calls return it once it is ready.
+std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
+                                                                        const ProgramText& program,
+                                                                        const std::string& what,
+                                                                        const std::string& identity);
+
+// Blocks until no background compile is running.
+void wait_for_background_compiles();
+
+CacheStats cache_stats();
+void reset_cache_stats();
+// Drops loaded executables and the persistent directory's entries (the shared directory belongs to
+// every host and is left alone).
+void clear_cache();
+// The directories in use ("" when a tier is off).
+std::string cache_dir();
+std::string shared_cache_dir();
+
+}  // namespace torchtpu::exec

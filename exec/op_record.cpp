@@ -1,0 +1,143 @@
+#include "exec/op_record.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include "exec/executor.h"
+#include "exec/view_program.h"
+
+namespace torchtpu::exec {
+namespace {
+
+// A storage the op touches: one flat input (unless fully overwritten) and, if written, one
+// flat output.
+struct Slot {
+  BufferRef* storage;
+  DType flat_dtype;
+  int64_t flat_length;
+  bool read = false;     // the program needs the current contents
+  bool written = false;  // the program produces new contents
+};
+
+bool overwrites_all(const Operand& o) {
+  return o.view.is_contiguous() && o.view.offset == 0 &&
+         static_cast<size_t>(o.view.numel()) * element_size(o.view.dtype) == o.storage->nbytes();
+}
+
+struct SlotPlan {
+  std::vector<Slot> slots;
+  std::vector<size_t> input_slot, output_slot;  // per operand
+
+  explicit SlotPlan(const OpCall& call) {
+    for (const Operand& in : call.inputs) {
+      input_slot.push_back(slot_for(in, false));
+      slots[input_slot.back()].read = true;
+    }
+    for (const Operand& out : call.outputs) {
+      bool whole = overwrites_all(out);
+      output_slot.push_back(slot_for(out, whole));
+      Slot& s = slots[output_slot.back()];
+      if (!whole) s.read = true;
+      s.written = true;
+    }
+  }
+
+  size_t slot_for(const Operand& o, bool full_overwrite) {
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].storage == o.storage) return i;
+    // A storage being replaced whole takes the writer's dtype; otherwise keep what it holds.
+    const graph::ValuePtr& v = o.storage->value();
+    DType dtype = v && !full_overwrite ? v->dtype() : o.view.dtype;
+    slots.push_back({o.storage, dtype, static_cast<int64_t>(o.storage->nbytes() / element_size(dtype))});
+    return slots.size() - 1;
+  }
+
+  std::string key(const OpCall& call) const {
+    std::string key = call.key;
+    for (const Slot& s : slots) {
+      key += s.read ? "|r" : "|w";
+      key += dtype_name(s.flat_dtype);
+      key += std::to_string(s.flat_length);
+    }
+    for (size_t i = 0; i < call.inputs.size(); ++i) append_operand(key, 'i', input_slot[i], call.inputs[i]);
+    for (size_t i = 0; i < call.outputs.size(); ++i) append_operand(key, 'o', output_slot[i], call.outputs[i]);
+    return key;
+  }
+
+  static void append_operand(std::string& key, char kind, size_t slot, const Operand& o) {
+    key += '|';
+    key += kind;
+    key += std::to_string(slot);
+    o.view.append_key(key);
+  }
+};
+
+// The node's program fragment: flat values of the read slots in, flat values of the written
+// slots out. Owns copies of everything it needs, since it may run after the call returned.
+struct Fragment {
+  std::string key;
+  Lowering lower;
+  std::vector<Slot> slots;
+  std::vector<size_t> input_slot, output_slot;
+  std::vector<View> input_views, output_views;
+
+  std::vector<hlo::Value> operator()(hlo::Builder& b, const std::vector<hlo::Value>& reads) const {
+    std::vector<hlo::Value> flat(slots.size());
+    for (size_t i = 0, next = 0; i < slots.size(); ++i)
+      if (slots[i].read) flat[i] = reads.at(next++);
+    std::vector<hlo::Value> inputs;
+    for (size_t i = 0; i < input_views.size(); ++i) inputs.push_back(read_view(b, flat[input_slot[i]], input_views[i]));
+    std::vector<hlo::Value> results = lower(b, inputs);
+    if (results.size() != output_views.size())
+      throw std::logic_error(key.substr(0, key.find('|')) + ": lowering returned " + std::to_string(results.size()) +
+                             " results for " + std::to_string(output_views.size()) + " outputs");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Slot& s = slots[output_slot[i]];
+      hlo::Value& target = flat[output_slot[i]];
+      target = s.read ? write_view(b, target, output_views[i], results[i]) : b.reshape(results[i], {s.flat_length});
+    }
+    std::vector<hlo::Value> written;
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].written) written.push_back(flat[i]);
+    return written;
+  }
+};
+
+// The storage's current value, creating zeros for a never-written one.
+graph::ValuePtr current_value(BufferRef& storage, DType dtype) {
+  if (!storage.value()) {
+    std::vector<char> zeros(storage.nbytes(), 0);
+    upload(storage, zeros.data(), dtype);
+  }
+  return storage.value();
+}
+
+}  // namespace
+
+graph::NodePtr record_op(const OpCall& call) {
+  SlotPlan plan(call);
+  auto node = std::make_shared<graph::Node>();
+  node->key = plan.key(call);
+  node->origin = call.origin;
+  int device = plan.slots.empty() ? 0 : plan.slots[0].storage->device();
+  for (const Slot& s : plan.slots) {
+    if (s.storage->device() != device)
+      throw std::invalid_argument(call.key.substr(0, call.key.find('|')) + ": operands are on different devices (tpu:" +
+                                  std::to_string(device) + " and tpu:" + std::to_string(s.storage->device()) + ")");
+    if (s.read) node->inputs.push_back(current_value(*s.storage, s.flat_dtype));
+  }
+  Fragment fragment{node->key, call.lower, plan.slots, plan.input_slot, plan.output_slot, {}, {}};
+  for (const Operand& in : call.inputs) fragment.input_views.push_back(in.view);
+  for (const Operand& out : call.outputs) fragment.output_views.push_back(out.view);
+  for (Slot& s : fragment.slots) s.storage = nullptr;  // the fragment must not reach storages later
+  node->emit = std::move(fragment);
+  for (const Slot& s : plan.slots)
+    if (s.written) {
+      auto value = std::make_shared<graph::DeviceValue>(device, s.flat_dtype, s.flat_length);
+      node->outputs.push_back(value);
+      s.storage->swap(std::move(value));
+    }
+  return node;
+}
+
+}  // namespace torchtpu::exec

@@ -1,0 +1,15 @@
+// Turns an OpCall over storages into a graph node over values: the op's record.
+//
+// The node reads the storages' current values and produces one new flat value per written
+// storage, which is swapped into the storage at once; whether the node then executes right away
+// (debug, strict) or joins the pending graph (fused, lazy) is the executor's choice.
+#pragma once
+
+#include "exec/op_call.h"
+#include "graph/node.h"
+
+namespace torchtpu::exec {
+
+graph::NodePtr record_op(const OpCall& call);
+
+}  // namespace torchtpu::exec

@@ -1,0 +1,62 @@
+// What a storage holds at one moment: a flat device buffer that exists, or one that a pending
+// (not yet executed) op will produce.
+//
+// Storages swap values, never mutate them (XLA buffers are immutable). A value is *held* while some
+// storage holds it; when a pending window executes, only held values become program outputs: the
+// others were intermediates nobody can read any more.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/buffer.h"
+#include "runtime/dtype.h"
+
+namespace torchtpu::graph {
+
+struct Node;
+
+class DeviceValue {
+ public:
+  DeviceValue(int device, DType dtype, int64_t length) : device_(device), dtype_(dtype), length_(length) {}
+  DeviceValue(const DeviceValue&) = delete;
+  DeviceValue& operator=(const DeviceValue&) = delete;
+
+  int device() const { return device_; }
+  DType dtype() const { return dtype_; }    // element type of the flat buffer
+  int64_t length() const { return length_; }  // elements in the flat buffer
+
+  bool is_materialized() const { return buffer_ != nullptr; }
+  const std::shared_ptr<runtime::Buffer>& buffer() const { return buffer_; }
+  void materialize(std::shared_ptr<runtime::Buffer> buffer) {
+    buffer_ = std::move(buffer);
+    producer_ = nullptr;
+  }
+
+  // While pending: the node that produces this value and which of its outputs it is.
+  Node* producer() const { return producer_; }
+  size_t output_index() const { return output_index_; }
+  void set_producer(Node* node, size_t index) {
+    producer_ = node;
+    output_index_ = index;
+  }
+
+  // Storages holding this value (maintained by the storage).
+  void hold() { holders_++; }
+  void release() { holders_--; }
+  bool is_held() const { return holders_ > 0; }
+
+ private:
+  int device_;
+  DType dtype_;
+  int64_t length_;
+  std::shared_ptr<runtime::Buffer> buffer_;
+  Node* producer_ = nullptr;
+  size_t output_index_ = 0;
+  std::atomic<int> holders_{0};
+};
+
+using ValuePtr = std::shared_ptr<DeviceValue>;
+
+}  // namespace torchtpu::graph

@@ -1,0 +1,33 @@
+#include "graph/pending_graph.h"
+
+namespace torchtpu::graph {
+
+void PendingGraph::append(NodePtr node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t o = 0; o < node->outputs.size(); ++o)
+    if (ValuePtr v = node->outputs[o].lock()) {
+      v->set_producer(node.get(), o);
+      device_ = v->device();
+    }
+  nodes_.push_back(std::move(node));
+}
+
+size_t PendingGraph::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_.size();
+}
+
+std::optional<int> PendingGraph::device() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (nodes_.empty()) return std::nullopt;
+  return device_;
+}
+
+std::vector<NodePtr> PendingGraph::take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodePtr> taken;
+  taken.swap(nodes_);
+  return taken;
+}
+
+}  // namespace torchtpu::graph
