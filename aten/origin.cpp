@@ -5,6 +5,7 @@
 #include <opcode.h>
 
 #include <string_view>
+#include <unordered_map>
 
 namespace torchtpu::aten {
 namespace {
@@ -57,6 +58,31 @@ bool at_branch(PyFrameObject* frame) {
   return branch;
 }
 
+// "file:line" of the frame's current instruction. Computing a line number walks the code's line
+// table (microseconds), so it is done once per (code object, instruction) and remembered; the
+// cache keeps its code objects alive so their addresses are not reused. Called with the GIL held.
+std::string location_of(PyFrameObject* frame, std::string_view file) {
+  using Site = std::pair<PyCodeObject*, int>;
+  struct SiteHash {
+    size_t operator()(const Site& s) const { return std::hash<void*>()(s.first) ^ (size_t(s.second) << 1); }
+  };
+  static auto* known = new std::unordered_map<Site, std::string, SiteHash>;
+  PyCodeObject* code = PyFrame_GetCode(frame);
+  Site site{code, PyFrame_GetLasti(frame)};
+  auto it = known->find(site);
+  if (it != known->end()) {
+    Py_DECREF(code);
+    return it->second;
+  }
+  if (known->size() >= (1 << 16)) {
+    for (auto& [s, loc] : *known) Py_DECREF(s.first);
+    known->clear();
+  }
+  std::string location = std::string(file) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+  known->emplace(site, location);  // keeps the reference PyFrame_GetCode returned
+  return location;
+}
+
 }  // namespace
 
 std::shared_ptr<const graph::Origin> origin_of(const std::string& op) {
@@ -65,7 +91,7 @@ std::shared_ptr<const graph::Origin> origin_of(const std::string& op) {
   walk_python_stack([&](PyFrameObject* frame) {
     std::string_view file = filename_of(frame);
     if (file.empty() || is_internal(file)) return false;
-    origin->location = std::string(file) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+    origin->location = location_of(frame, file);
     return true;
   });
   return origin;

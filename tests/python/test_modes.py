@@ -1,0 +1,147 @@
+"""The four eager modes: same losses, stable fused windows, errors that name the user's line."""
+
+import inspect
+
+import pytest
+import torch
+
+import torchtpu
+from test_training import cnn_case, mlp_case, train, transformer_case
+
+CASES = [mlp_case, cnn_case, transformer_case]
+IDS = ["mlp_sgd_momentum", "cnn_adamw", "transformer_adamw"]
+
+
+@pytest.mark.parametrize("mode", ["debug", "fused", "lazy"])
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_every_mode_trains_like_strict_and_cpu(case, mode):
+    torch.manual_seed(0)
+    model, optimizer, batches = case()
+    want = train(model, "cpu", optimizer, batches)
+    strict = train(model, "tpu", optimizer, batches)
+    torchtpu.metrics.reset()
+    with torchtpu.eager_mode(mode):
+        got = train(model, "tpu", optimizer, batches)
+    m = torchtpu.metrics.as_dict()
+    assert m[f"{mode}_ops"] > 0 and m["strict_ops"] == 0
+    assert m["cpu_fallbacks"] == {}
+    torch.testing.assert_close(got, strict, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_windows_repeat_so_a_warm_training_loop_compiles_nothing():
+    torch.manual_seed(0)
+    model, optimizer, batches = transformer_case()
+    model = model.to("tpu")
+    opt = optimizer(model.parameters())
+
+    def steps(n):
+        for x, y in batches[:n]:
+            opt.zero_grad()
+            out = model(x.to("tpu"))
+            loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.to("tpu").reshape(-1))
+            loss.backward()
+            opt.step()
+            loss.item()
+
+    with torchtpu.eager_mode("fused"):
+        steps(3)
+        torchtpu.cache.wait_for_background_compiles()
+        torchtpu.metrics.reset()
+        steps(10)
+    m = torchtpu.metrics.as_dict()
+    assert m["compiles"] == 0 and m["recompile_count"] == 0
+    assert m["op_by_op_windows"] == 0
+    assert m["windows"] == 10 and len(m["window_sizes"]) == 1  # one window per step, same size
+    assert m["window_cuts"] == {"optimizer step": 10}
+    assert m["executions"] == 10  # the whole step is one program
+
+
+def test_fused_mode_materializes_only_live_values():
+    x = torch.randn(64, device="tpu")
+    torchtpu.metrics.reset()
+    with torchtpu.eager_mode("lazy"):
+        y = ((x * 2).sin() + 1).relu()
+        assert torchtpu.metrics.as_dict()["pending_ops"] == 4
+        got = y.cpu()
+    assert torchtpu.metrics.as_dict()["executions"] == 1
+    torch.testing.assert_close(got, ((x.cpu() * 2).sin() + 1).relu())
+
+
+def test_lazy_mode_runs_nothing_until_sync():
+    a = torch.ones(8, device="tpu")
+    torchtpu.metrics.reset()
+    with torchtpu.eager_mode("lazy"):
+        b = a * 3
+        c = b + a
+        assert torchtpu.metrics.as_dict()["executions"] == 0
+        torchtpu.sync()
+        assert torchtpu.metrics.as_dict()["executions"] == 1
+        torchtpu.mark_step()  # nothing pending: nothing runs
+        assert torchtpu.metrics.as_dict()["executions"] == 1
+    torch.testing.assert_close(c.cpu(), torch.full((8,), 4.0))
+
+
+def test_optimizer_step_helper_steps_and_syncs():
+    p = torch.nn.Parameter(torch.ones(3, device="tpu"))
+    opt = torch.optim.SGD([p], lr=0.5)
+    with torchtpu.eager_mode("lazy"):
+        p.sum().backward()
+        torchtpu.optimizer_step(opt)
+        assert torchtpu.metrics.as_dict()["pending_ops"] == 0
+    torch.testing.assert_close(p.detach().cpu(), torch.full((3,), 0.5))
+
+
+def test_mode_selection_api_and_validation():
+    assert torchtpu.get_eager_mode() == "strict"
+    with torchtpu.eager_mode("fused"):
+        assert torchtpu.get_eager_mode() == "fused"
+    assert torchtpu.get_eager_mode() == "strict"
+    with pytest.raises(ValueError, match="unknown eager mode"):
+        torchtpu.set_eager_mode("eager")
+
+
+def line_of(marker):
+    source, start = inspect.getsourcelines(inspect.currentframe().f_back.f_code)
+    return start + next(i for i, line in enumerate(source) if marker in line)
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused", "lazy"])
+def test_device_side_errors_name_the_op_and_the_users_line(mode):
+    t = torch.randn(4, 3, device="tpu")
+    bad = torch.tensor([1, 7], device="tpu")
+    with torchtpu.eager_mode(mode):
+        picked = t.index_select(0, bad)  # marker: index_select
+        with pytest.raises(IndexError) as info:
+            picked.cpu()
+    line = line_of("marker: index_select")
+    assert "aten::index_select" in str(info.value)
+    assert f"test_modes.py:{line}" in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused", "lazy"])
+def test_shape_errors_raise_at_the_op_in_every_mode(mode):
+    a, b = torch.ones(2, 3, device="tpu"), torch.ones(4, device="tpu")
+    with torchtpu.eager_mode(mode), pytest.raises(RuntimeError, match="broadcast|must match"):
+        a + b
+
+
+def test_debug_mode_nan_check_names_the_op_and_line(monkeypatch):
+    monkeypatch.setenv("TORCHTPU_CHECK_NANS", "1")
+    x = torch.zeros(3, device="tpu")
+    with torchtpu.eager_mode("debug"), pytest.raises(ValueError) as info:
+        x / x  # marker: nan
+    assert "aten::div" in str(info.value)
+    assert f"test_modes.py:{line_of('marker: nan')}" in str(info.value)
+
+
+def test_metrics_report_names_syncs_and_recompiles():
+    torchtpu.metrics.reset()
+    for n in (5, 6):  # the same line with a new shape: a recompilation
+        torch.ones(n, device="tpu").mul(3).sum().item()
+    m = torchtpu.metrics.as_dict()
+    assert m["host_syncs"].get("item", 0) >= 2
+    assert any("test_modes.py" in r for r in m["recompiles"])
+    report = torchtpu.metrics.report()
+    for heading in ("ops recorded", "compiles", "compile cache", "recompilations", "host syncs", "CPU fallbacks"):
+        assert heading in report
