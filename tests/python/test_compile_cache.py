@@ -1,0 +1,115 @@
+"""The persistent compile cache across processes: shared directories, concurrent writers, damaged
+entries and unwritable directories. Each case runs fresh Python processes."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+WORKLOAD = textwrap.dedent("""
+    import json, sys, torch, torchtpu
+    torch.manual_seed(0)
+    x = torch.randn(16, 16)
+    w = torch.randn(16, 16)
+    y = ((x.to("tpu") @ w.to("tpu")).relu() * 0.5).sum(0)
+    out = {"y": y.cpu().tolist(), "cache": torchtpu.cache.stats()}
+    out["cache"].pop("compiles")
+    print(json.dumps(out))
+""")
+
+
+def run(env_extra, check=True):
+    env = dict(os.environ, **env_extra)
+    env.setdefault("TORCHTPU_SHARED_CACHE_DIR", "")
+    p = subprocess.run([sys.executable, "-W", "always", "-c", WORKLOAD], env=env, capture_output=True, text=True)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def entries(d):
+    return [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".xlaexe")]
+
+
+def expected():
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    return ((x @ w).relu() * 0.5).sum(0)
+
+
+def test_a_second_process_loads_every_program_from_disk(tmp_path):
+    cold, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    warm, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    assert cold["cache"]["misses"] > 0 and cold["cache"]["hits"]["disk"] == 0
+    assert warm["cache"]["misses"] == 0 and warm["cache"]["hits"]["disk"] == cold["cache"]["misses"]
+    torch.testing.assert_close(torch.tensor(warm["y"]), expected())
+
+
+def test_two_processes_writing_one_directory_at_once(tmp_path):
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path), TORCHTPU_SHARED_CACHE_DIR="")
+    procs = [subprocess.Popen([sys.executable, "-c", WORKLOAD], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    for out in outs:
+        torch.testing.assert_close(torch.tensor(out["y"]), expected())
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]  # no stray temporaries
+    third, stderr = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    assert third["cache"]["misses"] == 0 and "damaged" not in stderr
+
+
+def damage_and_rerun(tmp_path, damage):
+    cold, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    for path in entries(tmp_path):
+        damage(path)
+    again, stderr = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    torch.testing.assert_close(torch.tensor(again["y"]), expected())
+    assert again["cache"]["misses"] == cold["cache"]["misses"]  # every damaged entry recompiled
+    return stderr
+
+
+def test_a_corrupt_entry_is_dropped_and_recompiled_with_a_warning(tmp_path):
+    def flip_a_byte(path):
+        with open(path, "r+b") as f:
+            f.seek(-100, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-100, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0xFF]))
+
+    stderr = damage_and_rerun(tmp_path, flip_a_byte)
+    assert "damaged (checksum mismatch)" in stderr
+
+
+def test_a_truncated_entry_is_dropped_and_recompiled_with_a_warning(tmp_path):
+    stderr = damage_and_rerun(tmp_path, lambda path: os.truncate(path, os.path.getsize(path) // 2))
+    assert "damaged (truncated" in stderr
+
+
+def test_an_unwritable_directory_warns_and_still_computes(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")  # nothing can be created below a file, not even by root
+    out, stderr = run({"TORCHTPU_CACHE_DIR": str(blocker / "cache")})
+    torch.testing.assert_close(torch.tensor(out["y"]), expected())
+    assert "not writable" in stderr
+
+
+def test_a_read_only_directory_is_still_read(tmp_path):
+    run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    os.chmod(tmp_path, 0o555)
+    try:
+        warm, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    finally:
+        os.chmod(tmp_path, 0o755)
+    assert warm["cache"]["misses"] == 0
+
+
+def test_the_shared_directory_serves_another_host(tmp_path):
+    shared = tmp_path / "shared"
+    first, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path / "host_a"), "TORCHTPU_SHARED_CACHE_DIR": str(shared)})
+    second, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path / "host_b"), "TORCHTPU_SHARED_CACHE_DIR": str(shared)})
+    assert second["cache"]["misses"] == 0
+    assert second["cache"]["hits"]["shared"] == first["cache"]["misses"]
+    assert len(entries(tmp_path / "host_b")) == first["cache"]["misses"]  # copied to the local tier
