@@ -28,9 +28,22 @@ Value affine(LoweringContext& c, const Value& product, size_t self, size_t beta,
   return c.b.binary(BinaryOp::kAdd, scaled_self, p);
 }
 
+// tril/triu: keeps the elements on and below (lower) or above (upper) diagonal k of the last
+// two dimensions, zeroing the rest.
+V triangle(LoweringContext& c, bool lower) {
+  Value x = c.in(0);
+  int64_t k = c.arg(1).toInt(), rank = x.type.rank();
+  hlo::TensorType index{DType::kS64, x.type.dims};
+  Value offset = c.b.binary(BinaryOp::kSubtract, c.b.iota(index, rank - 1), c.b.iota(index, rank - 2));
+  Value keep = c.b.compare(lower ? Compare::kLE : Compare::kGE, offset, c.b.constant_int(k, index));
+  return {c.b.select(keep, x, c.full(0, x))};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(linalg) {
+  register_lowering({"tril", "tril_", "tril.out"}, [](LoweringContext& c) { return triangle(c, true); });
+  register_lowering({"triu", "triu_", "triu.out"}, [](LoweringContext& c) { return triangle(c, false); });
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
   });

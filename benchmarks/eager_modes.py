@@ -1,0 +1,111 @@
+"""Training-step speed of the eager modes on a GPT-style decoder, and time to the first step with a
+cold vs a warm persistent compile cache, in one run.
+
+    python benchmarks/eager_modes.py [--steps 20] [--warmup 5] [--json FILE] [--small]
+
+Each mode trains the same model (same initial weights, same batches, AdamW) in its own process,
+reads the loss every step (a host sync, as a training loop that logs does), and reports the
+median and spread of step times after warm-up. The first-step figures run a new process twice on
+one fresh cache directory: the first compiles everything (cold), the second loads it (warm).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def train(mode, steps, warmup, small):
+    import torch
+    import torchtpu
+    sys.path.insert(0, HERE)
+    from models import GPT, gpt_batches, lm_loss
+
+    sizes = dict(vocab=128, d_model=32, heads=4, layers=1, seq=16) if small else {}
+    torch.manual_seed(0)
+    model = GPT(**sizes).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batches = gpt_batches(warmup + steps, batch=2 if small else 8, seq=sizes.get("seq", 128),
+                          vocab=sizes.get("vocab", 1024))
+    times, losses = [], []
+    start_all = time.perf_counter()
+    first_step = None
+    with torchtpu.eager_mode(mode):
+        for i, (x, y) in enumerate(batches):
+            if i == warmup and mode == "fused":
+                torchtpu.cache.wait_for_background_compiles()  # warm-up ends with windows compiled
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = lm_loss(model(x.to("tpu")), y.to("tpu"))
+            loss.backward()
+            opt.step()
+            if mode == "lazy":
+                torchtpu.sync()
+            losses.append(loss.item())
+            if first_step is None:
+                first_step = time.perf_counter() - start_all
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    m = torchtpu.metrics.as_dict()
+    return {"mode": mode, "step_s": times, "losses": losses, "first_step_s": first_step,
+            "compiles": m["compiles"], "windows": m["windows"], "op_by_op_windows": m["op_by_op_windows"],
+            "cache_hits": m["cache"]["hits"]}
+
+
+def in_process(args, env=None):
+    cmd = [sys.executable, os.path.abspath(__file__), *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--small", action="store_true", help="a tiny model, for a quick check")
+    ap.add_argument("--json")
+    ap.add_argument("--child", nargs=3, metavar=("MODE", "STEPS", "WARMUP"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        mode, steps, warmup = args.child
+        print(json.dumps(train(mode, int(steps), int(warmup), args.small)))
+        return
+    small = ["--small"] if args.small else []
+    results = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = {"TORCHTPU_CACHE_DIR": cache}
+        for mode in ("strict", "fused", "lazy"):
+            results[mode] = in_process([*small, "--child", mode, str(args.steps), str(args.warmup)], env)
+    with tempfile.TemporaryDirectory() as cache:
+        env = {"TORCHTPU_CACHE_DIR": cache}
+        cold = in_process([*small, "--child", "strict", "1", "0"], env)
+        warm = in_process([*small, "--child", "strict", "1", "0"], env)
+    base = results["strict"]["losses"]
+    for mode, r in results.items():
+        drift = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], base))
+        assert drift < 1e-3, f"{mode} losses differ from strict by {drift:.2e}"
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"{'mode':8} {'median step':>12} {'spread':>20} {'steps/s':>8} {'vs strict':>9}  compiles")
+    strict_median = statistics.median(results["strict"]["step_s"])
+    for mode, r in results.items():
+        med = statistics.median(r["step_s"])
+        print(f"{mode:8} {med * 1e3:10.1f}ms {min(r['step_s']) * 1e3:8.1f}-{max(r['step_s']) * 1e3:.1f}ms "
+              f"{1 / med:8.2f} {strict_median / med:8.2f}x  {r['compiles']}")
+    print(f"first finished step in a new process (strict): cold cache {cold['first_step_s']:.2f} s, "
+          f"warm cache {warm['first_step_s']:.2f} s, ratio {warm['first_step_s'] / cold['first_step_s']:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"modes": results, "cold": cold, "warm": warm}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

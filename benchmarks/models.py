@@ -1,0 +1,52 @@
+"""The benchmark workloads as PyTorch modules, shared by every benchmark script."""
+
+import torch
+import torch.nn.functional as F
+
+
+class DecoderBlock(torch.nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = torch.nn.LayerNorm(d_model)
+        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+        self.proj = torch.nn.Linear(d_model, d_model)
+        self.ln2 = torch.nn.LayerNorm(d_model)
+        self.fc1 = torch.nn.Linear(d_model, 4 * d_model)
+        self.fc2 = torch.nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class GPT(torch.nn.Module):
+    """A GPT-style decoder: token + position embeddings, pre-norm blocks, tied-free LM head."""
+
+    def __init__(self, vocab=1024, d_model=256, heads=4, layers=4, seq=128):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, d_model)
+        self.pos = torch.nn.Embedding(seq, d_model)
+        self.blocks = torch.nn.ModuleList(DecoderBlock(d_model, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(d_model)
+        self.head = torch.nn.Linear(d_model, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def gpt_batches(steps, batch=8, seq=128, vocab=1024, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, vocab, (batch, seq), generator=g), torch.randint(0, vocab, (batch, seq), generator=g))
+            for _ in range(steps)]
+
+
+def lm_loss(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
