@@ -55,9 +55,9 @@ struct SlotPlan {
   std::string key(const OpCall& call) const {
     std::string key = call.key;
     for (const Slot& s : slots) {
-      key += s.read ? "|r" : "|w";
+      key += s.read ? "|read " : "|write ";
       key += dtype_name(s.flat_dtype);
-      key += std::to_string(s.flat_length);
+      key += '[' + std::to_string(s.flat_length) + ']';
     }
     for (size_t i = 0; i < call.inputs.size(); ++i) append_operand(key, 'i', input_slot[i], call.inputs[i]);
     for (size_t i = 0; i < call.outputs.size(); ++i) append_operand(key, 'o', output_slot[i], call.outputs[i]);
