@@ -1,5 +1,7 @@
 #include "exec/view_program.h"
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace torchtpu::exec {
@@ -54,6 +56,51 @@ bool covers_whole(const View& view, const Value& flat) {
   return view.is_contiguous() && view.offset == 0 && view.numel() == flat_length(flat);
 }
 
+// A strided view read with slices, a reshape, a transpose and a broadcast instead of a gather,
+// when its elements form a box in the flat buffer: distinct non-zero strides, each dividing the
+// next larger one with room for its dimension (transposes, permutes, expands, step slices, most
+// narrows). Returns nothing when the view is not such a box.
+std::optional<Value> read_strided_box(Builder& b, const Value& flat, const View& view) {
+  struct Dim {
+    int64_t size, stride, index;
+  };
+  std::vector<Dim> dims;  // the dimensions that move through memory
+  for (size_t d = 0; d < view.sizes.size(); ++d)
+    if (view.sizes[d] != 1 && view.strides[d] != 0)
+      dims.push_back({view.sizes[d], view.strides[d], static_cast<int64_t>(d)});
+  if (dims.empty()) return std::nullopt;
+  std::sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& c) { return a.stride > c.stride; });
+  int64_t step = dims.back().stride;
+  if (step <= 0) return std::nullopt;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    const Dim& outer = dims[i];
+    const Dim& inner = dims[i + 1];
+    if (outer.stride % inner.stride != 0 || outer.stride < inner.stride * inner.size) return std::nullopt;
+  }
+  // Elements at offset + k * step, k < n, laid out as the box [size0, stride0/stride1, ...].
+  std::vector<int64_t> box{dims[0].size};
+  for (size_t i = 1; i < dims.size(); ++i) box.push_back(dims[i - 1].stride / dims[i].stride);
+  int64_t n = dims[0].size * (dims[0].stride / step);
+  int64_t available = (flat_length(flat) - view.offset + step - 1) / step;
+  Value line = b.slice(flat, {view.offset}, {view.offset + std::min(n, available) * step - (step - 1)}, {step});
+  if (available < n) line = b.pad(line, b.constant(0, {flat.type.dtype, {}}), {0}, {n - available}, {0});
+  Value boxed = b.reshape(line, box);
+  std::vector<int64_t> zeros(box.size(), 0), limits, ones(box.size(), 1);
+  for (const Dim& d : dims) limits.push_back(d.size);
+  Value sorted = b.slice(boxed, zeros, limits, ones);
+  // Back to the view's dimension order, then its size-1 and broadcast (stride 0) dimensions.
+  std::vector<size_t> order(dims.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t c) { return dims[a].index < dims[c].index; });
+  std::vector<int64_t> perm, moving_dims;
+  for (size_t i : order) {
+    perm.push_back(static_cast<int64_t>(i));
+    moving_dims.push_back(dims[i].index);
+  }
+  Value ordered = b.transpose(sorted, perm);
+  return b.broadcast_in_dim(ordered, view.sizes, moving_dims);
+}
+
 }  // namespace
 
 Value read_view(Builder& b, const Value& flat, const View& view) {
@@ -65,6 +112,7 @@ Value read_view(Builder& b, const Value& flat, const View& view) {
     Value part = b.slice(typed, {view.offset}, {view.offset + numel}, {1});
     return b.reshape(part, view.sizes);
   }
+  if (std::optional<Value> box = read_strided_box(b, typed, view)) return *box;
   Value gathered = b.gather(typed, linear_indices(b, view), {{}, {0}, {0}, 1}, {1}, {numel});
   return b.reshape(gathered, view.sizes);
 }

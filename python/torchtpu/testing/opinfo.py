@@ -188,7 +188,11 @@ def main(argv=None):
         _worker(args._worker, args.dtypes, args._out, not args.no_grad, args.time_limit)
         return 0
 
-    names = args.ops or _all_op_names()
+    known = _all_op_names()
+    names = args.ops or known
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        parser.error(f"not in PyTorch's op_db: {', '.join(unknown)}")
     excluded = sorted(n for n in names if n.split(".")[0] in RANDOM_OPS or n in RANDOM_OPS)
     todo = [n for n in names if n not in excluded]
     results = {}
@@ -225,6 +229,8 @@ def main(argv=None):
             with lock:
                 results.update(done)
                 rest = [n for n in chunk if n not in done]
+                if rest and not done and proc.returncode == 0:  # the worker made no progress
+                    raise RuntimeError(f"opinfo worker reported nothing for {rest}")
                 if rest:
                     queue.insert(0, rest)
                 print(f"{len(results)}/{len(todo)} ops done", file=sys.stderr, flush=True)
