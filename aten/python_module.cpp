@@ -128,6 +128,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_cache_reset_stats", &exec::reset_cache_stats);
   m.def("_cache_clear", [] { without_gil([] { exec::clear_cache(); }); });
   m.def("_wait_for_background_compiles", [] { without_gil([] { exec::wait_for_background_compiles(); }); });
+  m.def("_stop_background_compiles", [] { without_gil([] { exec::stop_background_compiles(); }); });
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory", &exec::reset_peak_device_bytes);
   // RNG state as plain values; torch.tpu wraps them in PyTorch's API.

@@ -50,3 +50,44 @@ def gpt_batches(steps, batch=8, seq=128, vocab=1024, seed=0):
 
 def lm_loss(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def mlp(d_in=256, hidden=512, classes=10):
+    return torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                               torch.nn.ReLU(), torch.nn.Linear(hidden, classes))
+
+
+class ResidualBlock(torch.nn.Module):
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(c_out)
+        self.conv2 = torch.nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(c_out)
+        self.shortcut = None
+        if stride != 1 or c_in != c_out:
+            self.shortcut = torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                                torch.nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet(torch.nn.Module):
+    """A small ResNet-style CNN: a stem, residual stages, global average pooling, a classifier."""
+
+    def __init__(self, widths=(16, 32, 64), classes=10):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, widths[0], 3, 1, 1, bias=False),
+                                        torch.nn.BatchNorm2d(widths[0]), torch.nn.ReLU())
+        blocks, c = [], widths[0]
+        for i, w in enumerate(widths):
+            blocks.append(ResidualBlock(c, w, 1 if i == 0 else 2))
+            c = w
+        self.blocks = torch.nn.Sequential(*blocks)
+        self.fc = torch.nn.Linear(c, classes)
+
+    def forward(self, x):
+        return self.fc(self.blocks(self.stem(x)).mean(dim=(2, 3)))

@@ -162,6 +162,16 @@ class Cache {
     idle_.wait(lock, [&] { return queue_.empty() && !worker_busy_; });
   }
 
+  void stop_background() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Job& job : queue_) compiling_.erase(job.key);
+      stats_.background_pending -= static_cast<int64_t>(queue_.size());
+      queue_.clear();
+    }
+    wait_for_background();
+  }
+
   CacheStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
@@ -309,6 +319,7 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
 }
 
 void wait_for_background_compiles() { cache().wait_for_background(); }
+void stop_background_compiles() { cache().stop_background(); }
 CacheStats cache_stats() { return cache().stats(); }
 void reset_cache_stats() { cache().reset_stats(); }
 void clear_cache() { cache().clear(); }

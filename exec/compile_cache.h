@@ -46,6 +46,9 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
 
 // Blocks until no background compile is running.
 void wait_for_background_compiles();
+// Drops the queued background compiles and waits for the running one: at exit, before the plugin's
+// static state is destroyed under a compiling thread.
+void stop_background_compiles();
 
 CacheStats cache_stats();
 void reset_cache_stats();

@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+# --with-torch-xla: also create .venv-torch-xla with PyTorch/XLA (it pins its own PyTorch), which
+# benchmarks/run.py then measures beside torchtpu. Optional and large (several GB).
+WITH_TORCH_XLA=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch-xla) WITH_TORCH_XLA=1 ;;
+    *) echo "unknown option: $arg (known: --with-torch-xla)" >&2; exit 2 ;;
+  esac
+done
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -30,6 +39,11 @@ if ! sha256sum -c --status "$stamp" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements.txt
   sha256sum requirements.txt > "$stamp"
+fi
+if [ "$WITH_TORCH_XLA" = 1 ] && [ ! -x .venv-torch-xla/bin/python ]; then
+  step "creating .venv-torch-xla (PyTorch/XLA for benchmarks/run.py)"
+  python3 -m venv .venv-torch-xla
+  .venv-torch-xla/bin/python -m pip install -q -r benchmarks/requirements-torch-xla.txt
 fi
 # Make `import torchtpu` work from anywhere inside the environment (an in-tree, editable install).
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

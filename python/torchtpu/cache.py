@@ -1,7 +1,12 @@
 """The compile cache every mode shares: in memory (LRU), ``TORCHTPU_CACHE_DIR`` (default
 ``~/.cache/torchtpu``; empty turns it off) and ``TORCHTPU_SHARED_CACHE_DIR`` (many hosts)."""
 
+import atexit
+
 from . import _C
+
+# A compile still running when the process exits would race the plugin's own teardown.
+atexit.register(_C._stop_background_compiles)
 
 
 def stats() -> dict:
