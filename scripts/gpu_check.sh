@@ -2,7 +2,8 @@
 # The device check for a machine with an NVIDIA GPU and the XLA CUDA plugin (jax-cuda13-pjrt) but no
 # network: builds the extension against that machine's PyTorch, runs the C++ runtime tests (built
 # on the CPU machine and carried in .device/) and the Python tests on the CUDA plugin, the
-# quickstart and the runtime benchmark. Writes logs to $OUT (or ./gpu-out).
+# quickstart, the runtime benchmark and the peers benchmark (benchmarks/run.py --device gpu). Writes
+# logs to $OUT (or ./gpu-out).
 #
 # Prepare on the CPU machine:  bash scripts/gpu_check.sh --prepare
 set -uo pipefail
@@ -46,7 +47,10 @@ export PYTHONPATH=$PWD/python
 echo "== quickstart"
 python3 examples/quickstart.py
 echo "== pytest"
-timeout 300 python3 -m pytest tests/python -q --durations=5 > "$OUT/pytest.log" 2>&1
+timeout 600 python3 -m pytest tests/python -q --durations=5 > "$OUT/pytest.log" 2>&1
 grep -E "passed|failed|Error|^[0-9.]+s " "$OUT/pytest.log" | tail -20
 echo "== dispatch overhead (strict mode) beside PyTorch eager on the CPU"
 timeout 120 python3 benchmarks/dispatch_overhead.py --repeats 10 --json "$OUT/dispatch_gpu.json" 2>&1 | grep -v Warn
+echo "== torchtpu beside PyTorch CUDA eager, Inductor and JAX on the GPU (benchmarks/run.py --quick)"
+timeout 600 python3 benchmarks/run.py --device gpu --quick --json "$OUT/bench_gpu.json" \
+  --markdown "$OUT/benchmarks_gpu.md" 2>&1 | tail -45
