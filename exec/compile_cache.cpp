@@ -5,6 +5,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -232,6 +234,11 @@ class Cache {
   }
 
   ExecutablePtr compile_and_store(const std::string& text, const std::string& pkey, const std::string& what) {
+    if (const char* dump = std::getenv("TORCHTPU_DUMP_PROGRAMS"); dump && *dump) {
+      std::error_code ignored;
+      std::filesystem::create_directories(dump, ignored);
+      std::ofstream(std::string(dump) + "/" + pkey + ".mlir") << "// " << what << "\n" << text;
+    }
     auto start = std::chrono::steady_clock::now();
     auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options()));
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
