@@ -91,3 +91,20 @@ class ResNet(torch.nn.Module):
 
     def forward(self, x):
         return self.fc(self.blocks(self.stem(x)).mean(dim=(2, 3)))
+
+
+def workload(name, sizes):
+    """The model of a training or inference workload and its batch (x, y), from a fixed seed: every
+    runtime of benchmarks/run.py starts from these."""
+    torch.manual_seed(0)
+    if name == "mlp_train":
+        model = mlp(sizes["d_in"], sizes["hidden"])
+        x, y = torch.randn(sizes["batch"], sizes["d_in"]), torch.randint(0, 10, (sizes["batch"],))
+    elif name.startswith("gpt"):
+        model = GPT(sizes["vocab"], sizes["d_model"], sizes["heads"], sizes["layers"], sizes["seq"])
+        x, y = gpt_batches(1, sizes["batch"], sizes["seq"], sizes["vocab"])[0]
+    else:
+        model = ResNet(sizes["widths"])
+        x = torch.randn(sizes["batch"], 3, sizes["image"], sizes["image"])
+        y = torch.randint(0, 10, (sizes["batch"],))
+    return model, x, y

@@ -100,21 +100,10 @@ def torch_workload(name, sizes, runtime):
             after()
             return loss.item()
         return step
-    if name == "mlp_train":
-        model = models.mlp(sizes["d_in"], sizes["hidden"])
-        data = [(torch.randn(sizes["batch"], sizes["d_in"]), torch.randint(0, 10, (sizes["batch"],)))]
-        optimizer = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
-    elif name.startswith("gpt"):
-        model = models.GPT(sizes["vocab"], sizes["d_model"], sizes["heads"], sizes["layers"], sizes["seq"])
-        data = models.gpt_batches(1, sizes["batch"], sizes["seq"], sizes["vocab"])
-        optimizer = lambda p: torch.optim.AdamW(p, lr=1e-3)
-    else:
-        model = models.ResNet(sizes["widths"])
-        data = [(torch.randn(sizes["batch"], 3, sizes["image"], sizes["image"]), torch.randint(0, 10, (sizes["batch"],)))]
-        optimizer = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
+    model, x, y = models.workload(name, sizes)
     model = model.to(device)
     forward = wrap(model)
-    x, y = (t.to(device) for t in data[0])
+    x, y = x.to(device), y.to(device)
     loss_of = models.lm_loss if name.startswith("gpt") else torch.nn.functional.cross_entropy
     if name == "gpt_infer":
         def step(_):
@@ -123,7 +112,10 @@ def torch_workload(name, sizes, runtime):
             after()
             return loss.item()
         return step
-    opt = optimizer(model.parameters())
+    if name.startswith("gpt"):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step(_):
         opt.zero_grad(set_to_none=True)
@@ -137,7 +129,6 @@ def torch_workload(name, sizes, runtime):
 
 def jax_workload(name, sizes):
     import jax
-    import jax.numpy as jnp
     import torch
     sys.path.insert(0, HERE)
     import jax_models as jm
@@ -154,24 +145,19 @@ def jax_workload(name, sizes):
                 y = y + x if name == "add_chain" else (y @ x) * (1.0 / sizes["size"])
             return y.sum()
         return lambda _: float(chain(x))
+    module, x, y = models.workload(name, sizes)
     if name == "mlp_train":
-        module = models.mlp(sizes["d_in"], sizes["hidden"])
-        data = (torch.randn(sizes["batch"], sizes["d_in"]), torch.randint(0, 10, (sizes["batch"],)))
         forward, (init, update) = jm.mlp_forward, jm.sgd_momentum(0.01, 0.9)
     elif name.startswith("gpt"):
-        module = models.GPT(sizes["vocab"], sizes["d_model"], sizes["heads"], sizes["layers"], sizes["seq"])
-        data = models.gpt_batches(1, sizes["batch"], sizes["seq"], sizes["vocab"])[0]
         forward = lambda p, x: jm.gpt_forward(p, x, sizes["layers"], sizes["heads"])
         init, update = jm.adamw(1e-3)
     else:
-        module = models.ResNet(sizes["widths"])
-        data = (torch.randn(sizes["batch"], 3, sizes["image"], sizes["image"]), torch.randint(0, 10, (sizes["batch"],)))
         forward = lambda p, x: jm.resnet_forward(p, x, len(sizes["widths"]))
         init, update = jm.sgd_momentum(0.01, 0.9)
     all_params = jm.params_of(module)
     params = jm.trainable(all_params)
     frozen = {k: v for k, v in all_params.items() if k not in params}
-    x, y = (jm.to_jax(t) for t in data)
+    x, y = jm.to_jax(x), jm.to_jax(y)
     if name == "gpt_infer":
         loss = jax.jit(lambda p, x, y: jm.cross_entropy(forward(p, x), y))
         return lambda _: float(loss(all_params, x, y))
