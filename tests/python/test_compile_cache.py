@@ -113,3 +113,24 @@ def test_the_shared_directory_serves_another_host(tmp_path):
     assert second["cache"]["misses"] == 0
     assert second["cache"]["hits"]["shared"] == first["cache"]["misses"]
     assert len(entries(tmp_path / "host_b")) == first["cache"]["misses"]  # copied to the local tier
+
+
+CLEAR = textwrap.dedent("""
+    import json, os, torch, torchtpu
+    x = torch.ones(5, device="tpu")
+    (x * 7).cpu()
+    before = torchtpu.cache.stats()["misses"]
+    torchtpu.cache.clear()
+    left = [f for f in os.listdir(os.environ["TORCHTPU_CACHE_DIR"]) if f.endswith(".xlaexe")]
+    (x * 7).cpu()
+    print(json.dumps({"before": before, "after": torchtpu.cache.stats()["misses"], "left": left}))
+""")
+
+
+def test_clear_empties_memory_and_the_persistent_directory(tmp_path):
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path), TORCHTPU_SHARED_CACHE_DIR="")
+    p = subprocess.run([sys.executable, "-c", CLEAR], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["left"] == []
+    assert out["after"] > out["before"]  # the same op compiled again
