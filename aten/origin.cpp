@@ -41,6 +41,25 @@ void walk_python_stack(Visit visit) {
   PyGILState_Release(gil);
 }
 
+// Opcodes that test a value's truth (their names vary between Python versions).
+bool tests_truth(int op) {
+#ifdef POP_JUMP_FORWARD_IF_FALSE  // 3.11
+  if (op == POP_JUMP_FORWARD_IF_FALSE || op == POP_JUMP_FORWARD_IF_TRUE || op == POP_JUMP_BACKWARD_IF_FALSE ||
+      op == POP_JUMP_BACKWARD_IF_TRUE)
+    return true;
+#endif
+#ifdef POP_JUMP_IF_FALSE  // 3.12+
+  if (op == POP_JUMP_IF_FALSE || op == POP_JUMP_IF_TRUE) return true;
+#endif
+#ifdef JUMP_IF_FALSE_OR_POP  // up to 3.11
+  if (op == JUMP_IF_FALSE_OR_POP || op == JUMP_IF_TRUE_OR_POP) return true;
+#endif
+#ifdef TO_BOOL  // 3.13+
+  if (op == TO_BOOL) return true;
+#endif
+  return op == UNARY_NOT;
+}
+
 // True when the frame is evaluating a conditional jump: a tensor used as `if t:` / `while t:`.
 bool at_branch(PyFrameObject* frame) {
   PyCodeObject* code = PyFrame_GetCode(frame);
@@ -48,10 +67,7 @@ bool at_branch(PyFrameObject* frame) {
   int offset = PyFrame_GetLasti(frame);
   bool branch = false;
   if (bytes && offset >= 0 && offset < PyBytes_Size(bytes)) {
-    int op = static_cast<unsigned char>(PyBytes_AsString(bytes)[offset]);
-    branch = op == POP_JUMP_FORWARD_IF_FALSE || op == POP_JUMP_FORWARD_IF_TRUE ||
-             op == POP_JUMP_BACKWARD_IF_FALSE || op == POP_JUMP_BACKWARD_IF_TRUE ||
-             op == JUMP_IF_FALSE_OR_POP || op == JUMP_IF_TRUE_OR_POP || op == UNARY_NOT;
+    branch = tests_truth(static_cast<unsigned char>(PyBytes_AsString(bytes)[offset]));
   }
   Py_XDECREF(bytes);
   Py_DECREF(code);

@@ -156,12 +156,21 @@ std::string identity_of(const std::vector<NodePtr>& nodes) {
   return (nodes.size() == 1 ? "" : "window@") + first.origin->describe();
 }
 
-// Values the nodes produced but nobody kept are never materialized: cut their producer links.
-void discard_unmaterialized(const std::vector<NodePtr>& nodes) {
-  for (const NodePtr& n : nodes)
-    for (const auto& weak : n->outputs)
-      if (ValuePtr v = weak.lock(); v && !v->is_materialized()) v->set_producer(nullptr, 0);
-}
+// Values the nodes produced but nobody kept (or that a failed execution never produced) stay
+// unmaterialized: their links to the nodes, which are about to go, are cut when the nodes were run,
+// on every path out (a stale link could otherwise wire a later window to a reused address).
+class DiscardUnmaterialized {
+ public:
+  explicit DiscardUnmaterialized(const std::vector<NodePtr>& nodes) : nodes_(nodes) {}
+  ~DiscardUnmaterialized() {
+    for (const NodePtr& n : nodes_)
+      for (const auto& weak : n->outputs)
+        if (ValuePtr v = weak.lock(); v && !v->is_materialized()) v->set_producer(nullptr, 0);
+  }
+
+ private:
+  const std::vector<NodePtr>& nodes_;
+};
 
 void execute(const Window& w, runtime::Executable& exe, const std::string& what) {
   int device = w.results().empty() ? 0 : w.results()[0]->device();
@@ -232,16 +241,10 @@ Deferred& deferred() {
 // Runs a cut window: one program from the cache; in fused mode, on a miss, op by op from the
 // single-op cache while the window's program compiles in the background.
 void execute_window(std::vector<NodePtr> nodes, Mode m) {
-  if (nodes.size() == 1) {
-    execute_single(nodes[0]);
-    discard_unmaterialized(nodes);
-    return;
-  }
+  DiscardUnmaterialized discard(nodes);
+  if (nodes.size() == 1) return execute_single(nodes[0]);
   Window w(nodes, Window::Keep::kHeld);
-  if (w.results().empty()) {  // nothing anyone can observe
-    discard_unmaterialized(nodes);
-    return;
-  }
+  if (w.results().empty()) return;  // nothing anyone can observe
   std::string what = describe(nodes);
   auto text = [&] { return w.program_text(); };
   std::shared_ptr<runtime::Executable> exe =
@@ -254,7 +257,6 @@ void execute_window(std::vector<NodePtr> nodes, Mode m) {
     counters().op_by_op_windows++;
     for (const NodePtr& n : nodes) execute_single(n);
   }
-  discard_unmaterialized(nodes);
 }
 
 void flush_locked(Mode m) {

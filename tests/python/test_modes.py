@@ -145,3 +145,16 @@ def test_metrics_report_names_syncs_and_recompiles():
     report = torchtpu.metrics.report()
     for heading in ("ops recorded", "compiles", "compile cache", "recompilations", "host syncs", "CPU fallbacks"):
         assert heading in report
+
+
+def test_host_syncs_are_counted_by_reason():
+    t = torch.ones(3, device="tpu")
+    torchtpu.metrics.reset()
+    t.sum().item()
+    if t.sum() > 0:  # control flow on a tensor
+        pass
+    repr(t * 2)  # printing
+    (t * 3).cpu()
+    syncs = torchtpu.metrics.as_dict()["host_syncs"]
+    for reason in ("item", "control flow", "print", "cpu"):
+        assert syncs.get(reason, 0) >= 1, (reason, syncs)
