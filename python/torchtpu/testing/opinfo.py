@@ -289,8 +289,8 @@ def write_markdown(path, ops, totals, excluded, args):
         "# Conformance against PyTorch's OpInfo database", "",
         f"Generated {datetime.date.today()} on {platform.machine()} ({os.cpu_count()} CPUs), "
         f"torch {torch.__version__}, platform `{_platform()}`, by:", "",
-        "```", "python -m torchtpu.testing.opinfo --json conformance.json --dtypes "
-        + " ".join(args.dtypes) + f" --markdown docs/conformance.md", "```", "",
+        "```", f"python -m torchtpu.testing.opinfo --json conformance.json --dtypes {' '.join(args.dtypes)} "
+        f"--jobs {args.jobs} --markdown {path}", "```", "",
         "Each OpInfo sample runs on CPU (the reference) and on tpu; outputs are compared with "
         "`torch.testing.assert_close` at default tolerances. Ops supporting autograd also get a "
         "float32 gradient check (backward of the summed outputs). *errors* are samples where tpu "
