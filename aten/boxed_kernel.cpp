@@ -372,21 +372,21 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
     outputs.push_back(operand(d.tensors[next_dest++]));
     out_types.push_back({outputs.back().view.dtype, outputs.back().view.sizes});
   }
-  exec::Lowering lower = [fn = entry.fn, checked = entry.options.device_check != nullptr, count = in.count,
-                          largs = lowering_args(args, meta), out_types, wanted = d.wanted,
-                          name](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
+  // The registry's entries live as long as the process, so the lowering refers to its entry.
+  exec::Lowering lower = [entry = &entry, count = in.count, largs = lowering_args(args, meta), out_types,
+                          wanted = d.wanted, name](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
     std::vector<std::vector<hlo::Value>> values(count.size());
     size_t next = 0;
     for (size_t i = 0; i < count.size(); ++i)
       for (size_t k = 0; k < count[i]; ++k) values[i].push_back(flat[next++]);
     LoweringContext ctx(b, std::move(values), largs, out_types);
-    std::vector<hlo::Value> results = fn(ctx);
+    std::vector<hlo::Value> results = entry->fn(ctx);
     TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), name, ": lowering returned ",
                           results.size(), " values for ", out_types.size(), " outputs");
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < results.size(); ++i)
       if (wanted[i]) written.push_back(ctx.to_out(results[i], i));
-    if (checked) written.push_back(ctx.device_ok());
+    if (entry->options.device_check) written.push_back(ctx.device_ok());
     return written;
   };
   std::shared_ptr<exec::BufferRef> ok;

@@ -147,7 +147,6 @@ PYBIND11_MODULE(_C, m) {
     gen.set_current_seed(seed);
     gen.set_offset(offset);
   });
-  m.def("_counters", &exec::counters_snapshot);
   m.def("_cpu_fallbacks", &exec::fallback_counts);
   m.def("_reset_counters", &exec::reset_counters);
   // Importing must not fail without a plugin (is_available() is then False); this re-raises the

@@ -130,8 +130,8 @@ class Cache {
  public:
   Cache()
       : memory_(std::stoul(env_or("TORCHTPU_CACHE_CAPACITY", "4096"))),
-        dir_(env_or("TORCHTPU_CACHE_DIR", env_or("HOME", "/tmp") + "/.cache/torchtpu")),
-        shared_dir_(env_or("TORCHTPU_SHARED_CACHE_DIR", "")) {}
+        local_(env_or("TORCHTPU_CACHE_DIR", env_or("HOME", "/tmp") + "/.cache/torchtpu")),
+        shared_(env_or("TORCHTPU_SHARED_CACHE_DIR", "")) {}
 
   ExecutablePtr get(const std::string& key, const ProgramText& program, const std::string& what,
                     const std::string& identity, bool wait) {
@@ -141,7 +141,7 @@ class Cache {
       stats_.hits["memory"]++;
       return exe;
     }
-    if (compiling_.count(key)) return nullptr;  // only reachable without `wait`: see below
+    if (compiling_.count(key)) return nullptr;  // the background worker has it: the caller decides
     note_recompile(key, what, identity);
     lock.unlock();
     std::string text = program();
@@ -189,10 +189,10 @@ class Cache {
     std::lock_guard<std::mutex> lock(mu_);
     memory_.clear();
     last_key_.clear();
-    if (!dir_.empty()) DiskCache(dir_).clear();
+    if (!local_.dir().empty()) local_.clear();
   }
-  const std::string& dir() const { return dir_; }
-  const std::string& shared_dir() const { return shared_dir_; }
+  const std::string& dir() const { return local_.dir(); }
+  const std::string& shared_dir() const { return shared_.dir(); }
 
  private:
   struct Job {
@@ -216,21 +216,29 @@ class Cache {
 
   // From the persistent directory, else the shared one (copied into the persistent one).
   ExecutablePtr load(const std::string& pkey) {
-    for (const std::string* dir : {&dir_, &shared_dir_}) {
-      if (dir->empty()) continue;
-      std::optional<std::string> bytes = DiskCache(*dir).load(pkey);
+    for (const DiskCache* tier : {&local_, &shared_}) {
+      if (tier->dir().empty()) continue;
+      std::optional<std::string> bytes = tier->load(pkey);
       if (!bytes) continue;
       try {
         auto exe = std::make_shared<runtime::Executable>(client().deserialize(*bytes));
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.hits[dir == &dir_ ? "disk" : "shared"]++;
-        if (dir == &shared_dir_ && !dir_.empty()) local_.store(pkey, *bytes);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.hits[tier == &local_ ? "disk" : "shared"]++;
+        }
+        if (tier == &shared_) store(pkey, *bytes, /*shared_too=*/false);
         return exe;
       } catch (const std::exception& e) {
-        warn("compile cache entry " + pkey + " in " + *dir + " does not load (" + e.what() + "); recompiling");
+        warn("compile cache entry " + pkey + " in " + tier->dir() + " does not load (" + e.what() + "); recompiling");
       }
     }
     return nullptr;
+  }
+
+  void store(const std::string& pkey, const std::string& bytes, bool shared_too) {
+    std::lock_guard<std::mutex> lock(store_mu_);
+    if (!local_.dir().empty()) local_.store(pkey, bytes);
+    if (shared_too && !shared_.dir().empty()) shared_.store(pkey, bytes);
   }
 
   ExecutablePtr compile_and_store(const std::string& text, const std::string& pkey, const std::string& what) {
@@ -249,12 +257,7 @@ class Cache {
       stats_.compiles.push_back({what, seconds});
       if (stats_.compiles.size() > 1000) stats_.compiles.erase(stats_.compiles.begin());
     }
-    if (!dir_.empty() || !shared_dir_.empty()) {
-      std::string bytes = exe->serialize();
-      std::lock_guard<std::mutex> lock(store_mu_);
-      if (!dir_.empty()) local_.store(pkey, bytes);
-      if (!shared_dir_.empty()) shared_.store(pkey, bytes);
-    }
+    if (!local_.dir().empty() || !shared_.dir().empty()) store(pkey, exe->serialize(), /*shared_too=*/true);
     return exe;
   }
 
@@ -292,8 +295,7 @@ class Cache {
 
   std::mutex mu_, store_mu_;
   MemoryTier memory_;
-  std::string dir_, shared_dir_;
-  DiskCache local_{dir_}, shared_{shared_dir_};
+  DiskCache local_, shared_;  // an empty dir() means the tier is off
   CacheStats stats_;
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
   std::unordered_set<std::string> compiling_;

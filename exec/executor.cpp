@@ -100,10 +100,6 @@ class DeferredChecks {
     std::lock_guard<std::mutex> lock(mu_);
     checks_.push_back(std::move(check));
   }
-  bool empty() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return checks_.empty();
-  }
   // Reads every pending check; throws for the first that failed (all are consumed).
   void verify() {
     std::vector<DeferredCheck> checks;

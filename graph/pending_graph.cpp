@@ -10,11 +10,7 @@ void PendingGraph::append(NodePtr node) {
       device_ = v->device();
     }
   nodes_.push_back(std::move(node));
-}
-
-size_t PendingGraph::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return nodes_.size();
+  size_ = nodes_.size();
 }
 
 std::optional<int> PendingGraph::device() const {
@@ -27,6 +23,7 @@ std::vector<NodePtr> PendingGraph::take() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<NodePtr> taken;
   taken.swap(nodes_);
+  size_ = 0;
   return taken;
 }
 

@@ -121,7 +121,7 @@ V convolution_backward(LoweringContext& c) {
   for (int64_t d = 0; d < g.type.rank(); ++d)
     if (d != 1) all_but_channels.push_back(d);
   Value grad_bias = c.b.reduce({g}, {c.b.constant(0, {t, {}})}, all_but_channels,
-                               [](hlo::Builder& b, const V& a) { return V{b.binary(BinaryOp::kAdd, a[0], a[1])}; })[0];
+                               combine_with(BinaryOp::kAdd))[0];
   return {grad_input, grad_weight, grad_bias};
 }
 
@@ -153,10 +153,6 @@ Pads pool_padding(const Value& x, const std::vector<int64_t>& out_dims, const st
     pads.push_back({p[i], std::max<int64_t>(needed - in - p[i], p[i])});
   }
   return pads;
-}
-
-hlo::RegionBody add_body() {
-  return [](hlo::Builder& b, const V& a) { return V{b.binary(BinaryOp::kAdd, a[0], a[1])}; };
 }
 
 // Pooling lowerings take the number of spatial dims from the op (2 for *2d, 3 for *3d): PyTorch
@@ -202,7 +198,7 @@ V max_pool_backward(LoweringContext& c, size_t n) {
   Value col = c.b.reshape(cast(c.b, idx, DType::kS64), {rows * outs, 1});
   Value coords = c.b.concatenate({row, col}, 1);
   Value zeros = c.b.constant(0, {x.type.dtype, {rows, plane}});
-  Value grad = c.b.scatter(zeros, coords, c.b.reshape(g, {rows * outs}), {{}, {0, 1}, {0, 1}, 1}, add_body());
+  Value grad = c.b.scatter(zeros, coords, c.b.reshape(g, {rows * outs}), {{}, {0, 1}, {0, 1}, 1}, combine_with(BinaryOp::kAdd));
   return {c.b.reshape(grad, x.type.dims)};
 }
 
@@ -224,7 +220,7 @@ Value avg_divisor(LoweringContext& c, const Value& x, const std::vector<int64_t>
     }
   Value ones = c.b.constant(1, {t, ones_dims});
   hlo::Window w = window(static_cast<int64_t>(n), k, s, std::vector<int64_t>(n, 1), pads);
-  Value counts = c.b.reduce_window({ones}, {c.b.constant(0, {t, {}})}, w, add_body())[0];
+  Value counts = c.b.reduce_window({ones}, {c.b.constant(0, {t, {}})}, w, combine_with(BinaryOp::kAdd))[0];
   std::vector<int64_t> trailing;
   for (size_t i = 0; i < n; ++i) trailing.push_back(static_cast<int64_t>(lead + i));
   return c.b.broadcast_in_dim(counts, out_dims, trailing);
@@ -237,7 +233,7 @@ V avg_pool(LoweringContext& c, size_t n) {
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   std::vector<int64_t> ones(n, 1);
   hlo::Window w = window(x.type.rank(), k, s, ones, pool_padding(x, c.out().dims, k, s, ones, p));
-  Value sum = c.b.reduce_window({x}, {c.b.constant(0, {x.type.dtype, {}})}, w, add_body())[0];
+  Value sum = c.b.reduce_window({x}, {c.b.constant(0, {x.type.dtype, {}})}, w, combine_with(BinaryOp::kAdd))[0];
   return {c.b.binary(BinaryOp::kDivide, sum, avg_divisor(c, x, c.out().dims, k, s, p, c.arg(5).toBool(), c.arg(6)))};
 }
 
@@ -258,7 +254,7 @@ V avg_pool_backward(LoweringContext& c, size_t n) {
   Value spread = c.b.pad(share, c.b.constant(0, {g.type.dtype, {}}), low, high, interior);
   std::vector<int64_t> ones(n, 1);
   hlo::Window w = window(rank, k, ones, ones, Pads(n, {0, 0}));
-  Value full = c.b.reduce_window({spread}, {c.b.constant(0, {g.type.dtype, {}})}, w, add_body())[0];
+  Value full = c.b.reduce_window({spread}, {c.b.constant(0, {g.type.dtype, {}})}, w, combine_with(BinaryOp::kAdd))[0];
   // `full` covers the padded input from 0; drop the padding (and grow when the tail was unused).
   std::vector<int64_t> grow_high(rank, 0), start(rank, 0), limit = x.type.dims, step(rank, 1);
   for (size_t i = 0; i < n; ++i) {
@@ -336,7 +332,7 @@ V col2im(LoweringContext& c) {
     }
   Value idx = c.b.constant_bytes(target.data(), {DType::kS64, {ckk * l, 1}});
   Value zeros = c.b.constant(0, {cols.type.dtype, {n, ch * hp * wp}});
-  Value summed = c.b.scatter(zeros, idx, c.b.reshape(cols, {n, ckk * l}), {{0}, {1}, {1}, 1}, add_body());
+  Value summed = c.b.scatter(zeros, idx, c.b.reshape(cols, {n, ckk * l}), {{0}, {1}, {1}, 1}, combine_with(BinaryOp::kAdd));
   Value image = c.b.slice(c.b.reshape(summed, {n, ch, hp, wp}), {0, 0, p[0], p[1]},
                           {n, ch, p[0] + out[0], p[1] + out[1]}, {1, 1, 1, 1});
   return {batched ? image : c.b.reshape(image, {ch, out[0], out[1]})};

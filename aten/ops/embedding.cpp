@@ -16,10 +16,6 @@ namespace {
 
 enum BagMode { kSum = 0, kMean = 1, kMax = 2 };
 
-hlo::RegionBody combine_with(BinaryOp op) {
-  return [op](hlo::Builder& b, const V& a) { return V{b.binary(op, a[0], a[1])}; };
-}
-
 // rows[i] = table[index[i]] for a [N, D] table and [L] s64 index.
 Value take_rows(hlo::Builder& b, const Value& table, const Value& index) {
   int64_t n = index.type.dims[0], d = table.type.dims[1];

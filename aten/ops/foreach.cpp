@@ -116,9 +116,8 @@ TORCHTPU_LOWERINGS(foreach) {
                       Value x = c.b.unary(UnaryOp::kAbs, cast(c.b, c.list(0).at(k), c.out(k).dtype));
                       std::vector<int64_t> all;
                       for (int64_t d = 0; d < x.type.rank(); ++d) all.push_back(d);
-                      auto add = [](hlo::Builder& b, const V& a) { return V{b.binary(BinaryOp::kAdd, a[0], a[1])}; };
                       Value p = c.b.binary(BinaryOp::kPower, x, c.b.constant(ord, x.type));
-                      Value s = c.b.reduce({p}, {c.b.constant(0, {x.type.dtype, {}})}, all, add)[0];
+                      Value s = c.b.reduce({p}, {c.b.constant(0, {x.type.dtype, {}})}, all, combine_with(BinaryOp::kAdd))[0];
                       return c.b.binary(BinaryOp::kPower, s, c.b.constant(1.0 / ord, s.type));
                     }),
                     {1}, [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {

@@ -28,8 +28,6 @@ Value wrapped_index(hlo::Builder& b, const Value& index, int64_t size) {
   return b.select(negative, b.binary(BinaryOp::kAdd, i, b.constant_int(size, i.type)), i);
 }
 
-hlo::RegionBody combine_with(BinaryOp op);
-
 // Full coordinates [index.shape..., rank] that address self along every dimension, with `index`
 // substituted along `dim` (the addressing of gather and scatter).
 Value coordinates(hlo::Builder& b, const Value& index, int64_t dim, int64_t rank, int64_t size) {
@@ -41,10 +39,6 @@ Value coordinates(hlo::Builder& b, const Value& index, int64_t dim, int64_t rank
     parts.push_back(b.reshape(coord, shape));
   }
   return b.concatenate(parts, rank);
-}
-
-hlo::RegionBody combine_with(BinaryOp op) {
-  return [op](hlo::Builder& b, const V& a) { return V{b.binary(op, a[0], a[1])}; };
 }
 
 hlo::RegionBody replace() {

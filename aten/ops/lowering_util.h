@@ -27,6 +27,13 @@ inline hlo::Value broadcast_to(hlo::Builder& b, const hlo::Value& v,
   return b.broadcast_in_dim(v, sizes, dims);
 }
 
+// The region of a reduce / scatter / reduce_window that combines two values with `op`.
+inline hlo::RegionBody combine_with(hlo::BinaryOp op) {
+  return [op](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+    return std::vector<hlo::Value>{b.binary(op, a[0], a[1])};
+  };
+}
+
 // True (a 0-d bool) when every (already wrapped) index lies in [0, size): a device-side check.
 inline hlo::Value all_in_range(hlo::Builder& b, const hlo::Value& index, int64_t size) {
   using hlo::BinaryOp;
@@ -35,10 +42,7 @@ inline hlo::Value all_in_range(hlo::Builder& b, const hlo::Value& index, int64_t
                            b.compare(Compare::kLT, index, b.constant_int(size, index.type)));
   std::vector<int64_t> all;
   for (int64_t d = 0; d < ok.type.rank(); ++d) all.push_back(d);
-  auto both = [](hlo::Builder& rb, const std::vector<hlo::Value>& a) {
-    return std::vector<hlo::Value>{rb.binary(BinaryOp::kAnd, a[0], a[1])};
-  };
-  return b.reduce({ok}, {b.constant(1, {DType::kBool, {}})}, all, both)[0];
+  return b.reduce({ok}, {b.constant(1, {DType::kBool, {}})}, all, combine_with(BinaryOp::kAnd))[0];
 }
 
 }  // namespace torchtpu::aten

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "hlo/builder.h"
+#include "aten/ops/lowering_util.h"
 
 namespace torchtpu::aten {
 
@@ -19,10 +19,7 @@ struct Math {
   hlo::Value k(double v, const hlo::Value& like) { return b.constant(v, like.type); }
 
   hlo::Value reduce(const hlo::Value& x, const std::vector<int64_t>& dims, hlo::BinaryOp op, double init) {
-    return b.reduce({x}, {b.constant(init, {x.type.dtype, {}})}, dims,
-                    [op](hlo::Builder& rb, const std::vector<hlo::Value>& a) {
-                      return std::vector<hlo::Value>{rb.binary(op, a[0], a[1])};
-                    })[0];
+    return b.reduce({x}, {b.constant(init, {x.type.dtype, {}})}, dims, combine_with(op))[0];
   }
   hlo::Value sum(const hlo::Value& x, const std::vector<int64_t>& dims) {
     return reduce(x, dims, hlo::BinaryOp::kAdd, 0);

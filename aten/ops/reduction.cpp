@@ -24,13 +24,9 @@ std::vector<int64_t> reduced_dims(const LoweringContext& c, size_t i, int64_t ra
   return dims;
 }
 
-hlo::RegionBody combiner(BinaryOp op) {
-  return [op](hlo::Builder& b, const V& a) { return V{b.binary(op, a[0], a[1])}; };
-}
-
 Value reduce(LoweringContext& c, const Value& x, const std::vector<int64_t>& dims, BinaryOp op,
              double init) {
-  return c.b.reduce({x}, {c.scalar(init, x.type.dtype)}, dims, combiner(op))[0];
+  return c.b.reduce({x}, {c.scalar(init, x.type.dtype)}, dims, combine_with(op))[0];
 }
 
 int64_t count(const Value& x, const std::vector<int64_t>& dims) {

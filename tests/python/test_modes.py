@@ -57,7 +57,7 @@ def test_fused_windows_repeat_so_a_warm_training_loop_compiles_nothing():
     assert m["executions"] == 10  # the whole step is one program
 
 
-def test_fused_mode_materializes_only_live_values():
+def test_a_window_materializes_only_live_values():
     x = torch.randn(64, device="tpu")
     torchtpu.metrics.reset()
     with torchtpu.eager_mode("lazy"):
