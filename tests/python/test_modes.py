@@ -158,3 +158,29 @@ def test_host_syncs_are_counted_by_reason():
     syncs = torchtpu.metrics.as_dict()["host_syncs"]
     for reason in ("item", "control flow", "print", "cpu"):
         assert syncs.get(reason, 0) >= 1, (reason, syncs)
+
+
+def run_python(code, **env):
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, **env},
+                       capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_environment_selects_the_mode_and_rejects_unknown_ones():
+    code = "import torchtpu; print(torchtpu.get_eager_mode())"
+    assert run_python(code, TORCHTPU_EAGER_MODE="lazy")[1].strip() == "lazy"
+    assert run_python(code, TORCHTPU_LAUNCH_BLOCKING="1")[1].strip() == "debug"
+    rc, _, err = run_python(code, TORCHTPU_EAGER_MODE="eager")
+    assert rc != 0 and "TORCHTPU_EAGER_MODE=eager is not a mode" in err
+
+
+def test_metrics_on_exit_and_program_dumps(tmp_path):
+    code = "import torch, torchtpu; (torch.ones(3, device='tpu') * 5).cpu()"
+    rc, out, err = run_python(code, TORCHTPU_METRICS_ON_EXIT="1", TORCHTPU_DUMP_PROGRAMS=str(tmp_path),
+                              TORCHTPU_CACHE_DIR="")
+    assert rc == 0, err
+    assert "torchtpu metrics" in out and "compiles:" in out
+    dumps = list(tmp_path.glob("*.mlir"))
+    assert dumps and all("stablehlo" in d.read_text() for d in dumps)
