@@ -204,6 +204,14 @@ void add_rng_state(Inputs& in, const std::vector<c10::IValue>& args, int device)
   in.count.push_back(1);
 }
 
+// Index lists (index's and index_put's Tensor?[] indices), as opposed to Tensor[] data (cat).
+bool is_index_list(const c10::Argument& a) {
+  auto list = a.type()->cast<c10::ListType>();
+  if (!list) return false;
+  auto opt = list->getElementType()->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
 bool is_mask(const at::Tensor& t) {
   return t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
 }
@@ -215,7 +223,7 @@ bool expand_mask_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack
   const c10::FunctionSchema& schema = op.schema();
   size_t n = schema.arguments().size();
   for (size_t i = 0; i < n; ++i) {
-    if (!is_tensor_list(schema.arguments()[i])) continue;
+    if (!is_index_list(schema.arguments()[i])) continue;
     c10::IValue& arg = (*stack)[stack->size() - n + i];
     bool any_mask = false;
     for_each_tensor(arg, [&](const at::Tensor& t) { any_mask |= is_mask(t); });

@@ -76,15 +76,15 @@ std::string splat_literal(double value, DType dtype) {
     DType part = dtype == DType::kC64 ? DType::kF32 : DType::kF64;
     return "(" + float_literal(value, part) + ", " + float_literal(0.0, part) + ")";
   }
-  require(std::isfinite(value), "integer constant must be finite");
-  // Saturate: a double at or beyond 2^63 (e.g. INT64_MAX as a reduction's identity) does not
-  // convert to int64 otherwise.
+  require(!std::isnan(value), "integer constant must not be NaN");
+  // Saturate to the type's range: "the lowest value" is written -INFINITY for every dtype (a max
+  // reduction's identity), and a double at or beyond 2^63 does not convert to int64 otherwise.
+  value = std::clamp(value, lowest_value(dtype), highest_value(dtype));
   if (is_unsigned(dtype)) {
     if (value >= 18446744073709551615.0) return std::to_string(UINT64_MAX);
-    return std::to_string(static_cast<uint64_t>(std::max(value, 0.0)));
+    return std::to_string(static_cast<uint64_t>(value));
   }
   if (value >= 9223372036854775807.0) return std::to_string(INT64_MAX);
-  if (value <= -9223372036854775808.0) return std::to_string(INT64_MIN);
   return std::to_string(static_cast<int64_t>(value));
 }
 

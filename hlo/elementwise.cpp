@@ -29,6 +29,11 @@ DType complex_part(DType t) { return t == DType::kC128 ? DType::kF64 : DType::kF
 }  // namespace
 
 Value Builder::unary(UnaryOp op, const Value& x) {
+  // StableHLO's abs and sign take signed types only; on unsigned ones they are x and (x != 0).
+  DType t = x.type.dtype;
+  if ((is_unsigned(t) || t == DType::kBool) && op == UnaryOp::kAbs) return x;
+  if ((is_unsigned(t) || t == DType::kBool) && op == UnaryOp::kSign)
+    return convert(compare(Compare::kNE, x, constant(0, x.type)), t);
   TensorType type = x.type;
   if (op == UnaryOp::kIsFinite) type.dtype = DType::kBool;
   if ((op == UnaryOp::kReal || op == UnaryOp::kImag || op == UnaryOp::kAbs) &&

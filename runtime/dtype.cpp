@@ -1,5 +1,7 @@
 #include "runtime/dtype.h"
 
+#include <cmath>
+
 namespace torchtpu {
 namespace {
 
@@ -33,5 +35,30 @@ bool is_floating(DType t) {
 }
 bool is_complex(DType t) { return t == DType::kC64 || t == DType::kC128; }
 bool is_unsigned(DType t) { return t == DType::kU8 || t == DType::kU32 || t == DType::kU64; }
+
+double lowest_value(DType t) {
+  switch (t) {
+    case DType::kBool: case DType::kU8: case DType::kU32: case DType::kU64: return 0;
+    case DType::kS8: return -128;
+    case DType::kS16: return -32768;
+    case DType::kS32: return -2147483648.0;
+    case DType::kS64: return -9223372036854775808.0;
+    default: return -HUGE_VAL;
+  }
+}
+
+double highest_value(DType t) {
+  switch (t) {
+    case DType::kBool: return 1;
+    case DType::kS8: return 127;
+    case DType::kS16: return 32767;
+    case DType::kS32: return 2147483647.0;
+    case DType::kS64: return 9223372036854775807.0;  // rounds to 2^63: constants saturate below it
+    case DType::kU8: return 255;
+    case DType::kU32: return 4294967295.0;
+    case DType::kU64: return 18446744073709551615.0;
+    default: return HUGE_VAL;
+  }
+}
 
 }  // namespace torchtpu

@@ -25,4 +25,9 @@ bool is_floating(DType t);
 bool is_complex(DType t);
 bool is_unsigned(DType t);
 
+// The range of values the type holds: ±infinity for floats. StableHLO constants saturate to it,
+// so "the lowest value" of any type (a max reduction's identity) is written -INFINITY.
+double lowest_value(DType t);
+double highest_value(DType t);
+
 }  // namespace torchtpu

@@ -182,8 +182,7 @@ V max_pool_with_indices(LoweringContext& c, size_t n) {
     Value take = b.binary(BinaryOp::kOr, wins, tie);
     return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
   };
-  double lowest = is_floating(t) ? -INFINITY : -9.2e18;
-  auto r = c.b.reduce_window({x, index}, {c.b.constant(lowest, {t, {}}), c.b.constant(-1, {DType::kS64, {}})}, w, body);
+  auto r = c.b.reduce_window({x, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(-1, {DType::kS64, {}})}, w, body);
   return {r[0], r[1]};
 }
 

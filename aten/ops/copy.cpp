@@ -104,6 +104,23 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return download_contiguous(self, "item").item();
 }
 
+// Module.to("tpu") / .cpu() keep a parameter's identity, and so weight ties, only when
+// _has_compatible_shallow_copy_type(old, new) holds: `param.data = new` then swaps the storage in
+// place. PyTorch's answer lists CPU, CUDA and other dense backends but not PrivateUse1; a tpu
+// tensor is a plain dense TensorImpl, as shallow-copyable as a CUDA one.
+bool is_dense(const at::Tensor& t) {
+  using c10::DeviceType;
+  DeviceType d = t.device().type();
+  bool dense_device = d == DeviceType::CPU || d == DeviceType::CUDA || d == DeviceType::HIP ||
+                      d == DeviceType::XPU || d == DeviceType::MPS || d == DeviceType::PrivateUse1;
+  return dense_device && t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested();
+}
+
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (is_dense(self) && is_dense(from));
+}
+
 // _copy_from resolves the conjugate/negative bits itself (above); without these fallthroughs
 // PyTorch's Conjugate fallback would clone the input, which copies, which recurses.
 TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
@@ -119,6 +136,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+}
+// The op is CompositeImplicitAutograd: tensors with autograd keys dispatch here.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 
+#include <numeric>
+
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -61,6 +64,19 @@ std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
   return {c10::IValue(out)};
 }
 
+// One 0-d norm per tensor: real for complex tensors, in `dtype` when given.
+std::vector<c10::IValue> foreach_norm_meta(const c10::FunctionSchema& schema,
+                                           const std::vector<c10::IValue>& args) {
+  if (schema.returns().empty()) return {};
+  c10::List<at::Tensor> out;
+  for (const at::Tensor& t : args[0].toTensorList().vec()) {
+    c10::ScalarType dtype = args.size() > 2 && !args[2].isNone() ? args[2].toScalarType()
+                                                                  : c10::toRealValueType(t.scalar_type());
+    out.push_back(at::empty({}, t.options().dtype(dtype)));
+  }
+  return {c10::IValue(out)};
+}
+
 void register_foreach(std::initializer_list<const char*> ops, Lowering fn, StaticScalars s = {},
                       MetaFn meta = foreach_meta) {
   register_lowering(ops, std::move(fn), {std::move(s), std::move(meta), nullptr});
@@ -111,24 +127,14 @@ TORCHTPU_LOWERINGS(foreach) {
   register_foreach({"_foreach_copy_", "_foreach_copy", "_foreach_copy.out"},
                     per_element([](LoweringContext& c, size_t k) { return operand_of(c, 1, k); }));
   register_foreach({"_foreach_norm.Scalar", "_foreach_norm.Scalar_out"},
-                    per_element([](LoweringContext& c, size_t k) {
-                      double ord = c.arg(1).toScalar().toDouble();
-                      Value x = c.b.unary(UnaryOp::kAbs, cast(c.b, c.list(0).at(k), c.out(k).dtype));
-                      std::vector<int64_t> all;
-                      for (int64_t d = 0; d < x.type.rank(); ++d) all.push_back(d);
-                      Value p = c.b.binary(BinaryOp::kPower, x, c.b.constant(ord, x.type));
-                      Value s = c.b.reduce({p}, {c.b.constant(0, {x.type.dtype, {}})}, all, combine_with(BinaryOp::kAdd))[0];
-                      return c.b.binary(BinaryOp::kPower, s, c.b.constant(1.0 / ord, s.type));
-                    }),
-                    {1}, [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
-                      std::vector<c10::IValue> returns;
-                      if (schema.returns().empty()) return returns;
-                      c10::List<at::Tensor> out;  // one 0-d norm per tensor
-                      for (const at::Tensor& t : args[0].toTensorList().vec())
-                        out.push_back(at::empty({}, t.options()));
-                      returns.emplace_back(out);
-                      return returns;
-                    });
+                   per_element([](LoweringContext& c, size_t k) {
+                     Value x = c.list(0).at(k);
+                     std::vector<int64_t> all(x.type.rank());
+                     std::iota(all.begin(), all.end(), 0);
+                     double ord = c.arg(1).toScalar().toDouble();
+                     return Math{c.b}.vector_norm(x, all, ord, accumulator(c.out(k).dtype));
+                   }),
+                   {1}, foreach_norm_meta);
 }
 
 }  // namespace torchtpu::aten

@@ -200,8 +200,6 @@ V scatter_reduce(LoweringContext& c) {
   bool include_self = c.arg(5).toBool();
   DType t = self.type.dtype;
   double identity = reduce == "prod" ? 1 : reduce == "amax" ? -INFINITY : reduce == "amin" ? INFINITY : 0;
-  if (!is_floating(t) && reduce == "amax") identity = -9.3e18;
-  if (!is_floating(t) && reduce == "amin") identity = 9.3e18;
   Value base = self;
   if (!include_self)  // positions that receive values start from the reduction's identity
     base = scatter_along(c, self, dim, index, c.b.constant(identity, src.type), replace());

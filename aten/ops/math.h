@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "aten/ops/lowering_util.h"
@@ -39,6 +40,17 @@ struct Math {
   }
   hlo::Value reduce_keep(const hlo::Value& x, const std::vector<int64_t>& dims, hlo::BinaryOp op, double init) {
     return expand_back(reduce(x, dims, op, init), x, dims);
+  }
+  // The vector norm of x over dims: (sum |x|^ord)^(1/ord); the max |x| for ord=inf, the min for
+  // -inf, the count of non-zeros for 0; computed in `dtype` (abs first: complex x gives reals).
+  hlo::Value vector_norm(const hlo::Value& x, const std::vector<int64_t>& dims, double ord, DType dtype) {
+    hlo::Value a = cast(b, b.unary(hlo::UnaryOp::kAbs, x), dtype);
+    if (std::isinf(ord))
+      return ord > 0 ? reduce(a, dims, hlo::BinaryOp::kMaximum, 0) : reduce(a, dims, hlo::BinaryOp::kMinimum, INFINITY);
+    if (ord == 0) return sum(b.convert(b.compare(hlo::Compare::kNE, a, k(0, a)), a.type.dtype), dims);
+    if (ord == 1) return sum(a, dims);
+    hlo::Value s = sum(b.binary(hlo::BinaryOp::kPower, a, k(ord, a)), dims);
+    return b.binary(hlo::BinaryOp::kPower, s, k(1.0 / ord, s));
   }
   // Broadcasts a per-channel vector (dimension 1) to `like`'s shape.
   hlo::Value channel(const hlo::Value& v, const hlo::Value& like) {

@@ -33,7 +33,7 @@ Value uniform01_from(LoweringContext& c, const Value& raw, bool wide) {
   return c.b.binary(BinaryOp::kSubtract, f, c.b.constant(1, f.type));
 }
 
-bool wide(DType t) { return t == DType::kF64; }
+bool wide(DType t) { return t == DType::kF64 || t == DType::kC128; }
 
 // `count` uniform [0,1) tensors shaped like output 0, in f32 (f64 for double outputs).
 std::vector<Value> uniforms(LoweringContext& c, int64_t count) {
@@ -44,25 +44,40 @@ std::vector<Value> uniforms(LoweringContext& c, int64_t count) {
   return out;
 }
 
-V uniform(LoweringContext& c) {  // (self, from, to, generator)
-  Math m{c.b};
-  Value u = uniforms(c, 1)[0];
-  double from = c.arg(1).toDouble(), to = c.arg(2).toDouble();
-  return {m.add(m.k(from, u), m.mul(u, m.k(to - from, u)))};
+// Complex outputs draw their real and imaginary parts independently, as PyTorch samples
+// view_as_real(self).
+Value complex_of(LoweringContext& c, const Value& re, const Value& im) {
+  return c.b.binary(BinaryOp::kComplex, re, im);
 }
 
-Value standard_normal(LoweringContext& c) {  // Box-Muller
+V uniform(LoweringContext& c) {  // (self, from, to, generator)
+  Math m{c.b};
+  double from = c.arg(1).toDouble(), to = c.arg(2).toDouble();
+  auto scaled = [&](const Value& u) { return m.add(m.k(from, u), m.mul(u, m.k(to - from, u))); };
+  if (!is_complex(c.out().dtype)) return {scaled(uniforms(c, 1)[0])};
+  auto u = uniforms(c, 2);
+  return {complex_of(c, scaled(u[0]), scaled(u[1]))};
+}
+
+// Box-Muller: two independent standard normals from one pair of uniforms.
+std::pair<Value, Value> standard_normals(LoweringContext& c) {
   Math m{c.b};
   auto u = uniforms(c, 2);
   Value u1 = m.sub(m.k(1, u[0]), u[0]);  // (0, 1]: log stays finite
   Value radius = c.b.unary(UnaryOp::kSqrt, m.mul(m.k(-2, u1), c.b.unary(UnaryOp::kLog, u1)));
-  return m.mul(radius, c.b.unary(UnaryOp::kCosine, m.mul(m.k(2 * M_PI, u[1]), u[1])));
+  Value angle = m.mul(m.k(2 * M_PI, u[1]), u[1]);
+  return {m.mul(radius, c.b.unary(UnaryOp::kCosine, angle)), m.mul(radius, c.b.unary(UnaryOp::kSine, angle))};
 }
 
 V normal(LoweringContext& c) {  // (self, mean, std, generator)
   Math m{c.b};
-  Value z = standard_normal(c);
-  return {m.add(m.k(c.arg(1).toDouble(), z), m.mul(z, m.k(c.arg(2).toDouble(), z)))};
+  auto [z1, z2] = standard_normals(c);
+  double mean = c.arg(1).toDouble(), std = c.arg(2).toDouble();
+  // A complex normal of variance std^2 has parts of variance std^2 / 2, each shifted by mean.
+  if (is_complex(c.out().dtype)) std /= M_SQRT2;
+  auto scaled = [&](const Value& z) { return m.add(m.k(mean, z), m.mul(z, m.k(std, z))); };
+  if (!is_complex(c.out().dtype)) return {scaled(z1)};
+  return {complex_of(c, scaled(z1), scaled(z2))};
 }
 
 // Integers in [from, from + range) (range 0 means the full non-negative s64 range).

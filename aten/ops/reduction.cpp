@@ -5,6 +5,7 @@
 
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -40,32 +41,6 @@ Value finish(LoweringContext& c, const Value& v, size_t i = 0) {
   return c.b.reshape(cast(c.b, v, c.out(i).dtype), c.out(i).dims);
 }
 
-double lowest(DType t) {
-  switch (t) {
-    case DType::kBool: return 0;
-    case DType::kS8: return -128;
-    case DType::kS16: return -32768;
-    case DType::kS32: return -2147483648.0;
-    case DType::kS64: return -9223372036854775808.0;
-    case DType::kU8: case DType::kU32: case DType::kU64: return 0;
-    default: return -INFINITY;
-  }
-}
-
-double highest(DType t) {
-  switch (t) {
-    case DType::kBool: return 1;
-    case DType::kS8: return 127;
-    case DType::kS16: return 32767;
-    case DType::kS32: return 2147483647.0;
-    case DType::kS64: return 9223372036854775807.0;
-    case DType::kU8: return 255;
-    case DType::kU32: return 4294967295.0;
-    case DType::kU64: return 18446744073709551615.0;
-    default: return INFINITY;
-  }
-}
-
 // Sum over dims of argument 0 after casting to the accumulator of the output dtype.
 Value sum_of(LoweringContext& c, const Value& x, const std::vector<int64_t>& dims) {
   return reduce(c, cast(c.b, x, accumulator(c.out().dtype)), dims, BinaryOp::kAdd, 0);
@@ -75,7 +50,7 @@ Value sum_of(LoweringContext& c, const Value& x, const std::vector<int64_t>& dim
 std::pair<Value, Value> arg_extreme(LoweringContext& c, const Value& x, int64_t dim, bool is_max) {
   DType t = x.type.dtype;
   Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
-  double init = is_max ? lowest(t) : highest(t);
+  double init = is_max ? -INFINITY : INFINITY;  // constants saturate to t's range
   auto body = [is_max, t](hlo::Builder& b, const V& a) {
     // a = (acc_value, acc_index, value, index)
     Compare better = is_max ? Compare::kGT : Compare::kLT;
@@ -115,7 +90,7 @@ Lowering extreme(bool is_max, size_t dims_arg) {
     Value x = c.raw(0);
     auto dims = reduced_dims(c, dims_arg, x.type.rank());
     BinaryOp op = is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum;
-    return V{finish(c, reduce(c, x, dims, op, is_max ? lowest(x.type.dtype) : highest(x.type.dtype)))};
+    return V{finish(c, reduce(c, x, dims, op, is_max ? -INFINITY : INFINITY))};
   };
 }
 
@@ -221,18 +196,9 @@ TORCHTPU_LOWERINGS(reduction) {
     return V{finish(c, c.b.binary(BinaryOp::kAdd, c.b.unary(UnaryOp::kLog, s), finite_m))};
   });
   register_lowering({"linalg_vector_norm", "linalg_vector_norm.out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
     double ord = c.arg(1).toScalar().toDouble();
-    Value x = c.b.unary(UnaryOp::kAbs, cast(c.b, c.raw(0), accumulator(c.out().dtype)));
-    auto dims = reduced_dims(c, 2, x.type.rank());
-    if (std::isinf(ord))
-      return V{finish(c, reduce(c, x, dims, ord > 0 ? BinaryOp::kMaximum : BinaryOp::kMinimum,
-                                ord > 0 ? 0 : INFINITY))};
-    if (ord == 0)
-      return V{finish(c, reduce(c, cast(c.b, c.b.compare(Compare::kNE, x, c.full(0, x)), x.type.dtype),
-                                dims, BinaryOp::kAdd, 0))};
-    Value p = c.b.binary(BinaryOp::kPower, x, c.full(ord, x));
-    Value s = reduce(c, p, dims, BinaryOp::kAdd, 0);
-    return V{finish(c, c.b.binary(BinaryOp::kPower, s, c.full(1.0 / ord, s)))};
+    return V{finish(c, Math{c.b}.vector_norm(x, reduced_dims(c, 2, x.type.rank()), ord, accumulator(c.out().dtype)))};
   }, {{1}});
 }
 

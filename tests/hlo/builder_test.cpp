@@ -1,4 +1,5 @@
 // The emitter's text: deterministic, generic-form syntax, inferred result types.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include "hlo/builder.h"
@@ -95,12 +96,26 @@ TEST(Builder, IntegerConstantsSaturate) {
   b.constant(-1e300, {DType::kS64, {}});
   b.constant(1e30, {DType::kU64, {}});
   b.constant_int(-5, {DType::kS64, {}});
+  // Infinities are every type's "lowest/highest": they saturate to the type's own range.
+  b.constant(-INFINITY, {DType::kS8, {}});
+  b.constant(INFINITY, {DType::kS16, {}});
+  b.constant(INFINITY, {DType::kU8, {}});
+  b.constant(-INFINITY, {DType::kU32, {}});
+  b.constant(-INFINITY, {DType::kS32, {}});
+  b.constant(INFINITY, {DType::kBool, {}});
   b.results({b.parameter({DType::kF32, {}})});
   std::string text = b.module_text();
   EXPECT_TRUE(has(text, "dense<9223372036854775807> : tensor<i64>"));
   EXPECT_TRUE(has(text, "dense<-9223372036854775808> : tensor<i64>"));
   EXPECT_TRUE(has(text, "dense<18446744073709551615> : tensor<ui64>"));
   EXPECT_TRUE(has(text, "dense<-5> : tensor<i64>"));
+  EXPECT_TRUE(has(text, "dense<-128> : tensor<i8>"));
+  EXPECT_TRUE(has(text, "dense<32767> : tensor<i16>"));
+  EXPECT_TRUE(has(text, "dense<255> : tensor<ui8>"));
+  EXPECT_TRUE(has(text, "dense<0> : tensor<ui32>"));
+  EXPECT_TRUE(has(text, "dense<-2147483648> : tensor<i32>"));
+  EXPECT_TRUE(has(text, "dense<true> : tensor<i1>"));
+  EXPECT_THROW(b.constant(NAN, {DType::kS32, {}}), std::invalid_argument);
 }
 
 TEST(Builder, ComplexAndUnsignedTypes) {
