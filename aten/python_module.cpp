@@ -127,6 +127,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_cache_stats", &cache_stats);
   m.def("_cache_reset_stats", &exec::reset_cache_stats);
   m.def("_cache_clear", [] { without_gil([] { exec::clear_cache(); }); });
+  m.def("_allow_excess_precision", &exec::allow_excess_precision);
+  m.def("_set_allow_excess_precision", [](bool allow) { without_gil([=] { exec::set_allow_excess_precision(allow); }); });
   m.def("_wait_for_background_compiles", [] { without_gil([] { exec::wait_for_background_compiles(); }); });
   m.def("_stop_background_compiles", [] { without_gil([] { exec::stop_background_compiles(); }); });
   m.def("_memory_stats", &memory_stats);

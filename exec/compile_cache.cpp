@@ -1,5 +1,6 @@
 #include "exec/compile_cache.h"
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -35,20 +36,25 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v ? std::string(v) : fallback;
 }
 
+// XLA may otherwise drop the f32 -> bf16 -> f32 round trips PyTorch performs (its "excess
+// precision" simplification), so by default programs round exactly as PyTorch does.
+std::atomic<bool> excess_precision{env_or("TORCHTPU_ALLOW_EXCESS_PRECISION", "0") == "1"};
+
 runtime::CompileOptions compile_options() {
   runtime::CompileOptions options;
   options.portable = true;  // one executable serves every device
+  options.xla_flags["xla_allow_excess_precision"] = excess_precision.load();
   return options;
 }
 
 // What besides the program decides the compiled bytes.
-const std::string& environment_fingerprint() {
-  static const std::string fp = [] {
+std::string environment_fingerprint() {
+  static const std::string platform = [] {
     const runtime::Client& c = client();
-    return compile_options().encode() + '\0' + c.platform_name() + '\0' + c.platform_version() + '\0' +
-           c.plugin().attribute("xla_version") + '\0' + TORCHTPU_VERSION;
+    return c.platform_name() + '\0' + c.platform_version() + '\0' + c.plugin().attribute("xla_version") +
+           '\0' + TORCHTPU_VERSION;
   }();
-  return fp;
+  return compile_options().encode() + '\0' + platform;
 }
 
 std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
@@ -185,11 +191,16 @@ class Cache {
     stats_.background_pending = pending;
   }
   void clear() {
+    forget_loaded();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!local_.dir().empty()) local_.clear();
+  }
+  // Drops the loaded executables (compile options changed); the persistent tiers keep theirs.
+  void forget_loaded() {
     wait_for_background();
     std::lock_guard<std::mutex> lock(mu_);
     memory_.clear();
     last_key_.clear();
-    if (!local_.dir().empty()) local_.clear();
   }
   const std::string& dir() const { return local_.dir(); }
   const std::string& shared_dir() const { return shared_.dir(); }
@@ -332,6 +343,10 @@ void stop_background_compiles() { cache().stop_background(); }
 CacheStats cache_stats() { return cache().stats(); }
 void reset_cache_stats() { cache().reset_stats(); }
 void clear_cache() { cache().clear(); }
+bool allow_excess_precision() { return excess_precision.load(); }
+void set_allow_excess_precision(bool allow) {
+  if (excess_precision.exchange(allow) != allow) cache().forget_loaded();
+}
 std::string cache_dir() { return cache().dir(); }
 std::string shared_cache_dir() { return cache().shared_dir(); }
 

@@ -55,6 +55,11 @@ void reset_cache_stats();
 // Drops loaded executables and the persistent directory's entries (the shared directory belongs to
 // every host and is left alone).
 void clear_cache();
+// Whether XLA may keep low-precision intermediates in higher precision (faster, but results then
+// differ from PyTorch's rounding). Off by default (TORCHTPU_ALLOW_EXCESS_PRECISION=1 turns it on);
+// a change drops the loaded executables, whose persistent keys include the setting.
+bool allow_excess_precision();
+void set_allow_excess_precision(bool allow);
 // The directories in use ("" when a tier is off).
 std::string cache_dir();
 std::string shared_cache_dir();

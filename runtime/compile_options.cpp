@@ -9,6 +9,9 @@ namespace {
 // Field numbers from xla/pjrt/proto/compile_options.proto and xla/xla_data.proto.
 constexpr int kCompileOptionsBuildOptions = 3;       // CompileOptionsProto.executable_build_options
 constexpr int kCompileOptionsPortable = 4;           // .compile_portable_executable
+constexpr int kCompileOptionsOverrides = 7;          // .env_option_overrides (map<string, OptionOverrideProto>)
+constexpr int kMapKey = 1, kMapValue = 2;            // a map entry's fields
+constexpr int kOverrideBool = 2;                     // OptionOverrideProto.bool_field
 constexpr int kBuildDeviceOrdinal = 1;               // ExecutableBuildOptionsProto.device_ordinal
 constexpr int kBuildNumReplicas = 4;                 // .num_replicas
 constexpr int kBuildNumPartitions = 5;               // .num_partitions
@@ -89,6 +92,13 @@ std::string CompileOptions::encode() const {
   ProtoWriter options;
   options.bytes_field(kCompileOptionsBuildOptions, build.bytes());
   if (portable) options.varint_field(kCompileOptionsPortable, 1);
+  for (const auto& [name, value] : xla_flags) {
+    ProtoWriter override_value, entry;
+    override_value.varint_field(kOverrideBool, value ? 1 : 0);
+    entry.bytes_field(kMapKey, name);
+    entry.bytes_field(kMapValue, override_value.bytes());
+    options.bytes_field(kCompileOptionsOverrides, entry.bytes());
+  }
   return options.bytes();
 }
 

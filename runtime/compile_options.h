@@ -4,6 +4,7 @@
 // wire-format encoder instead of depending on protobuf and XLA's .proto files.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ struct CompileOptions {
   std::vector<std::vector<int>> device_assignment;
   // A portable executable is compiled once and can run on any single device (chosen at execute).
   bool portable = false;
+  // XLA DebugOptions overridden by name for this compile ("xla_allow_excess_precision" -> false),
+  // on top of the plugin's defaults (CompileOptionsProto.env_option_overrides).
+  std::map<std::string, bool> xla_flags;
 
   // The serialized xla.CompileOptionsProto.
   std::string encode() const;

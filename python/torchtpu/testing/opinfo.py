@@ -1,15 +1,23 @@
 """Runs PyTorch's OpInfo samples on tpu against the CPU reference.
 
     python -m torchtpu.testing.opinfo --json FILE [--ops NAME ...] [--dtypes float32 ...]
-                                      [--markdown FILE]
+                                      [--jobs 2] [--markdown FILE]
 
-For every entry of ``torch.testing._internal.common_methods_invocations.op_db`` (or the named ones),
-for each dtype the op supports on CPU (among those given), every sample input runs on CPU and on
-tpu; outputs are compared with ``torch.testing.assert_close`` at the dtype's default tolerances.
-Ops that support autograd also get a gradient check in float32: backward of the summed outputs on
-tpu vs CPU. The JSON has per-op counts and the ops that fell back to the CPU.
+The ops are every entry of ``torch.testing._internal.common_methods_invocations.op_db`` and of its
+foreach databases (``foreach_unary_op_db``, ``foreach_binary_op_db``, ``foreach_pointwise_op_db``,
+``foreach_reduce_op_db``, ``foreach_other_op_db``), or the named ones. A foreach op appears twice:
+``_foreach_add`` (the out-of-place function) and ``_foreach_add_`` (the in-place one, compared by
+the tensors it mutates). For each dtype the op supports on CPU (by default all twelve of
+``DTYPES``), every sample input runs on CPU and on tpu and the outputs are compared with
+``torch.testing.assert_close`` at the dtype's default tolerances. Ops that support autograd also get
+a gradient check in float32: backward of the summed outputs on tpu vs CPU.
 
-Ops are run in worker subprocesses, so a crash in one op is recorded as such and the run goes on.
+A sample *passed on the device* only when no CPU fallback (``torchtpu.metrics.cpu_fallbacks()``)
+ran while tpu computed it (forward and gradient); one that matched only with a fallback's help is
+counted as *passed via CPU fallback*. *errors* are samples where tpu raised and CPU did not (or
+raised another kind of exception); *failed* ones gave wrong values, shapes or dtypes.
+
+Each (op, dtype) runs in a worker subprocess, so a crash is recorded for it and the run goes on.
 """
 
 import argparse
@@ -21,8 +29,12 @@ import tempfile
 import threading
 import time
 
-DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "int32", "int8", "uint8", "bool",
-          "complex64"]
+DTYPES = ["float64", "float32", "bfloat16", "float16", "complex128", "complex64", "int64", "int32",
+          "int16", "int8", "uint8", "bool"]
+SHORT = {"float64": "f64", "float32": "f32", "bfloat16": "bf16", "float16": "f16",
+         "complex128": "c128", "complex64": "c64", "int64": "i64", "int32": "i32", "int16": "i16",
+         "int8": "i8", "uint8": "u8", "bool": "b8"}
+GRAD_DTYPES = ["float32"]
 
 # Ops whose results are random by design: comparing them with CPU values is meaningless.
 RANDOM_OPS = {
@@ -35,20 +47,91 @@ RANDOM_OPS = {
     "randperm", "bernoulli_", "nn.functional.gumbel_softmax", "sparse.sampled_addmm",
 }
 
+FOREACH_DBS = ["foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise_op_db",
+               "foreach_reduce_op_db", "foreach_other_op_db"]
 
-def _worker(op_names, dtypes, out_path, grad, time_limit):
+COUNTS = ("samples", "passed", "passed_fallback", "failed", "errors", "not_run", "grad_samples",
+          "grad_failed")
+FAILURES_KEPT = 3  # failure messages kept per (op, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# The op tables: name -> entry, shared by the parent (to plan) and the workers (to run).
+
+class _Entry:
+    """One row of the report: an op_db OpInfo, or one variant of a foreach OpInfo."""
+
+    def __init__(self, name, opinfo, kind, fn, inplace=False):
+        self.name, self.opinfo, self.kind, self.fn, self.inplace = name, opinfo, kind, fn, inplace
+
+    def dtypes(self):
+        return {str(d).replace("torch.", "") for d in self.opinfo.supported_dtypes("cpu")}
+
+    def wants_grad(self, dtype_name, grad_dtypes):
+        return (dtype_name in grad_dtypes and self.opinfo.supports_autograd and not self.inplace)
+
+
+def _entries():
+    from torch.testing._internal import common_methods_invocations as cmi
+    entries = {}
+    for op in cmi.op_db:
+        name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+        entries.setdefault(name, _Entry(name, op, "op_db", op))
+    for db in FOREACH_DBS:
+        for op in getattr(cmi, db):
+            if op.supports_out:  # has an out-of-place function
+                entries[op.name] = _Entry(op.name, op, db, op.method_variant)
+            if op.inplace_variant is not None:
+                entries[op.name + "_"] = _Entry(op.name + "_", op, db, op.inplace_variant, inplace=True)
+    return entries
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker: runs (op, dtype) units and appends one JSON line per unit to a log.
+
+def _describe(x, depth=0):
+    """A short description of a sample argument, for failure messages."""
     import torch
+    if isinstance(x, torch.Tensor):
+        s = f"{SHORT.get(str(x.dtype).replace('torch.', ''), x.dtype)}{list(x.shape)}"
+        return s + ("nc" if x.numel() > 1 and not x.is_contiguous() else "")
+    if isinstance(x, (list, tuple)):
+        if depth > 1:
+            return "[...]"
+        inner = [_describe(v, depth + 1) for v in x[:3]]
+        more = f", ...{len(x)}" if len(x) > 3 else ""
+        o, c = ("[", "]") if isinstance(x, list) else ("(", ")")
+        return o + ", ".join(inner) + more + c
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k}={_describe(v, depth + 1)}" for k, v in x.items()) + "}"
+    r = repr(x)
+    return r if len(r) <= 40 else r[:37] + "..."
 
-    import torchtpu
-    from torch.testing._internal.common_methods_invocations import op_db
+
+def _short_error(e):
+    """The informative part of an exception: the assert_close summary lines or the first line."""
+    text = str(e)
+    if not text:
+        return type(e).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if ln.startswith(("Mismatched elements", "Greatest absolute",
+                                                 "Greatest relative", "The failure occurred"))]
+    msg = lines[0] + (" " + " ".join(keep) if keep else "")
+    return msg[:400]
+
+
+def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
+    import torch
     from torch.utils._pytree import tree_flatten, tree_map
 
-    by_name = {}
-    for op in op_db:
-        by_name.setdefault(op.name + ("." + op.variant_test_name if op.variant_test_name else ""), op)
+    import torchtpu
+
+    entries = _entries()
 
     def to_tpu(x):
-        return x.detach().to("tpu").requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+        if not isinstance(x, torch.Tensor):
+            return x
+        return x.detach().to("tpu").requires_grad_(x.requires_grad)
 
     def compare(actual, expected):
         a_leaves, _ = tree_flatten(actual)
@@ -59,272 +142,347 @@ def _worker(op_names, dtypes, out_path, grad, time_limit):
             if isinstance(e, torch.Tensor):
                 if not isinstance(a, torch.Tensor):
                     raise AssertionError(f"got {type(a).__name__}, expected a tensor")
-                if a.device.type != "tpu" and e.device.type == "cpu" and a.numel() > 0:
-                    pass  # ops returning host tensors (e.g. size-like) compare by value
+                if e.device.type == "cpu" and a.device.type != "tpu":
+                    raise AssertionError(f"output on {a.device}, expected tpu")
                 torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
                                            check_stride=False, check_layout=False)
-            elif isinstance(e, float) and isinstance(a, float):
+            elif isinstance(e, (float, complex)) and isinstance(a, (float, complex)):
                 torch.testing.assert_close(a, e, equal_nan=True)
             elif a != e:
                 raise AssertionError(f"{a!r} != {e!r}")
 
-    def run_sample(op, sample, want_grad):
-        args = (sample.input, *sample.args)
-        try:
-            expected = op(*args, **sample.kwargs)
-        except Exception:
-            expected = None
-        t_args = tree_map(to_tpu, args)
-        t_kwargs = tree_map(to_tpu, sample.kwargs)
-        if expected is None:
-            try:
-                op(*t_args, **t_kwargs)
-            except Exception:
-                return "passed", None  # both reject the input
-            return "failed", "CPU raised, tpu did not"
-        try:
-            actual = op(*t_args, **t_kwargs)
-        except Exception as e:
-            return "errors", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        try:
-            compare(actual, expected)
-        except Exception as e:
-            return "failed", str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        if not want_grad:
-            return "passed", None
-        return grad_check(expected, actual, args, t_args)
-
     def grad_check(expected, actual, args, t_args):
         def total(out):
             leaves = [o for o in tree_flatten(out)[0]
-                      if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
-            return sum(o.sum() for o in leaves) if leaves else None
+                      if isinstance(o, torch.Tensor) and o.requires_grad
+                      and (o.is_floating_point() or o.is_complex())]
+            return sum(o.abs().sum() if o.is_complex() else o.sum() for o in leaves) if leaves else None
 
-        e_total, a_total = total(expected), total(actual)
+        e_total = total(expected)
         if e_total is None:
-            return "passed", None
+            return None
+        a_total = total(actual)
         inputs = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
         t_inputs = [a for a in tree_flatten(t_args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
         try:
             e_grads = torch.autograd.grad(e_total, inputs, allow_unused=True)
         except Exception:
-            return "passed", None
+            return None  # no CPU reference
         try:
+            if a_total is None:
+                raise AssertionError("tpu outputs do not require grad")
             a_grads = torch.autograd.grad(a_total, t_inputs, allow_unused=True)
             for a, e in zip(a_grads, e_grads):
                 if e is None:
                     continue
+                if a is None:
+                    raise AssertionError("gradient missing on tpu")
                 torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=1e-4, atol=1e-4)
         except Exception as e:
-            return "grad_failed", str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        return "passed", None
+            return _short_error(e)
+        return "ok"
+
+    def run_sample(fn, args, kwargs, want_grad):
+        """-> (result, why, grad_result) with result one of passed / failed / errors."""
+        # tpu copies first: the CPU call may mutate its inputs
+        t_args = tree_map(to_tpu, args)
+        t_kwargs = tree_map(to_tpu, kwargs)
+        try:
+            expected, cpu_exc = fn(*args, **kwargs), None
+        except Exception as e:
+            expected, cpu_exc = None, e
+        if cpu_exc is not None:
+            try:
+                fn(*t_args, **t_kwargs)
+                torch.tpu.synchronize()
+            except Exception as e:
+                if isinstance(e, type(cpu_exc)) or isinstance(cpu_exc, type(e)):
+                    return "passed", None, None  # both reject the input
+                return ("errors", f"CPU raised {type(cpu_exc).__name__}, tpu raised "
+                        f"{type(e).__name__}: {_short_error(e)}", None)
+            return "failed", f"CPU raised, tpu did not: {_short_error(cpu_exc)}", None
+        try:
+            actual = fn(*t_args, **t_kwargs)
+            torch.tpu.synchronize()
+        except Exception as e:
+            return "errors", f"{type(e).__name__}: {_short_error(e)}", None
+        try:
+            compare(actual, expected)
+        except Exception as e:
+            return "failed", _short_error(e), None
+        if not want_grad:
+            return "passed", None, None
+        return "passed", None, grad_check(expected, actual, args, t_args)
+
+    def samples_of(entry, dtype, want_grad):
+        op = entry.opinfo
+        if entry.kind == "op_db":
+            for s in op.sample_inputs("cpu", dtype, requires_grad=want_grad):
+                yield s
+            return
+        # foreach: as test_foreach.py's parity test, contiguous and not; "cpu:0" so the samples
+        # also intersperse empty tensors (the generator skips those for device "cpu")
+        for nc in ([False, True] if noncontiguous else [False]):
+            for s in op.sample_inputs("cpu:0", dtype, requires_grad=want_grad and not nc,
+                                      noncontiguous=nc, allow_higher_dtype_scalars=True):
+                yield s
+        if op.supports_scalar_self_arg and not entry.inplace:  # _foreach_pow(scalar, tensors)
+            for s in op.sample_inputs("cpu:0", dtype, requires_grad=want_grad):
+                if len(s.args) == 1 and isinstance(s.args[0], list) and \
+                        all(isinstance(t, torch.Tensor) for t in s.args[0]):
+                    from torch.testing._internal.opinfo.core import SampleInput
+                    yield SampleInput(2 if not (dtype.is_floating_point or dtype.is_complex) else 1.5,
+                                      args=(s.input,))
+                    break
+
+    def call_of(entry):
+        if not entry.inplace:
+            return entry.fn
+
+        def inplace(self_, *args, **kwargs):
+            entry.fn(self_, *args, **kwargs)
+            return self_
+        return inplace
 
     with open(out_path, "a") as out:
-        for name in op_names:
-            op = by_name[name]
-            out.write(json.dumps({"start": name}) + "\n")
+        for name, dtype_name in units:
+            entry = entries[name]
+            out.write(json.dumps({"start": name, "dtype": dtype_name}) + "\n")
             out.flush()
-            rec = {"op": name, "samples": 0, "passed": 0, "failed": 0, "errors": 0,
-                   "grad_samples": 0, "grad_failed": 0, "first_failure": None}
-            torchtpu.metrics.reset()
+            rec = {"op": name, "dtype": dtype_name, "failures": [], "fallback_ops": {}}
+            rec.update({k: 0 for k in COUNTS})
+            dtype = getattr(torch, dtype_name)
+            want_grad = entry.wants_grad(dtype_name, grad_dtypes)
+            fn = call_of(entry)
             started = time.time()
-            supported = {str(d).replace("torch.", "") for d in op.supported_dtypes("cpu")}
-            for dtype_name in dtypes:
-                if dtype_name not in supported:
-                    continue
-                dtype = getattr(torch, dtype_name)
-                want_grad = grad and dtype_name == "float32" and op.supports_autograd
+            try:
+                samples = list(samples_of(entry, dtype, want_grad))
+            except Exception as e:
+                samples = []
+                rec["sample_error"] = _short_error(e)
+            for i, sample in enumerate(samples):
+                if time.time() - started > time_limit:
+                    rec["not_run"] = len(samples) - i
+                    break
+                if sample.kwargs.get("dropout_p", 0) or (sample.kwargs.get("training") and "dropout" in name):
+                    rec["random_samples_excluded"] = rec.get("random_samples_excluded", 0) + 1
+                    continue  # draws random numbers: values cannot match CPU
+                args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
+                before = torchtpu.metrics.cpu_fallbacks()
                 try:
-                    samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))
-                except Exception:
-                    continue
-                for sample in samples:
-                    if time.time() - started > time_limit:
-                        break
-                    if sample.kwargs.get("dropout_p", 0) or (sample.kwargs.get("training") and "dropout" in name):
-                        rec["random_samples_excluded"] = rec.get("random_samples_excluded", 0) + 1
-                        continue  # draws random numbers: values cannot match CPU
-                    result, why = run_sample(op, sample, want_grad)
-                    rec["samples"] += 1
-                    if want_grad:
-                        rec["grad_samples"] += 1
-                    if result == "grad_failed":
+                    result, why, grad = run_sample(fn, args, kwargs, want_grad)
+                except Exception as e:  # the harness itself, e.g. copying an odd argument
+                    result, why, grad = "errors", f"harness: {_short_error(e)}", None
+                after = torchtpu.metrics.cpu_fallbacks()
+                used = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+                for k, v in used.items():
+                    rec["fallback_ops"][k] = rec["fallback_ops"].get(k, 0) + v
+                rec["samples"] += 1
+                if result == "passed" and used:
+                    result = "passed_fallback"
+                rec[result] += 1
+                if grad is not None:
+                    rec["grad_samples"] += 1
+                    if grad != "ok":
                         rec["grad_failed"] += 1
-                        result = "passed"  # the forward passed
-                    rec[result] += 1
-                    if why and rec["first_failure"] is None:
-                        rec["first_failure"] = f"{dtype_name}: {why}"
-            rec["fallback_ops"] = sorted(torchtpu.metrics.cpu_fallbacks())
+                        if len(rec["failures"]) < FAILURES_KEPT:
+                            rec["failures"].append({"sample": _describe([args, kwargs]),
+                                                    "why": "gradient: " + grad})
+                if why and len(rec["failures"]) < FAILURES_KEPT:
+                    rec["failures"].append({"sample": _describe([args, kwargs]), "why": why,
+                                            "fallback": sorted(used)})
             out.write(json.dumps(rec) + "\n")
             out.flush()
 
 
-def _all_op_names():
-    from torch.testing._internal.common_methods_invocations import op_db
-    names = []
-    for op in op_db:
-        name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
-        if name not in names:
-            names.append(name)
-    return names
+# ---------------------------------------------------------------------------------------------
+# The parent: plans (op, dtype) units, runs workers, aggregates, reports.
+
+def _aggregate(units_done, names, dtypes, entries):
+    ops = {}
+    for name in names:
+        e = entries[name]
+        r = {k: 0 for k in COUNTS}
+        r.update({"kind": e.kind, "dtypes_supported": sorted(e.dtypes() & set(dtypes),
+                                                             key=DTYPES.index),
+                  "by_dtype": {}, "fallback_ops": [], "first_failure": None})
+        ops[name] = r
+    for (name, dtype_name), rec in units_done.items():
+        r = ops[name]
+        d = {k: rec.get(k, 0) for k in COUNTS}
+        d["failures"] = rec.get("failures", [])
+        d["fallback_ops"] = rec.get("fallback_ops", {})
+        if rec.get("sample_error"):
+            d["sample_error"] = rec["sample_error"]
+        r["by_dtype"][dtype_name] = d
+    for r in ops.values():
+        r["by_dtype"] = {k: r["by_dtype"][k] for k in sorted(r["by_dtype"], key=DTYPES.index)}
+        fallbacks = set()
+        for dtype_name, d in r["by_dtype"].items():
+            for k in COUNTS:
+                r[k] += d[k]
+            fallbacks |= set(d["fallback_ops"])
+            if r["first_failure"] is None and d["failures"]:
+                r["first_failure"] = f"{dtype_name}: {d['failures'][0]['why']}"
+        r["fallback_ops"] = sorted(fallbacks)
+    return ops
+
+
+def _totals(ops, dtypes, kind=None):
+    sel = {n: r for n, r in ops.items() if kind is None or (r["kind"] == "op_db") == (kind == "op_db")}
+    per = {}
+    for dtype_name in dtypes:
+        t = {k: 0 for k in COUNTS}
+        t["ops"] = 0
+        for r in sel.values():
+            d = r["by_dtype"].get(dtype_name)
+            if d is None:
+                continue
+            t["ops"] += 1
+            for k in COUNTS:
+                t[k] += d[k]
+        per[dtype_name] = t
+    total = {k: sum(t[k] for t in per.values()) for k in COUNTS}
+    total["ops_total"] = len(sel)
+    total["ops_all_passed"] = sum(1 for r in sel.values()
+                                  if r["samples"] and r["passed"] == r["samples"]
+                                  and not r["grad_failed"] and not r["not_run"])
+    return {"all": total, "per_dtype": per}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="where to write the results")
-    parser.add_argument("--ops", nargs="*", help="OpInfo names (default: all of op_db)")
+    parser.add_argument("--ops", nargs="*", help="op names (default: all of op_db and the foreach dbs)")
     parser.add_argument("--dtypes", nargs="*", default=DTYPES, choices=DTYPES)
+    parser.add_argument("--grad-dtypes", nargs="*", default=GRAD_DTYPES, choices=DTYPES,
+                        help="dtypes that also get the gradient check (default: float32)")
     parser.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
-    parser.add_argument("--chunk", type=int, default=20, help="ops per worker process")
+    parser.add_argument("--no-foreach", action="store_true", help="only op_db (when --ops is not given)")
+    parser.add_argument("--foreach-contiguous-only", action="store_true",
+                        help="foreach samples only with contiguous tensors (default: both)")
+    parser.add_argument("--chunk", type=int, default=60, help="(op, dtype) units per worker process")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes at once")
     parser.add_argument("--time-limit", type=float, default=60,
-                        help="seconds per op; samples beyond it are not run (nor counted)")
+                        help="seconds per (op, dtype); samples beyond it are not run (counted as such)")
+    parser.add_argument("--stall-limit", type=float, default=900,
+                        help="seconds a worker may go without finishing a unit before it is killed")
     parser.add_argument("--markdown", help="also write the results as a Markdown report")
-    parser.add_argument("--_worker", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--_worker", help=argparse.SUPPRESS)  # a JSON file of units
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    grad_dtypes = [] if args.no_grad else args.grad_dtypes
 
     if args._worker is not None:
-        _worker(args._worker, args.dtypes, args._out, not args.no_grad, args.time_limit)
+        with open(args._worker) as f:
+            units = [tuple(u) for u in json.load(f)]
+        _worker(units, args._out, grad_dtypes, args.time_limit, not args.foreach_contiguous_only)
         return 0
 
-    known = _all_op_names()
-    names = args.ops or known
-    unknown = sorted(set(names) - set(known))
+    wall_start = time.time()
+    entries = _entries()
+    if args.ops:
+        names = list(dict.fromkeys(args.ops))
+    else:
+        names = [n for n, e in entries.items() if not (args.no_foreach and e.kind != "op_db")]
+    unknown = sorted(set(names) - set(entries))
     if unknown:
-        parser.error(f"not in PyTorch's op_db: {', '.join(unknown)}")
+        parser.error(f"not in PyTorch's op_db or foreach dbs: {', '.join(unknown)}")
     excluded = sorted(n for n in names if n.split(".")[0] in RANDOM_OPS or n in RANDOM_OPS)
-    todo = [n for n in names if n not in excluded]
+    names = [n for n in names if n not in excluded]
+    # units ordered dtype-major inside each op, ops in order; chunks keep an op's dtypes together
+    todo = [(n, d) for n in names for d in args.dtypes if d in entries[n].dtypes()]
     results = {}
     lock = threading.Lock()
     queue = [todo[i:i + args.chunk] for i in range(0, len(todo), args.chunk)]
+    progress = {"done": 0}
 
-    def run_chunks(log):
+    def run_chunks(slot, tmp):
+        log = os.path.join(tmp, f"worker{slot}.jsonl")
+        unit_file = os.path.join(tmp, f"units{slot}.json")
         while True:
             with lock:
                 if not queue:
                     return
                 chunk = queue.pop(0)
+            with open(unit_file, "w") as f:
+                json.dump(chunk, f)
             cmd = [sys.executable, "-m", "torchtpu.testing.opinfo", "--json", args.json,
-                   "--dtypes", *args.dtypes, "--time-limit", str(args.time_limit), "--_out", log,
-                   "--_worker", *chunk]
+                   "--time-limit", str(args.time_limit), "--_out", log, "--_worker", unit_file,
+                   "--grad-dtypes", *args.grad_dtypes]
             if args.no_grad:
                 cmd.append("--no-grad")
+            if args.foreach_contiguous_only:
+                cmd.append("--foreach-contiguous-only")
             open(log, "w").close()
-            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            last_size, last_change, stalled = 0, time.time(), False
+            while proc.poll() is None:
+                time.sleep(1)
+                size = os.path.getsize(log)
+                if size != last_size:
+                    last_size, last_change = size, time.time()
+                elif time.time() - last_change > args.stall_limit:
+                    proc.kill()
+                    proc.wait()
+                    stalled = True
             started, done = None, {}
             with open(log) as f:
                 for line in f:
-                    rec = json.loads(line)
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue  # a line cut by a crash
                     if "start" in rec:
-                        started = rec["start"]
+                        started = (rec["start"], rec["dtype"])
                     else:
-                        done[rec["op"]] = rec
+                        done[(rec["op"], rec["dtype"])] = rec
             if proc.returncode != 0 and started and started not in done:
-                # a crash: record the op it died in, and resume after it
-                done[started] = {"op": started, "samples": 1, "passed": 0, "failed": 0, "errors": 1,
-                                 "grad_samples": 0, "grad_failed": 0,
-                                 "first_failure": f"worker crashed (exit {proc.returncode})",
-                                 "fallback_ops": []}
+                # a crash or a stall: record the unit it died in, and resume after it
+                why = (f"worker stalled over {args.stall_limit:.0f} s, killed" if stalled
+                       else f"worker crashed (exit {proc.returncode})")
+                done[started] = {"op": started[0], "dtype": started[1], "samples": 1, "errors": 1,
+                                 "failures": [{"sample": "?", "why": why}], "fallback_ops": {}}
             with lock:
                 results.update(done)
-                rest = [n for n in chunk if n not in done]
+                rest = [u for u in chunk if tuple(u) not in done]
                 if rest and not done and proc.returncode == 0:  # the worker made no progress
                     raise RuntimeError(f"opinfo worker reported nothing for {rest}")
                 if rest:
                     queue.insert(0, rest)
-                print(f"{len(results)}/{len(todo)} ops done", file=sys.stderr, flush=True)
+                progress["done"] += len(done)
+                elapsed = time.time() - wall_start
+                print(f"{progress['done']}/{len(todo)} (op, dtype) units done, {elapsed:.0f} s",
+                      file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
-        threads = [threading.Thread(target=run_chunks, args=(os.path.join(tmp, f"worker{i}.jsonl"),))
-                   for i in range(args.jobs)]
+        threads = [threading.Thread(target=run_chunks, args=(i, tmp)) for i in range(args.jobs)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
-    ops = {name: {k: v for k, v in rec.items() if k != "op"} for name, rec in sorted(results.items())}
-    totals = {
-        "samples": sum(r["samples"] for r in ops.values()),
-        "passed": sum(r["passed"] for r in ops.values()),
-        "failed": sum(r["failed"] for r in ops.values()),
-        "errors": sum(r["errors"] for r in ops.values()),
-        "grad_samples": sum(r["grad_samples"] for r in ops.values()),
-        "grad_failed": sum(r["grad_failed"] for r in ops.values()),
-        "ops_total": len(ops),
-        "ops_all_passed": sum(1 for r in ops.values()
-                              if r["samples"] and r["passed"] == r["samples"] and not r["grad_failed"]),
+    ops = _aggregate({(r["op"], r["dtype"]): r for r in results.values()}, names, args.dtypes, entries)
+    totals = _totals(ops, args.dtypes)
+    report = {
+        "ops": ops,
+        "totals": totals["all"],
+        "per_dtype": totals["per_dtype"],
+        "op_db": _totals(ops, args.dtypes, "op_db"),
+        "foreach": _totals(ops, args.dtypes, "foreach"),
+        "excluded_random": excluded,
+        "dtypes": args.dtypes,
+        "grad_dtypes": grad_dtypes,
+        "wall_seconds": round(time.time() - wall_start, 1),
+        "argv": sys.argv[1:] if argv is None else list(argv),
     }
     with open(args.json, "w") as f:
-        json.dump({"ops": ops, "totals": totals, "excluded_random": excluded,
-                   "dtypes": args.dtypes}, f, indent=1, sort_keys=True)
+        json.dump(report, f, indent=1, sort_keys=True)
     if args.markdown:
-        write_markdown(args.markdown, ops, totals, excluded, args)
-    print(json.dumps(totals))
+        from ._conformance_report import write_markdown
+        write_markdown(args.markdown, report, args)
+    print(json.dumps(totals["all"]))
     return 0
-
-
-def _core_ops():
-    import torch
-    core = set()
-    for name in dir(torch.ops.aten):
-        packet = getattr(torch.ops.aten, name, None)
-        if not hasattr(packet, "overloads"):
-            continue
-        for overload in packet.overloads():
-            if torch.Tag.core in getattr(packet, overload).tags:
-                core.add("aten::" + name + ("" if overload == "default" else "." + overload))
-    return core
-
-
-def write_markdown(path, ops, totals, excluded, args):
-    import datetime
-    import platform
-
-    import torch
-    core = _core_ops()
-    core_fallbacks = sorted({f for r in ops.values() for f in r["fallback_ops"] if f in core})
-    pct = 100.0 * totals["passed"] / max(totals["samples"], 1)
-    lines = [
-        "# Conformance against PyTorch's OpInfo database", "",
-        f"Generated {datetime.date.today()} on {platform.machine()} ({os.cpu_count()} CPUs), "
-        f"torch {torch.__version__}, platform `{_platform()}`, by:", "",
-        "```", f"python -m torchtpu.testing.opinfo --json conformance.json --dtypes {' '.join(args.dtypes)} "
-        f"--jobs {args.jobs} --markdown {path}", "```", "",
-        "Each OpInfo sample runs on CPU (the reference) and on tpu; outputs are compared with "
-        "`torch.testing.assert_close` at default tolerances. Ops supporting autograd also get a "
-        "float32 gradient check (backward of the summed outputs). *errors* are samples where tpu "
-        "raised and CPU did not; a worker crash counts as one error for the op. Random ops are "
-        "excluded (listed at the end): their values cannot match CPU's.", "",
-        "| | |", "| --- | --- |",
-        f"| samples | {totals['samples']} |",
-        f"| passed | {totals['passed']} ({pct:.1f}%) |",
-        f"| failed (wrong values) | {totals['failed']} |",
-        f"| errors | {totals['errors']} |",
-        f"| gradient checks | {totals['grad_samples']} ({totals['grad_failed']} failed) |",
-        f"| ops | {totals['ops_total']}, all samples passing: {totals['ops_all_passed']} |",
-        f"| core ATen ops that fell back to the CPU | {len(core_fallbacks)}: "
-        + (", ".join(f"`{o}`" for o in core_fallbacks) or "none") + " |", "",
-        "## Per op", "",
-        "| op | samples | passed | failed | errors | grad checks (failed) | CPU fallbacks | first failure |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, r in ops.items():
-        fb = ", ".join(f"`{f.replace('aten::', '')}`" for f in r["fallback_ops"])
-        why = (r["first_failure"] or "").replace("|", "\\|").replace("\n", " ")[:120]
-        lines.append(f"| {name} | {r['samples']} | {r['passed']} | {r['failed']} | {r['errors']} | "
-                     f"{r['grad_samples']} ({r['grad_failed']}) | {fb} | {why} |")
-    lines += ["", "Excluded (random): " + ", ".join(excluded), ""]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-
-
-def _platform():
-    try:
-        import torchtpu
-        return torchtpu.platform()
-    except Exception:
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""Writes the results of ``python -m torchtpu.testing.opinfo`` as Markdown (docs/conformance.md)."""
+
+import datetime
+import os
+import platform
+
+from .opinfo import DTYPES, SHORT
+
+
+def _core_ops():
+    import torch
+    core = set()
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not hasattr(packet, "overloads"):
+            continue
+        for overload in packet.overloads():
+            if torch.Tag.core in getattr(packet, overload).tags:
+                core.add("aten::" + name + ("" if overload == "default" else "." + overload))
+    return core
+
+
+def _platform():
+    try:
+        import torchtpu
+        return torchtpu.platform()
+    except Exception:
+        return "unknown"
+
+
+def _cell(text, limit=160):
+    text = (text or "").replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _pct(n, d):
+    return f"{100.0 * n / d:.1f}%" if d else "–"
+
+
+def _dtype_table(per_dtype, total):
+    lines = ["| dtype | ops | samples | passed on device | passed via CPU fallback | failed | errors "
+             "| not run (time limit) | on device | grad checks (failed) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for dtype_name, t in list(per_dtype.items()) + [("**all**", total)]:
+        if not t["samples"] and dtype_name != "**all**":
+            continue
+        grad = f"{t['grad_samples']} ({t['grad_failed']})" if t["grad_samples"] else ""
+        lines.append(f"| {dtype_name} | {t.get('ops', '')} | {t['samples']} | {t['passed']} | "
+                     f"{t['passed_fallback']} | {t['failed']} | {t['errors']} | {t['not_run']} | "
+                     f"{_pct(t['passed'], t['samples'])} | {grad} |")
+    return lines
+
+
+def _op_rows(ops):
+    lines = ["| op | samples | on device | via fallback | failed | errors | grad (failed) "
+             "| dtypes with failures | CPU fallbacks | first failure |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in ops.items():
+        bad = []
+        for dtype_name, d in r["by_dtype"].items():
+            n = d["failed"] + d["errors"] + d["grad_failed"]
+            if n:
+                bad.append(f"{SHORT[dtype_name]} ({n})")
+            elif d["not_run"]:
+                bad.append(f"{SHORT[dtype_name]} (not run {d['not_run']})")
+        fb = ", ".join(f"`{f.replace('aten::', '')}`" for f in r["fallback_ops"])
+        grad = f"{r['grad_samples']} ({r['grad_failed']})" if r["grad_samples"] else ""
+        lines.append(f"| {name} | {r['samples']} | {r['passed']} | {r['passed_fallback']} | "
+                     f"{r['failed']} | {r['errors']} | {grad} | {', '.join(bad)} | {fb} | "
+                     f"{_cell(r['first_failure'])} |")
+    return lines
+
+
+def write_markdown(path, report, args):
+    import torch
+    ops = report["ops"]
+    core = _core_ops()
+    core_fallbacks = sorted({f for r in ops.values() for f in r["fallback_ops"] if f in core})
+    t = report["totals"]
+    cmd = ("python -m torchtpu.testing.opinfo --json conformance.json"
+           + (f" --ops {' '.join(args.ops)}" if args.ops else "")
+           + (f" --dtypes {' '.join(args.dtypes)}" if args.dtypes != DTYPES else "")
+           + (" --no-grad" if args.no_grad else "")
+           + (" --no-foreach" if args.no_foreach else "")
+           + (" --foreach-contiguous-only" if args.foreach_contiguous_only else "")
+           + f" --jobs {args.jobs} --markdown {path}")
+    minutes = report["wall_seconds"] / 60
+    lines = [
+        "# Conformance against PyTorch's OpInfo database", "",
+        f"Generated {datetime.date.today()} on {platform.machine()} ({os.cpu_count()} CPUs), "
+        f"torch {torch.__version__}, platform `{_platform()}`, in {minutes:.0f} minutes, by:", "",
+        "```", cmd, "```", "",
+        "Every sample of PyTorch's OpInfo database (`op_db`) and of its foreach databases runs on "
+        "CPU (the reference) and on tpu, in every dtype the op supports on CPU among "
+        + ", ".join(report["dtypes"]) + "; outputs are compared with `torch.testing.assert_close` "
+        "at the dtype's default tolerances (exact for integers and bool). "
+        + ("Ops supporting autograd also get a gradient check in "
+           + ", ".join(report["grad_dtypes"]) + " (backward of the summed outputs, rtol = atol = "
+           "1e-4). " if report["grad_dtypes"] else "")
+        + "A sample is **passed on device** only when no CPU fallback "
+        "(`torchtpu.metrics.cpu_fallbacks()`) ran while tpu computed it; one that matched only "
+        "with a fallback's help is **passed via CPU fallback**. *failed* are wrong values, shapes "
+        "or dtypes; *errors* are samples where tpu raised and CPU did not (or raised another kind "
+        "of exception), and a worker crash counts as one error for that op and dtype. Samples "
+        "beyond " f"{args.time_limit:.0f} s per op and dtype are *not run*. Random ops are excluded "
+        "(listed at the end): their values cannot match CPU's.", "",
+        "## Summary per dtype", "",
+    ]
+    lines += _dtype_table(report["per_dtype"], t)
+    lines += [
+        "",
+        f"Ops: {t['ops_total']}, every sample passing on the device in every dtype: "
+        f"{t['ops_all_passed']}. Core ATen ops that fell back to the CPU: {len(core_fallbacks)}"
+        + (": " + ", ".join(f"`{o}`" for o in core_fallbacks) if core_fallbacks else "") + ".",
+        "", "### `op_db` only", "",
+    ]
+    lines += _dtype_table(report["op_db"]["per_dtype"], report["op_db"]["all"])
+    lines += ["", "## Foreach ops", "",
+              "`foreach_unary_op_db`, `foreach_binary_op_db`, `foreach_pointwise_op_db`, "
+              "`foreach_reduce_op_db` and `foreach_other_op_db`, sampled as PyTorch's "
+              "`test_foreach.py` parity test does (`allow_higher_dtype_scalars=True`, contiguous "
+              "and non-contiguous tensors, lists of 20 and 23 tensors with empty ones interspersed). "
+              "`_foreach_x` is the out-of-place function, `_foreach_x_` the in-place one (compared "
+              "by the tensors it mutates).", ""]
+    lines += _dtype_table(report["foreach"]["per_dtype"], report["foreach"]["all"])
+    lines += [""]
+    lines += _op_rows({n: r for n, r in ops.items() if r["kind"] != "op_db"})
+    lines += ["", "## Per op (`op_db`)", "",
+              "*dtypes with failures* counts failed + errors + failed gradient checks per dtype "
+              "(f64, f32, bf16, f16, c128, c64, i64, i32, i16, i8, u8, b8); *first failure* is the "
+              "first one met, in dtype order. The JSON written by `--json` keeps up to three "
+              "failures per op and dtype, with the sample's shapes.", ""]
+    lines += _op_rows({n: r for n, r in ops.items() if r["kind"] == "op_db"})
+    lines += ["", "Excluded (random): " + ", ".join(report["excluded_random"]), ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
