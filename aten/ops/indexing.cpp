@@ -167,6 +167,49 @@ Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, doub
   return b.reduce_window({x}, {b.constant(init, {x.type.dtype, {}})}, w, combine_with(op))[0];
 }
 
+// cummax/cummin along `dim` with indices: (self, values (written), indices (written), dim). The
+// combiner is a total order on (value, index) pairs, so XLA may apply it in any order: a NaN wins
+// (the first one), otherwise the larger (smaller) value, and on ties the later index, as on CPU.
+Lowering running_extreme(bool is_max) {
+  return [is_max](LoweringContext& c) {
+    Value x = c.raw(0);
+    int64_t rank = x.type.rank();
+    if (rank == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    int64_t dim = wrap_dim(c.arg(3).toInt(), rank), n = x.type.dims[dim];
+    if (n == 0) return V{x, c.b.constant(0, {DType::kS64, x.type.dims})};
+    bool floating = is_floating(x.type.dtype);
+    auto body = [is_max, floating](hlo::Builder& b, const V& a) {  // (acc, acc_i, x, x_i)
+      Value better = b.compare(is_max ? Compare::kGT : Compare::kLT, a[2], a[0]);
+      Value later = b.compare(Compare::kGT, a[3], a[1]);
+      Value take = b.binary(BinaryOp::kOr, better, b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, a[2], a[0]), later));
+      if (floating) {
+        Value acc_nan = b.compare(Compare::kNE, a[0], a[0]), x_nan = b.compare(Compare::kNE, a[2], a[2]);
+        Value neither = b.unary(UnaryOp::kNot, b.binary(BinaryOp::kOr, acc_nan, x_nan));
+        Value nan_first = b.binary(BinaryOp::kAnd, x_nan, b.binary(BinaryOp::kOr, b.unary(UnaryOp::kNot, acc_nan),
+                                                                    b.unary(UnaryOp::kNot, later)));
+        take = b.binary(BinaryOp::kOr, nan_first, b.binary(BinaryOp::kAnd, neither, take));
+      }
+      return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
+    };
+    hlo::Window w;
+    w.dims.assign(rank, 1);
+    w.dims[dim] = n;
+    w.padding.assign(rank, {0, 0});
+    w.padding[dim] = {n - 1, 0};
+    Value index = c.b.iota({DType::kS64, x.type.dims}, dim);
+    auto r = c.b.reduce_window({x, index}, {c.b.constant(is_max ? -INFINITY : INFINITY, {x.type.dtype, {}}),
+                                            c.b.constant(-1, {DType::kS64, {}})}, w, body);
+    return V{r[0], r[1]};
+  };
+}
+
+// Ops that only write arguments PyTorch allocated (no returns, no meta kernel).
+LoweringOptions written_only() {
+  LoweringOptions o;
+  o.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>&) { return std::vector<c10::IValue>{}; };
+  return o;
+}
+
 // Sort comparator placing NaN last (largest), as PyTorch does.
 hlo::RegionBody sort_order(bool descending, DType dtype) {
   return [descending, dtype](hlo::Builder& b, const V& a) {
@@ -330,14 +373,17 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, checked("index out of range in self"));
   register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put,
                     checked("index out of range in self"));
+  // Low-precision floats accumulate in f32, as on CPU.
   register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
-    Value x = c.in(0);
+    Value x = c.in_as(0, accumulator(c.compute_dtype()));
     return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
   });
   register_lowering({"cumprod", "cumprod_", "cumprod.out"}, [](LoweringContext& c) {
-    Value x = c.in(0);
+    Value x = c.in_as(0, accumulator(c.compute_dtype()));
     return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
   });
+  register_lowering({"_cummax_helper"}, running_extreme(true), written_only());
+  register_lowering({"_cummin_helper"}, running_extreme(false), written_only());
   register_lowering({"sort.stable", "sort.values_stable"}, [](LoweringContext& c) {
     Value x = c.raw(0);  // (self, stable, dim, descending)
     if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};

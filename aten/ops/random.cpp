@@ -10,7 +10,7 @@ namespace torchtpu::aten {
 namespace {
 
 // `count` independent draws of raw bits shaped [count, dims...].
-Value bits(LoweringContext& c, DType bit_type, std::vector<int64_t> dims, int64_t count = 1) {
+Value bits_of(LoweringContext& c, DType bit_type, std::vector<int64_t> dims, int64_t count = 1) {
   dims.insert(dims.begin(), count);
   return c.b.rng_bit_generator(c.rng_state(), {bit_type, dims}).second;
 }
@@ -23,25 +23,38 @@ Value draw(LoweringContext& c, const Value& all, int64_t i) {
   return c.b.reshape(c.b.slice(all, start, limit, step), dims);
 }
 
-// Uniform values in [0, 1): random mantissa bits under the exponent of 1.0, minus 1.
-Value uniform01_from(LoweringContext& c, const Value& raw, bool wide) {
-  DType uint = wide ? DType::kU64 : DType::kU32, flt = wide ? DType::kF64 : DType::kF32;
-  int64_t shift = wide ? 12 : 9;
-  int64_t one = wide ? 0x3FF0000000000000ll : 0x3F800000ll;
-  Value mantissa = c.b.binary(BinaryOp::kShiftRightLogical, raw, c.b.constant_int(shift, raw.type));
-  Value f = c.b.bitcast_convert(c.b.binary(BinaryOp::kOr, mantissa, c.b.constant_int(one, {uint, raw.type.dims})), flt);
-  return c.b.binary(BinaryOp::kSubtract, f, c.b.constant(1, f.type));
+// Significant bits of a dtype's values (53 for float64 and complex128, 24 for float32, ...).
+int digits(DType t) {
+  switch (t) {
+    case DType::kF64: case DType::kC128: return 53;
+    case DType::kBF16: return 8;
+    case DType::kF16: return 11;
+    default: return 24;
+  }
 }
 
-bool wide(DType t) { return t == DType::kF64 || t == DType::kC128; }
+// Uniform values in [0, 1) on a grid of 2^-bits, as PyTorch draws them: k / 2^bits from the top
+// `bits` of the raw draw. A grid no finer than the output dtype's keeps values below 1 after the
+// cast (float32 uniforms rounded to bfloat16 would reach 1.0).
+Value uniform01_from(LoweringContext& c, const Value& raw, int bits) {
+  bool wide = raw.type.dtype == DType::kU64;
+  Value top = c.b.binary(BinaryOp::kShiftRightLogical, raw, c.b.constant_int((wide ? 64 : 32) - bits, raw.type));
+  Value k = c.b.convert(top, wide ? DType::kF64 : DType::kF32);
+  return c.b.binary(BinaryOp::kMultiply, k, c.b.constant(std::ldexp(1.0, -bits), k.type));
+}
 
-// `count` uniform [0,1) tensors shaped like output 0, in f32 (f64 for double outputs).
-std::vector<Value> uniforms(LoweringContext& c, int64_t count) {
-  bool w = wide(c.out().dtype);
-  Value raw = bits(c, w ? DType::kU64 : DType::kU32, c.out().dims, count);
+// `count` uniform [0,1) tensors shaped like output 0, with `bits` random bits each (float64
+// arithmetic beyond 24). Uniform outputs use their dtype's digits; transforms (normal,
+// exponential) use the float32/float64 accumulator's.
+std::vector<Value> uniforms(LoweringContext& c, int64_t count, int bits) {
+  Value raw = bits_of(c, bits > 24 ? DType::kU64 : DType::kU32, c.out().dims, count);
   std::vector<Value> out;
-  for (int64_t i = 0; i < count; ++i) out.push_back(uniform01_from(c, draw(c, raw, i), w));
+  for (int64_t i = 0; i < count; ++i) out.push_back(uniform01_from(c, draw(c, raw, i), bits));
   return out;
+}
+
+std::vector<Value> uniforms(LoweringContext& c, int64_t count) {
+  return uniforms(c, count, digits(accumulator(c.out().dtype)));
 }
 
 // Complex outputs draw their real and imaginary parts independently, as PyTorch samples
@@ -54,8 +67,9 @@ V uniform(LoweringContext& c) {  // (self, from, to, generator)
   Math m{c.b};
   double from = c.arg(1).toDouble(), to = c.arg(2).toDouble();
   auto scaled = [&](const Value& u) { return m.add(m.k(from, u), m.mul(u, m.k(to - from, u))); };
-  if (!is_complex(c.out().dtype)) return {scaled(uniforms(c, 1)[0])};
-  auto u = uniforms(c, 2);
+  int bits = digits(c.out().dtype);
+  if (!is_complex(c.out().dtype)) return {scaled(uniforms(c, 1, bits)[0])};
+  auto u = uniforms(c, 2, bits);
   return {complex_of(c, scaled(u[0]), scaled(u[1]))};
 }
 
@@ -82,7 +96,7 @@ V normal(LoweringContext& c) {  // (self, mean, std, generator)
 
 // Integers in [from, from + range) (range 0 means the full non-negative s64 range).
 Value integers(LoweringContext& c, int64_t from, uint64_t range) {
-  Value raw = draw(c, bits(c, DType::kU64, c.out().dims), 0);
+  Value raw = draw(c, bits_of(c, DType::kU64, c.out().dims), 0);
   Value v = range == 0 ? c.b.binary(BinaryOp::kShiftRightLogical, raw, c.b.constant_int(1, raw.type))
                        : c.b.binary(BinaryOp::kRemainder, raw, c.b.constant_int(static_cast<int64_t>(range), raw.type));
   Value s = c.b.convert(v, DType::kS64);
@@ -153,7 +167,7 @@ V dropout(LoweringContext& c) {  // (input, p, train?) -> (output, mask)
 V randperm(LoweringContext& c) {  // (n, dtype, layout, device, pin_memory)
   int64_t n = c.arg(0).toInt();
   if (n == 0) return {c.b.constant(0, c.out())};
-  Value keys = draw(c, bits(c, DType::kU32, {n}), 0);
+  Value keys = draw(c, bits_of(c, DType::kU32, {n}), 0);
   Value idx = c.b.iota({DType::kS64, {n}}, 0);
   auto sorted = c.b.sort({keys, idx}, 0, true, [](hlo::Builder& b, const V& a) {
     return V{b.compare(Compare::kLT, a[0], a[1])};

@@ -131,6 +131,15 @@ TORCHTPU_LOWERINGS(unary) {
   register_with_variants("hardswish", {""}, formula([](Ops& o, const Value& x) {
     return o.mul(x, o.div(o.min(o.max(o.add(x, o.k(3, x)), o.k(0, x)), o.k(6, x)), o.k(6, x)));
   }));
+  register_lowering({"hardswish_backward", "hardswish_backward.out"}, backward([](Ops& o, const Value& g, const Value& x) {
+    Value slope = o.add(o.div(x, o.k(3, x)), o.k(0.5, x));
+    Value below = o.le(x, o.k(-3, x)), inside = o.b.compare(Compare::kLT, x, o.k(3, x));
+    return o.sel(below, o.k(0, x), o.sel(inside, o.mul(g, slope), g));
+  }));
+  register_lowering({"hardsigmoid_backward", "hardsigmoid_backward.grad_input"}, backward([](Ops& o, const Value& g, const Value& x) {
+    Value inside = o.b.binary(BinaryOp::kAnd, o.gt(x, o.k(-3, x)), o.b.compare(Compare::kLT, x, o.k(3, x)));
+    return o.sel(inside, o.div(g, o.k(6, x)), o.k(0, x));
+  }));
   register_lowering({"logical_not", "logical_not_", "logical_not.out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));

@@ -96,16 +96,20 @@ def _describe(x, depth=0):
         s = f"{SHORT.get(str(x.dtype).replace('torch.', ''), x.dtype)}{list(x.shape)}"
         return s + ("nc" if x.numel() > 1 and not x.is_contiguous() else "")
     if isinstance(x, (list, tuple)):
-        if depth > 1:
+        if depth > 2:
             return "[...]"
         inner = [_describe(v, depth + 1) for v in x[:3]]
-        more = f", ...{len(x)}" if len(x) > 3 else ""
+        more = f", ...({len(x)})" if len(x) > 3 else ""
         o, c = ("[", "]") if isinstance(x, list) else ("(", ")")
         return o + ", ".join(inner) + more + c
     if isinstance(x, dict):
         return "{" + ", ".join(f"{k}={_describe(v, depth + 1)}" for k, v in x.items()) + "}"
     r = repr(x)
     return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _describe_call(args, kwargs):
+    return ", ".join([_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()])
 
 
 def _short_error(e):
@@ -286,10 +290,10 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
                     if grad != "ok":
                         rec["grad_failed"] += 1
                         if len(rec["failures"]) < FAILURES_KEPT:
-                            rec["failures"].append({"sample": _describe([args, kwargs]),
+                            rec["failures"].append({"sample": _describe_call(args, kwargs),
                                                     "why": "gradient: " + grad})
                 if why and len(rec["failures"]) < FAILURES_KEPT:
-                    rec["failures"].append({"sample": _describe([args, kwargs]), "why": why,
+                    rec["failures"].append({"sample": _describe_call(args, kwargs), "why": why,
                                             "fallback": sorted(used)})
             out.write(json.dumps(rec) + "\n")
             out.flush()

@@ -1,0 +1,380 @@
+"""Regression tests for silent wrong answers found by training real models on tpu (issue "Correct
+everywhere"): each compares against CPU PyTorch and checks that nothing fell back to the CPU."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchtpu
+
+
+@pytest.fixture
+def no_fallbacks():
+    torchtpu.metrics.reset()
+    yield
+    assert torchtpu.metrics.cpu_fallbacks() == {}
+
+
+# 1. Parameter sharing survives device moves -------------------------------------------------
+
+class TiedLM(nn.Module):
+    def __init__(self, vocab=40, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.mix = nn.Linear(d, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.emb.weight  # tied, as GPT-2/BERT/T5 do
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.mix(self.emb(x))))
+
+
+@pytest.mark.parametrize("move", [
+    lambda m: m.to("tpu"),
+    lambda m: m.tpu(),
+    lambda m: m.to("tpu", torch.float64),
+    lambda m: m.to(device="tpu", dtype=torch.bfloat16),
+    lambda m: m.to("tpu").cpu(),
+], ids=["to", "tpu", "to_dtype", "to_kwargs", "and_back"])
+def test_module_moves_keep_tied_weights(move):
+    m = TiedLM()
+    param = m.emb.weight
+    moved = move(m)
+    assert moved.head.weight is moved.emb.weight
+    assert moved.emb.weight is param  # the same Parameter object, as on CUDA
+    assert len(list(moved.parameters())) == 3
+
+
+def test_tied_model_trains_like_cpu(no_fallbacks):
+    torch.manual_seed(0)
+    ref = TiedLM()
+    model = copy.deepcopy(ref).to("tpu")
+    model.load_state_dict(ref.state_dict())  # load_state_dict keeps the tie too
+    assert model.head.weight is model.emb.weight
+    x = torch.randint(0, 40, (4, 6))
+    grads = []
+    for m, dev in [(ref, "cpu"), (model, "tpu")]:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(m(x.to(dev)).flatten(0, 1), x.to(dev).flatten())
+            loss.backward()
+            opt.step()
+        grads.append(m.emb.weight.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(model.emb.weight.cpu(), ref.emb.weight, rtol=1e-4, atol=1e-5)
+
+
+def test_shallow_copy_compatibility_matches_cuda_rules():
+    cpu, tpu = torch.ones(2), torch.ones(2, device="tpu")
+    assert torch._has_compatible_shallow_copy_type(cpu, tpu)
+    assert torch._has_compatible_shallow_copy_type(tpu, cpu)
+    assert not torch._has_compatible_shallow_copy_type(tpu, torch.ones(2, device="meta"))
+    assert not torch._has_compatible_shallow_copy_type(tpu, torch.ones(2).to_sparse())
+
+
+# 2. Autocast and GradScaler ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_follows_cuda_policy(dtype, no_fallbacks):
+    a, b = torch.randn(4, 8, device="tpu"), torch.randn(8, 3, device="tpu")
+    with torch.autocast("tpu", dtype=dtype):
+        assert torch.get_autocast_dtype("tpu") == dtype
+        mm = a @ b
+        lin = nn.functional.linear(a, b.t())
+        soft = torch.softmax(mm, -1)                      # fp32 policy
+        ln = nn.functional.layer_norm(mm, (3,))           # fp32 policy
+        summed = torch.sum(mm)                            # fp32_set_opt_dtype
+        mixed = torch.addcmul(a, a.to(dtype), a)          # promote
+        plain = mm + 1                                    # falls through
+    assert (mm.dtype, lin.dtype, plain.dtype) == (dtype, dtype, dtype)
+    assert (soft.dtype, ln.dtype, summed.dtype, mixed.dtype) == (torch.float32,) * 4
+    torch.testing.assert_close(mm.float().cpu(), (a.cpu().to(dtype) @ b.cpu().to(dtype)).float())
+    with pytest.raises(RuntimeError, match="unsafe to autocast"):
+        with torch.autocast("tpu", dtype=dtype):
+            nn.functional.binary_cross_entropy(torch.rand(3, device="tpu"), torch.rand(3, device="tpu"))
+
+
+def test_transformer_trains_under_autocast_like_cpu(no_fallbacks):
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(16, 32), nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+                        nn.Linear(32, 5))
+    x, y = torch.randn(4, 6, 16), torch.randint(0, 5, (4, 6))
+    losses = {}
+    for dev in ["cpu", "tpu"]:
+        m = copy.deepcopy(ref).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        losses[dev] = []
+        for _ in range(4):
+            opt.zero_grad()
+            with torch.autocast(dev, dtype=torch.bfloat16):
+                out = m(x.to(dev))
+                loss = nn.functional.cross_entropy(out.flatten(0, 1), y.to(dev).flatten())
+            loss.backward()
+            opt.step()
+            losses[dev].append(loss.item())
+    # CPU's autocast keeps softmax etc. in bf16 where CUDA's (and ours) use fp32: bf16 tolerance.
+    assert losses["tpu"] == pytest.approx(losses["cpu"], rel=2e-2)
+    assert losses["tpu"][-1] < losses["tpu"][0]
+
+
+def test_grad_scaler_skips_steps_with_inf_and_backs_off(no_fallbacks):
+    lin = nn.Linear(4, 2).to("tpu")
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("tpu", init_scale=1024.0, growth_interval=2)
+    before = lin.weight.detach().cpu().clone()
+    with torch.autocast("tpu", dtype=torch.float16):
+        loss = lin(torch.full((2, 4), float("inf"), device="tpu")).float().sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 512.0
+    torch.testing.assert_close(lin.weight.detach().cpu(), before)  # step skipped
+    for _ in range(2):
+        opt.zero_grad()
+        with torch.autocast("tpu", dtype=torch.float16):
+            loss = lin(torch.ones(2, 4, device="tpu")).float().sum()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.testing.assert_close(lin.weight.grad.cpu(), torch.full((2, 4), 2.0))  # unscaled
+        scaler.step(opt)
+        scaler.update()
+    assert scaler.get_scale() == 1024.0  # two good steps: grown once
+
+
+def test_torch_tpu_amp_aliases():
+    from torch.tpu.amp import GradScaler, autocast, custom_fwd
+
+    with autocast(dtype=torch.bfloat16):
+        assert (torch.ones(2, 2, device="tpu") @ torch.ones(2, 2, device="tpu")).dtype == torch.bfloat16
+    assert GradScaler().get_scale() == 2.0**16
+    assert torch.tpu.amp.autocast is autocast and callable(custom_fwd)
+
+
+# 3. _foreach_norm -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ord", [float("inf"), -float("inf"), 0, 1, 2, 3.5])
+def test_foreach_norm_matches_cpu(ord, no_fallbacks):
+    ts = [torch.tensor([1.0, -3.0, 0.0, 2.0]), torch.tensor([[0.0, 5.0], [0.0, -0.5]]), torch.randn(7)]
+    expected = torch._foreach_norm(ts, ord)
+    actual = torch._foreach_norm([t.to("tpu") for t in ts], ord)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e)
+
+
+def test_foreach_norm_complex_and_dtype(no_fallbacks):
+    ts = [torch.randn(5, dtype=torch.cfloat), torch.randn(3, dtype=torch.cfloat)]
+    for a, e in zip(torch._foreach_norm([t.to("tpu") for t in ts], 2), torch._foreach_norm(ts, 2)):
+        assert a.dtype == e.dtype == torch.float32
+        torch.testing.assert_close(a.cpu(), e)
+    bf = [torch.randn(6).bfloat16()]
+    a = torch._foreach_norm([bf[0].to("tpu")], 2, dtype=torch.float32)[0]
+    torch.testing.assert_close(a.cpu(), torch._foreach_norm(bf, 2, dtype=torch.float32)[0])
+
+
+def test_clip_grad_norm_inf(no_fallbacks):
+    grads = [torch.tensor([1.0, -7.0]), torch.tensor([3.0])]
+    params = [nn.Parameter(torch.zeros_like(g, device="tpu")) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.to("tpu")
+    total = nn.utils.clip_grad_norm_(params, max_norm=1.0, norm_type=float("inf"))
+    assert total.item() == 7.0
+    torch.testing.assert_close(params[0].grad.cpu(), grads[0] / 7.0, rtol=1e-5, atol=1e-6)
+
+
+# 4. Random ops, every dtype, statistically ------------------------------------------------------
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+COMPLEX = [torch.complex64, torch.complex128]
+N = 20000
+
+
+def _moments(x):
+    x = x.cpu().double()
+    return x.mean().item(), x.var().item()
+
+
+@pytest.mark.parametrize("dtype", FLOATS + COMPLEX)
+def test_normal_and_randn(dtype, no_fallbacks):
+    x = torch.randn(N, dtype=dtype, device="tpu")
+    y = torch.empty(N, dtype=dtype, device="tpu").normal_(2.0, 3.0)
+    if dtype.is_complex:
+        # Variance 1 split evenly between the parts, each with the mean, as PyTorch draws them.
+        for part in (x.real, x.imag):
+            mean, var = _moments(part)
+            assert abs(mean) < 0.03 and abs(var - 0.5) < 0.03
+        for part in (y.real, y.imag):
+            mean, var = _moments(part)
+            assert abs(mean - 2.0) < 0.1 and abs(var - 4.5) < 0.25
+        assert abs(torch.corrcoef(torch.stack([x.real.cpu().double(), x.imag.cpu().double()]))[0, 1]) < 0.05
+    else:
+        mean, var = _moments(x)
+        assert abs(mean) < 0.03 and abs(var - 1) < 0.05
+        mean, var = _moments(y)
+        assert abs(mean - 2.0) < 0.1 and abs(var - 9) < 0.5
+
+
+@pytest.mark.parametrize("dtype", FLOATS + COMPLEX)
+def test_uniform_and_rand(dtype, no_fallbacks):
+    x = torch.empty(N, dtype=dtype, device="tpu").uniform_(-2.0, 4.0)
+    parts = (x.real, x.imag) if dtype.is_complex else (x,)
+    for part in parts:
+        p = part.cpu().double()
+        assert p.min() >= -2.0 and p.max() <= 4.0
+        mean, var = _moments(p)
+        assert abs(mean - 1.0) < 0.06 and abs(var - 3.0) < 0.15  # (b-a)^2/12
+    r = torch.rand(N, dtype=dtype, device="tpu")
+    assert r.real.cpu().min() >= 0 and r.real.cpu().max() < 1
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_bernoulli_and_exponential(dtype, no_fallbacks):
+    b = torch.empty(N, dtype=dtype, device="tpu").bernoulli_(0.3)
+    assert set(b.cpu().unique().tolist()) <= {0.0, 1.0}
+    assert abs(b.cpu().double().mean().item() - 0.3) < 0.02
+    p = torch.full((N,), 0.8, dtype=dtype, device="tpu")
+    assert abs(torch.bernoulli(p).cpu().double().mean().item() - 0.8) < 0.02
+    e = torch.empty(N, dtype=dtype, device="tpu").exponential_(2.0)
+    mean, var = _moments(e)
+    assert e.cpu().min() >= 0 and abs(mean - 0.5) < 0.03 and abs(var - 0.25) < 0.04
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                                   torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_randint_and_random(dtype, no_fallbacks):
+    x = torch.randint(3, 10, (N,), dtype=dtype, device="tpu").cpu().double()
+    assert x.min() == 3 and x.max() == 9 and abs(x.mean().item() - 6.0) < 0.1
+    assert set(x.unique().tolist()) == set(range(3, 10))
+    r = torch.empty(N, dtype=dtype, device="tpu").random_(0, 5).cpu().double()
+    assert set(r.unique().tolist()) == set(range(5))
+
+
+def test_random_bool_and_randperm(no_fallbacks):
+    b = torch.empty(N, dtype=torch.bool, device="tpu").random_()
+    assert abs(b.cpu().double().mean().item() - 0.5) < 0.02
+    for n in [0, 1, 7, 1000]:
+        assert sorted(torch.randperm(n, device="tpu").cpu().tolist()) == list(range(n))
+
+
+def test_multinomial_statistics():
+    probs = torch.tensor([0.1, 0.2, 0.7], device="tpu")
+    draws = torch.multinomial(probs, N, replacement=True).cpu()
+    freq = torch.bincount(draws, minlength=3).double() / N
+    torch.testing.assert_close(freq, probs.cpu().double(), atol=0.02, rtol=0)
+    assert sorted(torch.multinomial(probs, 3).cpu().tolist()) == [0, 1, 2]
+
+
+# 5. Ops ordinary models use run on the device ---------------------------------------------------
+
+@pytest.mark.parametrize("fn", [nn.functional.hardswish, nn.functional.hardsigmoid])
+def test_hard_activations_backward_on_device(fn, no_fallbacks):
+    x = torch.cat([torch.linspace(-5, 5, 21), torch.tensor([-3.0, 3.0])])  # the kinks themselves
+    grads = []
+    for dev in ["cpu", "tpu"]:
+        xd = x.to(dev).detach().requires_grad_()
+        (fn(xd) * torch.arange(23.0, device=dev)).sum().backward()
+        grads.append(xd.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_unique_family_on_device(no_fallbacks):
+    x = torch.tensor([[3.0, 1.0, 2.0], [3.0, 2.0, -1.0]])
+    for ri in (False, True):
+        for rc in (False, True):
+            actual = torch.unique(x.to("tpu"), return_inverse=ri, return_counts=rc)
+            expected = torch.unique(x, return_inverse=ri, return_counts=rc)
+            for a, e in zip(actual if isinstance(actual, tuple) else [actual],
+                            expected if isinstance(expected, tuple) else [expected]):
+                torch.testing.assert_close(a.cpu(), e)
+    runs = torch.tensor([1, 1, 2, 2, 3, 1, 1, 2])
+    for a, e in zip(torch.unique_consecutive(runs.to("tpu"), return_inverse=True, return_counts=True),
+                    torch.unique_consecutive(runs, return_inverse=True, return_counts=True)):
+        torch.testing.assert_close(a.cpu(), e)
+    torch.testing.assert_close(torch.unique(torch.tensor([True, False, True], device="tpu")).cpu(),
+                               torch.tensor([False, True]))
+    assert torch.unique(torch.tensor([], device="tpu")).shape == (0,)
+
+
+def test_masked_select_and_boolean_indexing_on_device(no_fallbacks):
+    x = torch.arange(12.0).view(3, 4)
+    mask = torch.tensor([True, False, True, True])
+    xt = x.to("tpu").requires_grad_()
+    picked = torch.masked_select(xt, mask.to("tpu"))
+    torch.testing.assert_close(picked.detach().cpu(), torch.masked_select(x, mask))
+    picked.sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), mask.expand(3, 4).float())
+    torch.testing.assert_close(x.to("tpu")[x.to("tpu") > 5].cpu(), x[x > 5])
+    torch.testing.assert_close(torch.nonzero(x.to("tpu") > 5).cpu(), torch.nonzero(x > 5))
+
+
+# 6. bool/uint8 data and low-precision dtypes ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8])
+def test_cat_stack_of_masks_and_images(dtype, no_fallbacks):
+    a = torch.randint(0, 2, (5, 10)).to(dtype)
+    b = torch.randint(0, 2, (3, 10)).to(dtype)
+    torch.testing.assert_close(torch.cat([a.to("tpu"), b.to("tpu")]).cpu(), torch.cat([a, b]))
+    torch.testing.assert_close(torch.stack([a.to("tpu"), a.to("tpu")], 1).cpu(), torch.stack([a, a], 1))
+    if dtype != torch.bool:  # CPU has no abs/sign for bool
+        torch.testing.assert_close(torch.abs(a.to("tpu")).cpu(), torch.abs(a))
+        torch.testing.assert_close(torch.sign(a.to("tpu")).cpu(), torch.sign(a))
+
+
+# 7. PyTorch's rounding in every mode ------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["strict", "debug", "fused", "lazy"])
+def test_low_precision_round_trips_are_kept(mode):
+    x = torch.randn(1000) * 3.3
+    expected = x.to(torch.bfloat16).mul(3).float().add(1).to(torch.float16).float()
+    with torchtpu.eager_mode(mode):
+        y = x.to("tpu").to(torch.bfloat16).mul(3).float().add(1).to(torch.float16).float()
+        torchtpu.sync()
+        assert torch.equal(y.cpu(), expected)
+
+
+def test_excess_precision_is_an_opt_in():
+    x = torch.randn(1000) * 3.3
+    expected = x.to(torch.bfloat16).mul(3).float()
+    assert torch.backends.tpu.allow_excess_precision is False
+    try:
+        torch.backends.tpu.allow_excess_precision = True
+        with torchtpu.eager_mode("lazy"):
+            y = x.to("tpu").to(torch.bfloat16).mul(3).float()
+            torchtpu.sync()
+        assert not torch.equal(y.cpu(), expected)  # XLA kept the product in f32
+    finally:
+        torch.backends.tpu.allow_excess_precision = False
+    with torchtpu.eager_mode("lazy"):
+        y = x.to("tpu").to(torch.bfloat16).mul(3).float()
+        torchtpu.sync()
+    assert torch.equal(y.cpu(), expected)
+
+
+# 8. Integer limits ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_integer_extremes(dtype, no_fallbacks):
+    info = torch.iinfo(dtype)
+    x = torch.tensor([[info.min, info.max, 0], [info.min, info.min, info.min]], dtype=dtype)
+    t = x.to("tpu")
+    for f in [lambda v: v.max(), lambda v: v.min(), lambda v: v.amax(1), lambda v: v.amin(1),
+              lambda v: v.max(1).values, lambda v: v.argmax(1), lambda v: v.argmin(1),
+              lambda v: v.cummax(1).values, lambda v: v.cummin(1).values]:
+        torch.testing.assert_close(f(t).cpu(), f(x))
+    idx = torch.tensor([[0, 0, 1], [1, 1, 0]])
+    for reduce in ["amax", "amin"]:
+        e = torch.zeros(2, 2, dtype=dtype).scatter_reduce(1, idx, x, reduce, include_self=False)
+        a = torch.zeros(2, 2, dtype=dtype, device="tpu").scatter_reduce(1, idx.to("tpu"), t, reduce, include_self=False)
+        torch.testing.assert_close(a.cpu(), e)
+
+
+def test_cummax_cummin_ties_and_nans(no_fallbacks):
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, float("nan"), 5.0, float("nan")], [2.0, 2.0, 1.0, 1.0, 0.0, 0.0, 4.0]])
+    for f in (torch.cummax, torch.cummin):
+        for dim in (0, 1):
+            a, e = f(x.to("tpu"), dim), f(x, dim)
+            torch.testing.assert_close(a.values.cpu(), e.values, equal_nan=True)
+            torch.testing.assert_close(a.indices.cpu(), e.indices)
