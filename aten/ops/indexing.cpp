@@ -169,7 +169,7 @@ Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, doub
 
 // cummax/cummin along `dim` with indices: (self, values (written), indices (written), dim). The
 // combiner is a total order on (value, index) pairs, so XLA may apply it in any order: a NaN wins
-// (the first one), otherwise the larger (smaller) value, and on ties the later index, as on CPU.
+// (the last one), otherwise the larger (smaller) value, and on ties the later index, as on CPU.
 Lowering running_extreme(bool is_max) {
   return [is_max](LoweringContext& c) {
     Value x = c.raw(0);
@@ -185,9 +185,8 @@ Lowering running_extreme(bool is_max) {
       if (floating) {
         Value acc_nan = b.compare(Compare::kNE, a[0], a[0]), x_nan = b.compare(Compare::kNE, a[2], a[2]);
         Value neither = b.unary(UnaryOp::kNot, b.binary(BinaryOp::kOr, acc_nan, x_nan));
-        Value nan_first = b.binary(BinaryOp::kAnd, x_nan, b.binary(BinaryOp::kOr, b.unary(UnaryOp::kNot, acc_nan),
-                                                                    b.unary(UnaryOp::kNot, later)));
-        take = b.binary(BinaryOp::kOr, nan_first, b.binary(BinaryOp::kAnd, neither, take));
+        Value nan_wins = b.binary(BinaryOp::kAnd, x_nan, b.binary(BinaryOp::kOr, b.unary(UnaryOp::kNot, acc_nan), later));
+        take = b.binary(BinaryOp::kOr, nan_wins, b.binary(BinaryOp::kAnd, neither, take));
       }
       return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
     };
