@@ -4,6 +4,7 @@
 
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -173,15 +174,7 @@ V max_pool_with_indices(LoweringContext& c, size_t n) {
   }
   hlo::Window w = window(rank, k, s, d, pool_padding(x, c.out().dims, k, s, d, p));
   DType t = x.type.dtype;
-  auto body = [t](hlo::Builder& b, const V& a) {
-    Value wins = b.compare(Compare::kGT, a[2], a[0]);
-    if (is_floating(t))
-      wins = b.binary(BinaryOp::kOr, wins, b.binary(BinaryOp::kAnd, b.compare(Compare::kNE, a[2], a[2]),
-                                                     b.compare(Compare::kEQ, a[0], a[0])));
-    Value tie = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, a[2], a[0]), b.compare(Compare::kLT, a[3], a[1]));
-    Value take = b.binary(BinaryOp::kOr, wins, tie);
-    return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
-  };
+  auto body = extreme_with_index(true, t);
   auto r = c.b.reduce_window({x, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(-1, {DType::kS64, {}})}, w, body);
   return {r[0], r[1]};
 }

@@ -167,9 +167,8 @@ Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, doub
   return b.reduce_window({x}, {b.constant(init, {x.type.dtype, {}})}, w, combine_with(op))[0];
 }
 
-// cummax/cummin along `dim` with indices: (self, values (written), indices (written), dim). The
-// combiner is a total order on (value, index) pairs, so XLA may apply it in any order: a NaN wins
-// (the last one), otherwise the larger (smaller) value, and on ties the later index, as on CPU.
+// cummax/cummin along `dim` with indices: (self, values (written), indices (written), dim). Equal
+// values (and NaNs) go to the later index, as on CPU.
 Lowering running_extreme(bool is_max) {
   return [is_max](LoweringContext& c) {
     Value x = c.raw(0);
@@ -177,19 +176,6 @@ Lowering running_extreme(bool is_max) {
     if (rank == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
     int64_t dim = wrap_dim(c.arg(3).toInt(), rank), n = x.type.dims[dim];
     if (n == 0) return V{x, c.b.constant(0, {DType::kS64, x.type.dims})};
-    bool floating = is_floating(x.type.dtype);
-    auto body = [is_max, floating](hlo::Builder& b, const V& a) {  // (acc, acc_i, x, x_i)
-      Value better = b.compare(is_max ? Compare::kGT : Compare::kLT, a[2], a[0]);
-      Value later = b.compare(Compare::kGT, a[3], a[1]);
-      Value take = b.binary(BinaryOp::kOr, better, b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, a[2], a[0]), later));
-      if (floating) {
-        Value acc_nan = b.compare(Compare::kNE, a[0], a[0]), x_nan = b.compare(Compare::kNE, a[2], a[2]);
-        Value neither = b.unary(UnaryOp::kNot, b.binary(BinaryOp::kOr, acc_nan, x_nan));
-        Value nan_wins = b.binary(BinaryOp::kAnd, x_nan, b.binary(BinaryOp::kOr, b.unary(UnaryOp::kNot, acc_nan), later));
-        take = b.binary(BinaryOp::kOr, nan_wins, b.binary(BinaryOp::kAnd, neither, take));
-      }
-      return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
-    };
     hlo::Window w;
     w.dims.assign(rank, 1);
     w.dims[dim] = n;
@@ -197,7 +183,8 @@ Lowering running_extreme(bool is_max) {
     w.padding[dim] = {n - 1, 0};
     Value index = c.b.iota({DType::kS64, x.type.dims}, dim);
     auto r = c.b.reduce_window({x, index}, {c.b.constant(is_max ? -INFINITY : INFINITY, {x.type.dtype, {}}),
-                                            c.b.constant(-1, {DType::kS64, {}})}, w, body);
+                                            c.b.constant(-1, {DType::kS64, {}})},
+                               w, extreme_with_index(is_max, x.type.dtype, true));
     return V{r[0], r[1]};
   };
 }

@@ -17,12 +17,13 @@ Value matmul(LoweringContext& c, const Value& a, const Value& b, int64_t batch, 
 }
 
 // beta * self + alpha * product, with PyTorch's rule that beta == 0 ignores self (even NaN).
-// beta is a runtime value, so the rule is a select in the program.
+// beta is a runtime value, so the rule is a select in the program. Computed in the product's
+// (accumulator) dtype and rounded once, as on CPU.
 Value affine(LoweringContext& c, const Value& product, size_t self, size_t beta, size_t alpha) {
-  Value p = c.bcast(cast(c.b, product, c.out().dtype));
-  p = c.b.binary(BinaryOp::kMultiply, p, c.bcast(c.in(alpha)));
-  Value b = c.in(beta);
-  Value scaled_self = c.b.binary(BinaryOp::kMultiply, c.in_b(self), c.bcast(b));
+  DType acc = product.type.dtype;
+  Value p = c.b.binary(BinaryOp::kMultiply, c.bcast(product), c.bcast(c.in_as(alpha, acc)));
+  Value b = c.in_as(beta, acc);
+  Value scaled_self = c.b.binary(BinaryOp::kMultiply, c.bcast(c.in_as(self, acc)), c.bcast(b));
   Value beta_is_zero = c.b.compare(hlo::Compare::kEQ, b, c.full(0, b));
   scaled_self = c.b.select(beta_is_zero, c.full(0, scaled_self), scaled_self);
   return c.b.binary(BinaryOp::kAdd, scaled_self, p);

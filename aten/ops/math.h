@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "aten/ops/lowering_util.h"
@@ -52,10 +53,42 @@ struct Math {
     hlo::Value s = sum(b.binary(hlo::BinaryOp::kPower, a, k(ord, a)), dims);
     return b.binary(hlo::BinaryOp::kPower, s, k(1.0 / ord, s));
   }
+  hlo::Value square(const hlo::Value& x) { return mul(x, x); }
+  // Mean and biased variance over `dims` (both keep only the other dims). A complex sample's
+  // variance is the mean squared modulus of its deviations: a real.
+  std::pair<hlo::Value, hlo::Value> moments(const hlo::Value& x, const std::vector<int64_t>& dims) {
+    hlo::Value m = mean(x, dims);
+    hlo::Value d = sub(x, expand_back(m, x, dims));
+    if (!is_complex(d.type.dtype)) return {m, mean(square(d), dims)};
+    hlo::Value re = b.unary(hlo::UnaryOp::kReal, d), im = b.unary(hlo::UnaryOp::kImag, d);
+    return {m, mean(add(square(re), square(im)), dims)};
+  }
   // Broadcasts a per-channel vector (dimension 1) to `like`'s shape.
   hlo::Value channel(const hlo::Value& v, const hlo::Value& like) {
     return b.broadcast_in_dim(v, like.type.dims, {1});
   }
 };
+
+// The combiner of a (value, index) reduction that picks the max (or min) and its index: argmax,
+// max with indices, max pooling, cummax. A total order on pairs, so XLA may combine in any order:
+// NaN beats any number, then the larger (smaller) value; equal values (and two NaNs) go to the
+// earlier index, or the later one when `later_wins_ties` (cummax/cummin). Region arguments are
+// (acc_value, acc_index, value, index).
+inline hlo::RegionBody extreme_with_index(bool is_max, DType dtype, bool later_wins_ties = false) {
+  return [=](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+    using hlo::BinaryOp;
+    auto both = [&](const hlo::Value& p, const hlo::Value& q) { return b.binary(BinaryOp::kAnd, p, q); };
+    auto either = [&](const hlo::Value& p, const hlo::Value& q) { return b.binary(BinaryOp::kOr, p, q); };
+    hlo::Value index_first = b.compare(later_wins_ties ? hlo::Compare::kGT : hlo::Compare::kLT, a[3], a[1]);
+    hlo::Value better = b.compare(is_max ? hlo::Compare::kGT : hlo::Compare::kLT, a[2], a[0]);
+    hlo::Value take = either(better, both(b.compare(hlo::Compare::kEQ, a[2], a[0]), index_first));
+    if (is_floating(dtype)) {
+      hlo::Value acc_nan = b.compare(hlo::Compare::kNE, a[0], a[0]), x_nan = b.compare(hlo::Compare::kNE, a[2], a[2]);
+      hlo::Value nan_wins = both(x_nan, either(b.unary(hlo::UnaryOp::kNot, acc_nan), index_first));
+      take = either(nan_wins, both(b.unary(hlo::UnaryOp::kNot, either(acc_nan, x_nan)), take));
+    }
+    return std::vector<hlo::Value>{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
+  };
+}
 
 }  // namespace torchtpu::aten

@@ -50,9 +50,7 @@ V batch_norm_with_stats(LoweringContext& c) {
   }
   auto dims = all_but_channels(x.type.rank());
   double n = static_cast<double>(x.type.element_count() / x.type.dims[1]);
-  Value mean = m.mean(x, dims);
-  Value centered = m.sub(x, m.channel(mean, x));
-  Value var = m.mean(m.mul(centered, centered), dims);
+  auto [mean, var] = m.moments(x, dims);
   Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(eps, var)));
   Value new_rm = m.add(m.mul(rm, m.k(1 - momentum, rm)), m.mul(mean, m.k(momentum, mean)));
   Value unbiased = m.mul(var, m.k(n / std::max(n - 1, 1.0), var));
@@ -66,9 +64,7 @@ V batch_norm_no_stats(LoweringContext& c) {
   Math m{c.b};
   Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
   auto dims = all_but_channels(x.type.rank());
-  Value mean = m.mean(x, dims);
-  Value centered = m.sub(x, m.channel(mean, x));
-  Value var = m.mean(m.mul(centered, centered), dims);
+  auto [mean, var] = m.moments(x, dims);
   Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(5).toDouble(), var)));
   return {normalize(c, m, x, mean, invstd, 1, 2), stat_output(c, mean, 1), stat_output(c, invstd, 2)};
 }
@@ -112,11 +108,10 @@ V group_norm(LoweringContext& c) {
   Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
   int64_t n = c.arg(3).toInt(), ch = c.arg(4).toInt(), hw = c.arg(5).toInt(), g = c.arg(6).toInt();
   Value grouped = c.b.reshape(x, {n, g, ch / g * hw});
-  Value mean = m.mean(grouped, {2});
-  Value centered = m.sub(grouped, c.b.broadcast_in_dim(mean, grouped.type.dims, {0, 1}));
-  Value var = m.mean(m.mul(centered, centered), {2});
+  auto [mean, var] = m.moments(grouped, {2});
   Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(7).toDouble(), var)));
-  Value y = c.b.reshape(m.mul(centered, c.b.broadcast_in_dim(rstd, grouped.type.dims, {0, 1})), {n, ch, hw});
+  Value centered = m.sub(grouped, m.expand_back(mean, grouped, {2}));
+  Value y = c.b.reshape(m.mul(centered, m.expand_back(rstd, grouped, {2})), {n, ch, hw});
   if (c.has(1)) y = m.mul(y, c.b.broadcast_in_dim(cast(c.b, c.raw(1), y.type.dtype), y.type.dims, {1}));
   if (c.has(2)) y = m.add(y, c.b.broadcast_in_dim(cast(c.b, c.raw(2), y.type.dtype), y.type.dims, {1}));
   return {c.b.reshape(y, x.type.dims), mean, rstd};
@@ -156,16 +151,10 @@ V layer_norm(LoweringContext& c) {
   Math m{c.b};
   Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
   auto dims = trailing_dims(x.type.rank(), static_cast<int64_t>(c.int_list(1).size()));
-  std::vector<int64_t> batch;
-  for (int64_t d = 0; d < x.type.rank() - static_cast<int64_t>(dims.size()); ++d) batch.push_back(d);
-  double n = 1;
-  for (int64_t d : dims) n *= x.type.dims[d];
-  Value sum = m.reduce(x, dims, BinaryOp::kAdd, 0);
-  Value mean = m.div(sum, m.k(n, sum));
-  Value centered = m.sub(x, c.b.broadcast_in_dim(mean, x.type.dims, batch));
-  Value var = m.div(m.reduce(m.mul(centered, centered), dims, BinaryOp::kAdd, 0), m.k(n, mean));
+  auto [mean, var] = m.moments(x, dims);
+  Value centered = m.sub(x, m.expand_back(mean, x, dims));
   Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(4).toDouble(), var)));
-  Value y = m.mul(centered, c.b.broadcast_in_dim(rstd, x.type.dims, batch));
+  Value y = m.mul(centered, m.expand_back(rstd, x, dims));
   if (c.has(2)) y = m.mul(y, c.b.broadcast_in_dim(cast(c.b, c.raw(2), y.type.dtype), x.type.dims, dims));
   if (c.has(3)) y = m.add(y, c.b.broadcast_in_dim(cast(c.b, c.raw(3), y.type.dtype), x.type.dims, dims));
   // mean and rstd keep the normalized dimensions, as size 1.

@@ -51,20 +51,7 @@ std::pair<Value, Value> arg_extreme(LoweringContext& c, const Value& x, int64_t 
   DType t = x.type.dtype;
   Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
   double init = is_max ? -INFINITY : INFINITY;  // constants saturate to t's range
-  auto body = [is_max, t](hlo::Builder& b, const V& a) {
-    // a = (acc_value, acc_index, value, index)
-    Compare better = is_max ? Compare::kGT : Compare::kLT;
-    Value wins = b.compare(better, a[2], a[0]);
-    if (is_floating(t)) {
-      Value x_nan = b.compare(Compare::kNE, a[2], a[2]);
-      Value acc_nan = b.compare(Compare::kNE, a[0], a[0]);
-      wins = b.binary(BinaryOp::kOr, wins, b.binary(BinaryOp::kAnd, x_nan, b.unary(UnaryOp::kNot, acc_nan)));
-    }
-    Value tie = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, a[2], a[0]),
-                         b.compare(Compare::kLT, a[3], a[1]));
-    Value take = b.binary(BinaryOp::kOr, wins, tie);
-    return V{b.select(take, a[2], a[0]), b.select(take, a[3], a[1])};
-  };
+  auto body = extreme_with_index(is_max, t);
   auto r = c.b.reduce({x, idx}, {c.scalar(init, t), c.scalar(0, DType::kS64)}, {dim}, body);
   return {r[0], r[1]};
 }
@@ -119,18 +106,12 @@ Lowering arg_lowering(bool is_max) {
   };
 }
 
-// var/std with a correction (Bessel's by default).
+// var/std with a correction (Bessel's by default); complex input gives a real variance.
 Value variance(LoweringContext& c, const Value& x_in, const std::vector<int64_t>& dims, double correction) {
-  Value x = cast(c.b, x_in, accumulator(c.out().dtype));
+  Value x = is_complex(x_in.type.dtype) ? x_in : cast(c.b, x_in, accumulator(c.out().dtype));
   double n = static_cast<double>(count(x, dims));
-  Value sum = reduce(c, x, dims, BinaryOp::kAdd, 0);
-  Value mean = c.b.binary(BinaryOp::kDivide, sum, c.full(n, sum));
-  std::vector<int64_t> kept;
-  for (int64_t d = 0; d < x.type.rank(); ++d)
-    if (!std::binary_search(dims.begin(), dims.end(), d)) kept.push_back(d);
-  Value centered = c.b.binary(BinaryOp::kSubtract, x, c.b.broadcast_in_dim(mean, x.type.dims, kept));
-  Value sq = reduce(c, c.b.binary(BinaryOp::kMultiply, centered, centered), dims, BinaryOp::kAdd, 0);
-  return c.b.binary(BinaryOp::kDivide, sq, c.full(std::max(n - correction, 0.0), sq));
+  Value biased = Math{c.b}.moments(x, dims).second;
+  return c.b.binary(BinaryOp::kMultiply, biased, c.full(n / std::max(n - correction, 0.0), biased));
 }
 
 double correction_of(const LoweringContext& c, size_t i) {

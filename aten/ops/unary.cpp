@@ -22,12 +22,17 @@ struct Ops : Math {
   Value sigmoid(const Value& x) { return u(UnaryOp::kLogistic, x); }
 };
 
+// PyTorch evaluates element-wise math on bfloat16/float16 in float32 ("opmath") and rounds once
+// at the end; so do these lowerings (the kernel casts results to the output dtype).
+Value opmath(LoweringContext& c, size_t i) { return c.in_as(i, accumulator(c.compute_dtype())); }
+Value opmath_b(LoweringContext& c, size_t i) { return c.bcast(opmath(c, i)); }
+
 // Complex inputs keep their type (abs of complex is real: the builder knows); real ones are cast
 // to the output dtype first (exp of an int tensor computes in float).
 Lowering unary(UnaryOp op) {
   return [op](LoweringContext& c) {
     Value x = c.raw(0);
-    return V{c.b.unary(op, is_complex(x.type.dtype) ? x : c.in(0))};
+    return V{c.b.unary(op, is_complex(x.type.dtype) ? x : opmath(c, 0))};
   };
 }
 
@@ -36,7 +41,7 @@ template <typename F>
 Lowering formula(F f) {
   return [f](LoweringContext& c) {
     Ops o(c);
-    return V{f(o, c.in(0))};
+    return V{f(o, opmath(c, 0))};
   };
 }
 
@@ -45,7 +50,7 @@ template <typename F>
 Lowering backward(F f) {
   return [f](LoweringContext& c) {
     Ops o(c);
-    return V{f(o, c.in_b(0), c.in_b(1))};
+    return V{f(o, opmath_b(c, 0), opmath_b(c, 1))};
   };
 }
 
@@ -174,11 +179,11 @@ TORCHTPU_LOWERINGS(unary) {
   }
   register_lowering({"gelu", "gelu_", "gelu.out"}, [](LoweringContext& c) {
     Ops o(c);
-    return V{gelu(o, c.in(0), tanh_approximation(c, 1))};
+    return V{gelu(o, opmath(c, 0), tanh_approximation(c, 1))};
   });
   register_lowering({"gelu_backward", "gelu_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);
-    return V{gelu_grad(o, c.in_b(0), c.in_b(1), tanh_approximation(c, 2))};
+    return V{gelu_grad(o, opmath_b(c, 0), opmath_b(c, 1), tanh_approximation(c, 2))};
   });
   register_lowering({"hardtanh", "hardtanh_", "hardtanh.out"}, [](LoweringContext& c) {
     Ops o(c);
@@ -191,13 +196,13 @@ TORCHTPU_LOWERINGS(unary) {
   });
   register_lowering({"elu", "elu_", "elu.out"}, [](LoweringContext& c) {
     Ops o(c);  // elu(x, alpha, scale, input_scale)
-    Value x = c.in(0);
-    Value neg = o.mul(c.bcast(c.in(1)), o.u(UnaryOp::kExponentialMinusOne, o.mul(x, c.bcast(c.in(3)))));
-    return V{o.mul(c.bcast(c.in(2)), o.sel(o.gt(x, o.k(0, x)), x, neg))};
+    Value x = opmath(c, 0);
+    Value neg = o.mul(opmath_b(c, 1), o.u(UnaryOp::kExponentialMinusOne, o.mul(x, opmath_b(c, 3))));
+    return V{o.mul(opmath_b(c, 2), o.sel(o.gt(x, o.k(0, x)), x, neg))};
   });
   register_lowering({"softplus", "softplus.out"}, [](LoweringContext& c) {
     Ops o(c);  // softplus(x, beta, threshold)
-    Value x = c.in(0), beta = c.bcast(c.in(1)), threshold = c.bcast(c.in(2));
+    Value x = opmath(c, 0), beta = opmath_b(c, 1), threshold = opmath_b(c, 2);
     Value bx = o.mul(x, beta);
     Value soft = o.div(o.u(UnaryOp::kLogPlusOne, o.u(UnaryOp::kExponential, bx)), beta);
     return V{o.sel(o.gt(bx, threshold), x, soft)};
