@@ -115,6 +115,27 @@ struct LoweringOptions {
   bool shape_from_scalars = false;
 };
 
+// Option factories for the common cases.
+inline LoweringOptions random_op() {
+  LoweringOptions o;
+  o.random = true;
+  return o;
+}
+inline LoweringOptions checked(const char* message) {
+  LoweringOptions o;
+  o.device_check = message;
+  return o;
+}
+inline LoweringOptions with_meta(MetaFn meta) {
+  LoweringOptions o;
+  o.meta = std::move(meta);
+  return o;
+}
+// Ops that only write arguments PyTorch allocated for them (no returns, no meta kernel).
+inline LoweringOptions written_only() {
+  return with_meta([](const c10::FunctionSchema&, const std::vector<c10::IValue>&) { return std::vector<c10::IValue>{}; });
+}
+
 // Registers `fn` for each op name ("add.Tensor", "add_.Tensor", "add.out").
 void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
                        LoweringOptions options = {});

@@ -219,11 +219,10 @@ V embedding_renorm(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(embedding) {
-  LoweringOptions checked;
-  checked.device_check = "index out of range in self";
-  register_lowering({"embedding_renorm_", "embedding_renorm.out"}, embedding_renorm, checked);
+  register_lowering({"embedding_renorm_", "embedding_renorm.out"}, embedding_renorm,
+                    checked("index out of range in self"));
   register_lowering({"_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_forward_only.out"},
-                    embedding_bag, checked);
+                    embedding_bag, checked("index out of range in self"));
   register_lowering({"_embedding_bag_dense_backward", "_embedding_bag_dense_backward.out"},
                     [](LoweringContext& c) { return embedding_bag_backward(c, kDenseBackward); });
   LoweringOptions dense_only;  // a sparse gradient is a sparse COO tensor: CPU for now

@@ -189,13 +189,6 @@ Lowering running_extreme(bool is_max) {
   };
 }
 
-// Ops that only write arguments PyTorch allocated (no returns, no meta kernel).
-LoweringOptions written_only() {
-  LoweringOptions o;
-  o.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>&) { return std::vector<c10::IValue>{}; };
-  return o;
-}
-
 // Sort comparator placing NaN last (largest), as PyTorch does.
 hlo::RegionBody sort_order(bool descending, DType dtype) {
   return [descending, dtype](hlo::Builder& b, const V& a) {
@@ -286,12 +279,6 @@ at::Tensor nonzero(const at::Tensor& self) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("nonzero", nonzero); }
-
-LoweringOptions checked(const char* message) {
-  LoweringOptions o;
-  o.device_check = message;
-  return o;
-}
 
 }  // namespace
 

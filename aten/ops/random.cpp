@@ -175,12 +175,6 @@ V randperm(LoweringContext& c) {  // (n, dtype, layout, device, pin_memory)
   return {sorted[1]};
 }
 
-LoweringOptions random_op() {
-  LoweringOptions o;
-  o.random = true;
-  return o;
-}
-
 }  // namespace
 
 TORCHTPU_LOWERINGS(random) {
