@@ -47,6 +47,7 @@ class LoweringContext {
   const std::vector<hlo::Value>& list(size_t i) const { return values_.at(i); }
   // Non-tensor argument `i` as PyTorch passed it (ints, bools, int lists, optionals).
   const c10::IValue& arg(size_t i) const { return args_.at(i); }
+  size_t num_args() const { return args_.size(); }
   std::vector<int64_t> int_list(size_t i) const;
 
   // The rng_bit_generator state of a random op (LoweringOptions::random).

@@ -2,6 +2,7 @@
 // Operands arrive cast to the output dtype (PyTorch's promotion, computed by the meta kernel)
 // and are broadcast here with in_b().
 #include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -67,6 +68,21 @@ Value truthy(LoweringContext& c, size_t i) {
 
 Lowering logical(BinaryOp op) {
   return [op](LoweringContext& c) { return V{bin(c, op, truthy(c, 0), truthy(c, 1))}; };
+}
+
+// isin(elements, test_elements, assume_unique, invert): each element compared with every test
+// element (test sets are small: token ids, class ids), in the promoted dtype.
+V isin(LoweringContext& c) {
+  DType t = c.promoted(0, 1);
+  Value e = c.in_as(0, t), test = c.in_as(1, t);
+  int64_t n = test.type.element_count(), rank = e.type.rank();
+  std::vector<int64_t> dims = e.type.dims, keep(rank);
+  dims.push_back(n);
+  for (int64_t d = 0; d < rank; ++d) keep[d] = d;
+  Value pairs = c.b.compare(Compare::kEQ, c.b.broadcast_in_dim(e, dims, keep),
+                            c.b.broadcast_in_dim(c.b.reshape(test, {n}), dims, {rank}));
+  Value found = c.b.reduce({pairs}, {c.b.constant(0, {DType::kBool, {}})}, {rank}, combine_with(BinaryOp::kOr))[0];
+  return {c.arg(3).toBool() ? c.b.unary(UnaryOp::kNot, found) : found};
 }
 
 }  // namespace
@@ -186,6 +202,8 @@ TORCHTPU_LOWERINGS(binary) {
     Value small = c.b.compare(Compare::kLT, c.b.unary(UnaryOp::kAbs, w), half);
     return V{c.b.select(small, low, high)};
   });
+  register_lowering({"isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Tensor_Scalar", "isin.Tensor_Scalar_out",
+                     "isin.Scalar_Tensor", "isin.Scalar_Tensor_out"}, isin);
   register_with_variants("addcmul", {""}, [](LoweringContext& c) {
     Value prod = bin(c, BinaryOp::kMultiply, c.in_b(1), c.in_b(2));
     return V{bin(c, BinaryOp::kAdd, c.in_b(0), bin(c, BinaryOp::kMultiply, c.bcast(c.in(3)), prod))};

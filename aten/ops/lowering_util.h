@@ -1,6 +1,7 @@
 // Small StableHLO helpers the lowerings share: dtype casts and NumPy-style broadcasting.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "hlo/builder.h"
@@ -25,6 +26,16 @@ inline hlo::Value broadcast_to(hlo::Builder& b, const hlo::Value& v,
   size_t lead = sizes.size() - v.type.dims.size();
   for (size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<int64_t>(lead + i);
   return b.broadcast_in_dim(v, sizes, dims);
+}
+
+// The shape two operands broadcast to (NumPy rules, trailing dimensions aligned).
+inline std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<int64_t> out(std::max(a.size(), b.size()), 1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    out[out.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return out;
 }
 
 // The region of a reduce / scatter / reduce_window that combines two values with `op`.

@@ -89,6 +89,44 @@ V nll_loss_backward(LoweringContext& c) {
   return {c.b.select(class_mask(c, c.raw(2), x.type.dims, class_dim), spread, zeros)};
 }
 
+// Element-wise losses (self, target, reduction, ...): the per-element loss reduced as PyTorch's
+// `reduction` says (0 none, 1 mean, 2 sum). Computed in f32 for low-precision inputs.
+enum Reduction { kNone = 0, kMean = 1, kSum = 2 };
+
+Value reduce_loss(Math& m, const Value& losses, int64_t reduction) {
+  if (reduction == kNone) return losses;
+  std::vector<int64_t> all(losses.type.rank());
+  for (int64_t d = 0; d < losses.type.rank(); ++d) all[d] = d;
+  return reduction == kMean ? m.mean(losses, all) : m.sum(losses, all);
+}
+
+template <typename F>  // f(m, diff = self - target, param) -> per-element loss
+Lowering pointwise_loss(F f) {
+  return [f](LoweringContext& c) {
+    Math m{c.b};
+    DType acc = accumulator(c.out().dtype);
+    Value x = c.in_as(0, acc), t = c.in_as(1, acc);
+    auto dims = broadcast_shape(x.type.dims, t.type.dims);
+    Value d = m.sub(broadcast_to(c.b, x, dims), broadcast_to(c.b, t, dims));
+    return V{reduce_loss(m, f(m, d, c.num_args() > 3 ? c.arg(3).toDouble() : 0.0), c.arg(2).toInt())};
+  };
+}
+
+// Backward of a pointwise loss (grad_output, self, target, reduction, ...): grad * f'(diff),
+// divided by the element count for a mean.
+template <typename F>  // f(m, diff, param) -> d loss / d self
+Lowering pointwise_loss_backward(F f) {
+  return [f](LoweringContext& c) {
+    Math m{c.b};
+    DType acc = accumulator(c.out().dtype);
+    const auto& dims = c.out().dims;
+    Value d = m.sub(broadcast_to(c.b, c.in_as(1, acc), dims), broadcast_to(c.b, c.in_as(2, acc), dims));
+    Value g = broadcast_to(c.b, c.in_as(0, acc), dims);
+    if (c.arg(3).toInt() == kMean) g = m.div(g, m.k(static_cast<double>(d.type.element_count()), g));
+    return V{m.mul(g, f(m, d, c.num_args() > 4 ? c.arg(4).toDouble() : 0.0))};
+  };
+}
+
 // p-norm distances between rows of a [..., P, M] and b [..., R, M] -> [..., P, R].
 Value pairwise_distance(Math& m, const Value& a, const Value& b, double p) {
   int64_t rank = a.type.rank();
@@ -165,8 +203,57 @@ TORCHTPU_LOWERINGS(nn) {
     Value sum = m.reduce_keep(g, {dim}, BinaryOp::kAdd, 0);
     return V{m.sub(g, m.mul(c.b.unary(UnaryOp::kExponential, y), sum))};
   });
-  register_lowering({"nll_loss_forward", "nll_loss_forward.output"}, nll_loss_forward);
-  register_lowering({"nll_loss_backward", "nll_loss_backward.grad_input"}, nll_loss_backward);
+  // The class dimension is 1 for any rank, so one lowering serves nll_loss and nll_loss2d.
+  register_lowering({"nll_loss_forward", "nll_loss_forward.output", "nll_loss2d_forward", "nll_loss2d_forward.output"},
+                    nll_loss_forward);
+  register_lowering({"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward",
+                     "nll_loss2d_backward.grad_input"}, nll_loss_backward);
+
+  register_lowering({"mse_loss", "mse_loss.out"}, pointwise_loss([](Math& m, const Value& d, double) {
+    return m.square(d);
+  }));
+  register_lowering({"mse_loss_backward", "mse_loss_backward.grad_input"},
+                    pointwise_loss_backward([](Math& m, const Value& d, double) { return m.mul(m.k(2, d), d); }));
+  // smooth_l1 (beta) and huber (delta): quadratic near 0, linear beyond.
+  register_lowering({"smooth_l1_loss", "smooth_l1_loss.out"}, pointwise_loss([](Math& m, const Value& d, double beta) {
+    Value a = m.b.unary(UnaryOp::kAbs, d);
+    if (beta == 0) return a;
+    Value quadratic = m.div(m.mul(m.k(0.5, a), m.square(a)), m.k(beta, a));
+    return m.b.select(m.b.compare(Compare::kLT, a, m.k(beta, a)), quadratic, m.sub(a, m.k(0.5 * beta, a)));
+  }));
+  register_lowering({"smooth_l1_loss_backward", "smooth_l1_loss_backward.grad_input"},
+                    pointwise_loss_backward([](Math& m, const Value& d, double beta) {
+                      Value sign = m.b.unary(UnaryOp::kSign, d);
+                      if (beta == 0) return sign;
+                      Value inside = m.b.compare(Compare::kLT, m.b.unary(UnaryOp::kAbs, d), m.k(beta, d));
+                      return m.b.select(inside, m.div(d, m.k(beta, d)), sign);
+                    }));
+  register_lowering({"huber_loss", "huber_loss.out"}, pointwise_loss([](Math& m, const Value& d, double delta) {
+    Value a = m.b.unary(UnaryOp::kAbs, d);
+    Value linear = m.mul(m.k(delta, a), m.sub(a, m.k(0.5 * delta, a)));
+    return m.b.select(m.b.compare(Compare::kLT, a, m.k(delta, a)), m.mul(m.k(0.5, a), m.square(a)), linear);
+  }));
+  register_lowering({"huber_loss_backward", "huber_loss_backward.out"},
+                    pointwise_loss_backward([](Math& m, const Value& d, double delta) {
+                      return m.b.clamp(m.k(-delta, d), d, m.k(delta, d));
+                    }));
+  // log_sigmoid = min(x, 0) - log1p(exp(-|x|)); the buffer is CPU's exp(-|x|).
+  register_lowering({"log_sigmoid_forward", "log_sigmoid_forward.output"}, [](LoweringContext& c) {
+    Math m{c.b};
+    Value x = c.in_as(0, accumulator(c.out().dtype));
+    Value z = m.b.unary(UnaryOp::kExponential, m.b.unary(UnaryOp::kNegate, m.b.unary(UnaryOp::kAbs, x)));
+    Value out = m.sub(m.b.binary(BinaryOp::kMinimum, x, m.k(0, x)), m.b.unary(UnaryOp::kLogPlusOne, z));
+    return V{out, c.out(1).element_count() == 0 ? c.b.constant(0, c.out(1)) : z};
+  });
+  register_lowering({"log_sigmoid_backward", "log_sigmoid_backward.grad_input"}, [](LoweringContext& c) {
+    Math m{c.b};  // (grad_output, self, buffer): grad * (1[x<0] + sign * z / (1 + z)), z = exp(-|x|)
+    DType acc = accumulator(c.out().dtype);
+    Value g = c.bcast(c.in_as(0, acc)), x = c.bcast(c.in_as(1, acc));
+    Value z = m.b.unary(UnaryOp::kExponential, m.b.unary(UnaryOp::kNegate, m.b.unary(UnaryOp::kAbs, x)));
+    Value negative = m.b.compare(Compare::kLT, x, m.k(0, x));
+    Value ratio = m.div(z, m.add(m.k(1, z), z));
+    return V{m.mul(g, m.b.select(negative, m.sub(m.k(1, z), ratio), ratio))};
+  });
 }
 
 }  // namespace torchtpu::aten

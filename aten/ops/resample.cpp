@@ -74,17 +74,37 @@ double source_scale(const LoweringContext& c, size_t first_scale_arg, size_t i, 
   return static_cast<double>(in) / out;
 }
 
+// Source position of each of `out` outputs of a nearest resampling of `in` inputs.
+Value nearest_sources(Math& m, int64_t in, int64_t out, double scale) {
+  Value dst = m.b.iota({DType::kF64, {out}}, 0);
+  Value src = m.b.convert(m.b.unary(hlo::UnaryOp::kFloor, m.mul(dst, m.k(scale, dst))), DType::kS64);
+  return m.b.binary(BinaryOp::kMinimum, src, m.b.constant_int(in - 1, src.type));
+}
+
+// The two sources (lo, hi) of each output of a linear resampling, and hi's weight (f64).
+struct LinearSources {
+  Value lo, hi, weight;
+};
+
+LinearSources linear_sources(Math& m, int64_t in, int64_t out, double scale, bool align) {
+  Value dst = m.b.iota({DType::kF64, {out}}, 0);
+  Value src = align ? m.mul(dst, m.k(scale, dst))
+                    : m.sub(m.mul(m.add(dst, m.k(0.5, dst)), m.k(scale, dst)), m.k(0.5, dst));
+  src = m.b.binary(BinaryOp::kMaximum, src, m.k(0, src));
+  Value lo = m.b.convert(m.b.unary(hlo::UnaryOp::kFloor, src), DType::kS64);
+  lo = m.b.binary(BinaryOp::kMinimum, lo, m.b.constant_int(in - 1, lo.type));
+  Value hi = m.b.binary(BinaryOp::kMinimum, m.b.binary(BinaryOp::kAdd, lo, m.b.constant_int(1, lo.type)),
+                        m.b.constant_int(in - 1, lo.type));
+  return {lo, hi, m.sub(src, m.b.convert(lo, DType::kF64))};
+}
+
 V upsample_nearest(LoweringContext& c) {  // (input, output_size, scales_*?...)
   Math m{c.b};
   Value x = c.in(0);
   size_t spatial = x.type.dims.size() - 2;
   for (size_t i = 0; i < spatial; ++i) {
     int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
-    double scale = source_scale(c, 2, i, in, out, false);
-    Value dst = c.b.iota({DType::kF64, {out}}, 0);
-    Value src = c.b.convert(c.b.unary(hlo::UnaryOp::kFloor, m.mul(dst, m.k(scale, dst))), DType::kS64);
-    src = c.b.binary(BinaryOp::kMinimum, src, c.b.constant_int(in - 1, src.type));
-    x = take(c.b, x, dim, src);
+    x = take(c.b, x, dim, nearest_sources(m, in, out, source_scale(c, 2, i, in, out, false)));
   }
   return {x};
 }
@@ -95,22 +115,80 @@ V upsample_bilinear(LoweringContext& c) {  // (input, output_size, align_corners
   bool align = c.arg(2).toBool();
   for (size_t i = 0; i < 2; ++i) {
     int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
-    double scale = source_scale(c, 3, i, in, out, align);
-    Value dst = c.b.iota({DType::kF64, {out}}, 0);
-    Value src = align ? m.mul(dst, m.k(scale, dst))
-                      : m.sub(m.mul(m.add(dst, m.k(0.5, dst)), m.k(scale, dst)), m.k(0.5, dst));
-    src = c.b.binary(BinaryOp::kMaximum, src, m.k(0, src));
-    Value lo = c.b.convert(c.b.unary(hlo::UnaryOp::kFloor, src), DType::kS64);
-    lo = c.b.binary(BinaryOp::kMinimum, lo, c.b.constant_int(in - 1, lo.type));
-    Value hi = c.b.binary(BinaryOp::kMinimum, c.b.binary(BinaryOp::kAdd, lo, c.b.constant_int(1, lo.type)),
-                          c.b.constant_int(in - 1, lo.type));
-    Value w = cast(c.b, m.sub(src, c.b.convert(lo, DType::kF64)), x.type.dtype);
-    std::vector<int64_t> wdims(x.type.rank(), 1);
-    Value a = take(c.b, x, dim, lo), bb = take(c.b, x, dim, hi);
-    Value wb = c.b.broadcast_in_dim(w, a.type.dims, {dim});
+    LinearSources s = linear_sources(m, in, out, source_scale(c, 3, i, in, out, align), align);
+    Value a = take(c.b, x, dim, s.lo), bb = take(c.b, x, dim, s.hi);
+    Value wb = c.b.broadcast_in_dim(cast(c.b, s.weight, x.type.dtype), a.type.dims, {dim});
     x = m.add(a, m.mul(wb, m.sub(bb, a)));
   }
   return {x};
+}
+
+// The [out, in] matrix of a 1-D resampling: row o holds the weight of each input in output o.
+Value resampling_matrix(Math& m, int64_t in, int64_t out, const std::vector<std::pair<Value, Value>>& taps, DType dtype) {
+  hlo::TensorType type{DType::kS64, {out, in}};
+  Value matrix = m.b.constant(0, {dtype, {out, in}});
+  for (const auto& [source, weight] : taps) {
+    Value hit = m.b.compare(Compare::kEQ, m.b.iota(type, 1), m.b.broadcast_in_dim(source, type.dims, {0}));
+    Value w = m.b.broadcast_in_dim(cast(m.b, weight, dtype), {out, in}, {0});
+    matrix = m.add(matrix, m.b.select(hit, w, m.k(0, w)));
+  }
+  return matrix;
+}
+
+// Backward of a separable resampling along `dim`: grad [.., out, ..] -> [.., in, ..] through the
+// transposed matrix (a gather's backward is a scatter-add; this is the same sum as a matmul).
+Value resample_back(hlo::Builder& b, const Value& grad, int64_t dim, const Value& matrix) {
+  Value r = b.dot_general(grad, matrix, {{}, {}, {dim}, {0}}, grad.type.dtype, hlo::Builder::Precision::kHighest);
+  std::vector<int64_t> perm;  // r is [other dims..., in]: move `in` back to `dim`
+  int64_t rank = r.type.rank();
+  for (int64_t d = 0, k = 0; d < rank; ++d) perm.push_back(d == dim ? rank - 1 : k++);
+  return b.transpose(r, perm);
+}
+
+// upsample_nearest*d_backward(grad_output, output_size, input_size, scales_*?...)
+V upsample_nearest_backward(LoweringContext& c) {
+  Math m{c.b};
+  Value g = c.in_as(0, accumulator(c.out().dtype));
+  size_t spatial = g.type.dims.size() - 2;
+  for (size_t i = spatial; i-- > 0;) {
+    int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
+    Value source = nearest_sources(m, in, out, source_scale(c, 3, i, in, out, false));
+    Value ones = c.b.constant(1, {DType::kF64, {out}});
+    g = resample_back(c.b, g, dim, resampling_matrix(m, in, out, {{source, ones}}, g.type.dtype));
+  }
+  return {g};
+}
+
+// upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h?, scales_w?)
+V upsample_bilinear_backward(LoweringContext& c) {
+  Math m{c.b};
+  Value g = c.in_as(0, accumulator(c.out().dtype));
+  bool align = c.arg(3).toBool();
+  for (size_t i = 2; i-- > 0;) {
+    int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
+    LinearSources s = linear_sources(m, in, out, source_scale(c, 4, i, in, out, align), align);
+    Value matrix = resampling_matrix(m, in, out, {{s.lo, m.sub(m.k(1, s.weight), s.weight)}, {s.hi, s.weight}}, g.type.dtype);
+    g = resample_back(c.b, g, dim, matrix);
+  }
+  return {g};
+}
+
+// roll(self, shifts, dims): each shift rotates one dim; no dims rotates the flattened tensor.
+V roll(LoweringContext& c) {
+  Value x = c.in(0);
+  std::vector<int64_t> shifts = c.int_list(1), dims = c.int_list(2);
+  bool flat = dims.empty();
+  if (flat) {
+    x = c.b.reshape(x, {x.type.element_count()});
+    dims = {0};
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t dim = wrap_dim(dims[i], x.type.rank()), n = x.type.dims[dim];
+    if (n == 0) continue;
+    int64_t s = ((shifts[i] % n) + n) % n;
+    if (s != 0) x = c.b.concatenate({slice_dim(c.b, x, dim, n - s, n), slice_dim(c.b, x, dim, 0, n - s)}, dim);
+  }
+  return {flat ? c.b.reshape(x, c.out().dims) : x};
 }
 
 enum GridPadding { kZeros = 0, kBorder = 1, kReflection = 2 };
@@ -235,6 +313,11 @@ TORCHTPU_LOWERINGS(resample) {
   register_lowering({"upsample_nearest1d", "upsample_nearest1d.out", "upsample_nearest2d", "upsample_nearest2d.out",
                      "upsample_nearest3d", "upsample_nearest3d.out"}, upsample_nearest);
   register_lowering({"upsample_bilinear2d", "upsample_bilinear2d.out"}, upsample_bilinear);
+  register_lowering({"upsample_nearest1d_backward", "upsample_nearest1d_backward.grad_input", "upsample_nearest2d_backward",
+                     "upsample_nearest2d_backward.grad_input", "upsample_nearest3d_backward",
+                     "upsample_nearest3d_backward.grad_input"}, upsample_nearest_backward);
+  register_lowering({"upsample_bilinear2d_backward", "upsample_bilinear2d_backward.grad_input"}, upsample_bilinear_backward);
+  register_lowering({"roll", "roll.out"}, roll);
 }
 
 }  // namespace torchtpu::aten

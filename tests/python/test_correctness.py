@@ -378,3 +378,52 @@ def test_cummax_cummin_ties_and_nans(no_fallbacks):
             a, e = f(x.to("tpu"), dim), f(x, dim)
             torch.testing.assert_close(a.values.cpu(), e.values, equal_nan=True)
             torch.testing.assert_close(a.indices.cpu(), e.indices)
+
+
+# Ops the model-zoo sweep found falling back (detection/segmentation losses and upsampling,
+# Swin's roll, generate's isin): on the device, forward and backward.
+
+def _forward_backward_match(f, *inputs):
+    results = []
+    for dev in ["cpu", "tpu"]:
+        xs = [x.detach().to(dev).requires_grad_(x.is_floating_point()) for x in inputs]
+        y = f(*xs)
+        if y.is_floating_point():
+            (y * torch.linspace(-1, 2, y.numel(), device=dev).view(y.shape)).sum().backward()
+        results.append([y.detach().cpu()] + [x.grad.cpu() for x in xs if x.grad is not None])
+    for a, e in zip(*reversed(results)):
+        torch.testing.assert_close(a, e)
+
+
+F = nn.functional
+_IMG, _TGT = torch.randn(2, 3, 5, 7), torch.randint(0, 3, (2, 5, 7))
+MODEL_ZOO_OPS = {
+    **{f"{name}_{red}": (lambda red=red, f=f: lambda a, b: f(a, b, reduction=red), (torch.randn(3, 4), torch.randn(3, 4)))
+       for red in ["none", "mean", "sum"]
+       for name, f in [("mse", F.mse_loss), ("smooth_l1", lambda a, b, **k: F.smooth_l1_loss(a, b, beta=0.5, **k)),
+                       ("l1_like_smooth_l1", lambda a, b, **k: F.smooth_l1_loss(a, b, beta=0.0, **k)),
+                       ("huber", lambda a, b, **k: F.huber_loss(a, b, delta=0.7, **k))]},
+    "logsigmoid": (lambda: F.logsigmoid, (torch.randn(4, 5) * 5,)),
+    "nll_loss2d": (lambda: lambda a: F.cross_entropy(a, _TGT.to(a.device), ignore_index=1), (_IMG,)),
+    "upsample_nearest2d": (lambda: lambda a: F.interpolate(a, size=(8, 11), mode="nearest"), (_IMG,)),
+    "upsample_nearest1d": (lambda: lambda a: F.interpolate(a, scale_factor=3, mode="nearest"), (torch.randn(2, 3, 5),)),
+    "upsample_bilinear2d": (lambda: lambda a: F.interpolate(a, size=(8, 11), mode="bilinear"), (_IMG,)),
+    "downsample_bilinear2d_aligned": (lambda: lambda a: F.interpolate(a, size=(3, 4), mode="bilinear", align_corners=True), (_IMG,)),
+    "roll": (lambda: lambda a: torch.roll(a, (2, -1), (1, 2)), (torch.randn(3, 4, 5),)),
+    "roll_flat": (lambda: lambda a: torch.roll(a, 7), (torch.randn(3, 4, 5),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_ZOO_OPS))
+def test_model_zoo_ops_on_device(name, no_fallbacks):
+    make, inputs = MODEL_ZOO_OPS[name]
+    _forward_backward_match(make(), *inputs)
+
+
+def test_isin_on_device(no_fallbacks):
+    e, t = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([2, 6, 9])
+    for invert in (False, True):
+        torch.testing.assert_close(torch.isin(e.to("tpu"), t.to("tpu"), invert=invert).cpu(), torch.isin(e, t, invert=invert))
+    torch.testing.assert_close(torch.isin(e.to("tpu"), 3).cpu(), torch.isin(e, 3))
+    torch.testing.assert_close(torch.isin(torch.tensor([1.0, 2.5], device="tpu"), torch.tensor([2, 1], device="tpu")).cpu(),
+                               torch.tensor([True, False]))
