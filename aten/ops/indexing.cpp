@@ -378,6 +378,23 @@ TORCHTPU_LOWERINGS(indexing) {
     limit[dim] = k;
     return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
   });
+  // linspace(start, end, steps): both halves count from their own end, as PyTorch does, with
+  // start and end in the output dtype and the arithmetic in it too (double for integer outputs).
+  register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {
+    DType t = c.out().dtype, math = is_floating(t) || is_complex(t) ? t : DType::kF64;
+    int64_t steps = c.arg(2).toInt();
+    if (steps == 0) return V{c.b.constant(0, c.out())};
+    Value start = c.bcast(cast(c.b, c.in(0), math)), end = c.bcast(cast(c.b, c.in(1), math));
+    if (steps == 1) return V{start};
+    Value step = c.b.binary(BinaryOp::kDivide, c.b.binary(BinaryOp::kSubtract, end, start),
+                            c.b.constant(static_cast<double>(steps - 1), start.type));
+    Value i = c.b.iota({math, c.out().dims}, 0);
+    Value from_start = c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, step, i));
+    Value back = c.b.binary(BinaryOp::kSubtract, c.b.constant(static_cast<double>(steps - 1), i.type), i);
+    Value from_end = c.b.binary(BinaryOp::kSubtract, end, c.b.binary(BinaryOp::kMultiply, step, back));
+    Value first_half = c.b.compare(Compare::kLT, i, c.b.constant(static_cast<double>(steps / 2), i.type));
+    return V{c.b.select(first_half, from_start, from_end)};
+  });
   register_lowering({"arange.start_out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;  // (start, end, step, out): start + i * step, computed in f64 / s64
     DType wide = is_floating(t) ? DType::kF64 : DType::kS64;
