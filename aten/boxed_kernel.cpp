@@ -371,14 +371,18 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
   if (entry.options.random) add_rng_state(in, args, device);
   std::vector<hlo::TensorType> out_types;  // one per result, wanted or not
   std::vector<exec::Operand> outputs;
+  for (const at::Tensor& t : d.tensors) outputs.push_back(operand(t));
+  // A result the caller does not want (a backward's output_mask) still gets a type: the first
+  // wanted result's dtype, so that out(0)-based arithmetic keeps the op's precision.
+  DType unwanted_dtype = outputs.empty() ? DType::kF32 : outputs.front().view.dtype;
   size_t next_dest = 0;
   for (bool w : d.wanted) {
     if (!w) {
-      out_types.push_back({DType::kF32, {}});
+      out_types.push_back({unwanted_dtype, {}});
       continue;
     }
-    outputs.push_back(operand(d.tensors[next_dest++]));
-    out_types.push_back({outputs.back().view.dtype, outputs.back().view.sizes});
+    const exec::Operand& o = outputs[next_dest++];
+    out_types.push_back({o.view.dtype, o.view.sizes});
   }
   // The registry's entries live as long as the process, so the lowering refers to its entry.
   exec::Lowering lower = [entry = &entry, count = in.count, largs = lowering_args(args, meta), out_types,

@@ -427,3 +427,22 @@ def test_isin_on_device(no_fallbacks):
     torch.testing.assert_close(torch.isin(e.to("tpu"), 3).cpu(), torch.isin(e, 3))
     torch.testing.assert_close(torch.isin(torch.tensor([1.0, 2.5], device="tpu"), torch.tensor([2, 1], device="tpu")).cpu(),
                                torch.tensor([True, False]))
+
+
+def test_backward_keeps_precision_when_input_grad_is_not_needed(no_fallbacks):
+    # A first conv's input needs no gradient: convolution_backward's output_mask drops grad_input.
+    # That dropped result must not decide the dtype the others are computed in (it did: f32).
+    torch.manual_seed(0)
+    dtype = torch.float64
+    x = torch.randn(4, 3, 16, 16, dtype=dtype)
+    w = torch.randn(8, 3, 7, 7, dtype=dtype)
+    ln_w = torch.randn(8, dtype=dtype)
+    grads = []
+    for dev in ["cpu", "tpu"]:
+        wd, lnd = w.detach().to(dev).requires_grad_(), ln_w.detach().to(dev).requires_grad_()
+        out = nn.functional.conv2d(x.to(dev), wd, stride=2, padding=3)
+        out = nn.functional.layer_norm(out, (out.shape[-1],), weight=lnd)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=dtype, device=dev).view(out.shape)).sum().backward()
+        grads.append((wd.grad.cpu(), lnd.grad.cpu()))
+    for a, e in zip(*grads[::-1]):
+        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
