@@ -127,9 +127,40 @@ Lowering boolean_reduce(BinaryOp op, size_t dims_arg) {
   };
 }
 
+// histc(self, bins, min, max): counts of the elements in `bins` equal-width bins over [min, max]
+// (the data's own range when min == max); others, and NaNs, are not counted. min and max are
+// runtime values, so the choice is made in the program.
+V histc(LoweringContext& c) {
+  Math m{c.b};
+  DType math = is_floating(c.out().dtype) ? accumulator(c.out().dtype) : DType::kF64;
+  int64_t bins = c.arg(1).toInt();
+  Value x = cast(c.b, c.raw(0), math);
+  int64_t n = x.type.element_count();
+  x = c.b.reshape(x, {n});
+  Value lo = c.in_as(2, math), hi = c.in_as(3, math);
+  Value from_data = c.b.compare(Compare::kEQ, lo, hi);
+  if (n > 0) {
+    lo = c.b.select(from_data, m.reduce(x, {0}, BinaryOp::kMinimum, INFINITY), lo);
+    hi = c.b.select(from_data, m.reduce(x, {0}, BinaryOp::kMaximum, -INFINITY), hi);
+  }
+  Value same = c.b.compare(Compare::kEQ, lo, hi);  // one value: widen by 1 on each side, as PyTorch
+  lo = c.b.select(same, m.sub(lo, m.k(1, lo)), lo);
+  hi = c.b.select(same, m.add(hi, m.k(1, hi)), hi);
+  Value lo_b = broadcast_to(c.b, lo, {n}), hi_b = broadcast_to(c.b, hi, {n});
+  Value scaled = m.div(m.mul(m.sub(x, lo_b), m.k(static_cast<double>(bins), x)), m.sub(hi_b, lo_b));
+  Value bin = c.b.convert(c.b.unary(UnaryOp::kFloor, scaled), DType::kS64);
+  bin = c.b.binary(BinaryOp::kMinimum, bin, c.b.constant_int(bins - 1, bin.type));  // x == max: last bin
+  Value inside = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, x, lo_b), c.b.compare(Compare::kLE, x, hi_b));
+  bin = c.b.select(inside, bin, c.b.constant_int(bins, bin.type));  // out of range: dropped by the scatter
+  Value counts = c.b.scatter(c.b.constant(0, {math, {bins}}), c.b.reshape(bin, {n, 1}), c.b.constant(1, {math, {n}}),
+                             {{}, {0}, {0}, 1}, combine_with(BinaryOp::kAdd));
+  return {counts};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(reduction) {
+  register_lowering({"histc", "histc.out"}, histc);
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
   register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));

@@ -446,3 +446,14 @@ def test_backward_keeps_precision_when_input_grad_is_not_needed(no_fallbacks):
         grads.append((wd.grad.cpu(), lnd.grad.cpu()))
     for a, e in zip(*grads[::-1]):
         torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
+
+
+def test_histc_on_device(no_fallbacks):  # Mixtral's router counts tokens per expert with it
+    torch.manual_seed(0)
+    for x, kw in [(torch.randn(1000), dict(bins=10)), (torch.randn(1000), dict(bins=7, min=-1, max=1)),
+                  (torch.tensor([1.0, 1.0, 1.0]), dict(bins=4)),
+                  (torch.tensor([0.0, 1, 2, float("nan"), 5, 6]), dict(bins=5, min=0, max=5)),
+                  (torch.randn(100, dtype=torch.float64), dict(bins=3))]:
+        torch.testing.assert_close(torch.histc(x.to("tpu"), **kw).cpu(), torch.histc(x, **kw))
+    counts = torch.histc(torch.tensor([0, 1, 1, 3, 7], dtype=torch.int32, device="tpu"), bins=4, min=0, max=3)
+    assert counts.dtype == torch.int32 and counts.cpu().tolist() == [1, 2, 0, 1]  # CPU has no int histc
