@@ -9,6 +9,8 @@
 namespace torchtpu::aten {
 namespace {
 
+enum Reduction { kNone = 0, kMean = 1, kSum = 2 };  // PyTorch's `reduction` argument
+
 Value softmax(Math& m, const Value& x, int64_t dim, bool log) {
   if (x.type.rank() == 0) return m.k(log ? 0 : 1, x);
   Value shifted = m.sub(x, m.reduce_keep(x, {dim}, BinaryOp::kMaximum, -INFINITY));
@@ -64,10 +66,10 @@ V nll_loss_forward(LoweringContext& c) {
   Value losses = m.mul(c.b.unary(UnaryOp::kNegate, picked), w);
   std::vector<int64_t> all;
   for (int64_t i = 0; i < losses.type.rank(); ++i) all.push_back(i);
+  if (reduction == kNone) return {losses, c.b.constant(0, {w.type.dtype, {}})};  // CPU leaves it 0
   Value total_weight = m.reduce(w, all, BinaryOp::kAdd, 0);
-  if (reduction == 0) return {losses, total_weight};
   Value sum = m.reduce(losses, all, BinaryOp::kAdd, 0);
-  return {reduction == 1 ? m.div(sum, total_weight) : sum, total_weight};
+  return {reduction == kMean ? m.div(sum, total_weight) : sum, total_weight};
 }
 
 V nll_loss_backward(LoweringContext& c) {
@@ -79,8 +81,8 @@ V nll_loss_backward(LoweringContext& c) {
   int64_t reduction = c.arg(4).toInt(), ignore = c.arg(5).toInt();
   Value w = target_weights(c, m, c.raw(2), t, x.type.dims[class_dim], 3, ignore);
   Value g = cast(c.b, c.raw(0), t);
-  if (reduction == 1) g = m.div(g, cast(c.b, c.raw(6), t));
-  Value scale = reduction == 0 ? m.mul(g, w) : m.mul(c.b.broadcast_in_dim(g, w.type.dims, {}), w);
+  if (reduction == kMean) g = m.div(g, cast(c.b, c.raw(6), t));
+  Value scale = reduction == kNone ? m.mul(g, w) : m.mul(c.b.broadcast_in_dim(g, w.type.dims, {}), w);
   std::vector<int64_t> tdims;
   for (int64_t i = 0; i < x.type.rank(); ++i)
     if (i != class_dim) tdims.push_back(i);
@@ -90,8 +92,7 @@ V nll_loss_backward(LoweringContext& c) {
 }
 
 // Element-wise losses (self, target, reduction, ...): the per-element loss reduced as PyTorch's
-// `reduction` says (0 none, 1 mean, 2 sum). Computed in f32 for low-precision inputs.
-enum Reduction { kNone = 0, kMean = 1, kSum = 2 };
+// `reduction` says. Computed in f32 for low-precision inputs.
 
 Value reduce_loss(Math& m, const Value& losses, int64_t reduction) {
   if (reduction == kNone) return losses;
