@@ -41,6 +41,12 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_storage=True
 )
 
+# torchvision's custom ops (roi_align, nms) on tpu. Registered without importing torchvision (slow):
+# the dispatcher attaches the kernels when torchvision defines its ops, if it ever does.
+from .integrations import torchvision as _torchvision_ops  # noqa: E402
+
+_torchvision_ops.register()
+
 __version__ = "0.1.0"
 
 
