@@ -37,15 +37,30 @@ def _pct(n, d):
     return f"{100.0 * n / d:.1f}%" if d else "–"
 
 
-def _dtype_table(per_dtype, total):
-    lines = ["| dtype | ops | samples | passed on device | passed via CPU fallback | failed | errors "
-             "| not run (time limit) | on device | grad checks (failed) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for dtype_name, t in list(per_dtype.items()) + [("**all**", total)]:
+def _dtype_table(per_dtype, total, ops):
+    """One row per dtype. *ops clean* counts ops whose every sample (and gradient check) in that
+    dtype passed on the device: sample counts alone are dominated by the few ops with hundreds."""
+    lines = ["| dtype | ops | ops clean | samples | passed on device | passed via CPU fallback "
+             "| failed | errors | not run (time limit) | on device | grad checks (failed) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def clean(d):
+        return d["samples"] and d["passed"] == d["samples"] and not d["grad_failed"] and not d["not_run"]
+
+    rows = [(n, per_dtype[n]) for n in DTYPES if n in per_dtype] + [("**all**", total)]
+    for dtype_name, t in rows:
         if not t["samples"] and dtype_name != "**all**":
             continue
+        if dtype_name == "**all**":
+            n_ops = len(ops)
+            n_clean = sum(1 for r in ops.values() if r["by_dtype"]
+                          and all(clean(d) for d in r["by_dtype"].values()))
+        else:
+            n_ops = sum(1 for r in ops.values() if dtype_name in r["by_dtype"])
+            n_clean = sum(1 for r in ops.values() if dtype_name in r["by_dtype"]
+                          and clean(r["by_dtype"][dtype_name]))
         grad = f"{t['grad_samples']} ({t['grad_failed']})" if t["grad_samples"] else ""
-        lines.append(f"| {dtype_name} | {t.get('ops', '')} | {t['samples']} | {t['passed']} | "
+        lines.append(f"| {dtype_name} | {n_ops} | {n_clean} | {t['samples']} | {t['passed']} | "
                      f"{t['passed_fallback']} | {t['failed']} | {t['errors']} | {t['not_run']} | "
                      f"{_pct(t['passed'], t['samples'])} | {grad} |")
     return lines
@@ -77,10 +92,12 @@ def write_markdown(path, report, args):
     core = _core_ops()
     core_fallbacks = sorted({f for r in ops.values() for f in r["fallback_ops"] if f in core})
     t = report["totals"]
-    cmd = ("python -m torchtpu.testing.opinfo --json conformance.json"
+    cmd = (f"python -m torchtpu.testing.opinfo --json {args.json}"
            + (f" --ops {' '.join(args.ops)}" if args.ops else "")
            + (f" --dtypes {' '.join(args.dtypes)}" if args.dtypes != DTYPES else "")
+           + (f" --grad-dtypes {' '.join(args.grad_dtypes)}" if args.grad_dtypes != ["float32"] else "")
            + (" --no-grad" if args.no_grad else "")
+           + (f" --time-limit {args.time_limit:g}" if args.time_limit != 120 else "")
            + (" --no-foreach" if args.no_foreach else "")
            + (" --foreach-contiguous-only" if args.foreach_contiguous_only else "")
            + f" --jobs {args.jobs} --markdown {path}")
@@ -90,6 +107,12 @@ def write_markdown(path, report, args):
         f"Generated {datetime.date.today()} on {platform.machine()} ({os.cpu_count()} CPUs), "
         f"torch {torch.__version__}, platform `{_platform()}`, in {minutes:.0f} minutes, by:", "",
         "```", cmd, "```", "",
+    ]
+    built = report.get("extension_built") or {}
+    if built.get("start") != built.get("end"):
+        lines += [f"The extension was rebuilt during the run ({built.get('start')} -> "
+                  f"{built.get('end')}): results mix the two builds.", ""]
+    lines += [
         "Every sample of PyTorch's OpInfo database (`op_db`) and of its foreach databases runs on "
         "CPU (the reference) and on tpu, in every dtype the op supports on CPU among "
         + ", ".join(report["dtypes"]) + "; outputs are compared with `torch.testing.assert_close` "
@@ -106,15 +129,17 @@ def write_markdown(path, report, args):
         "(listed at the end): their values cannot match CPU's.", "",
         "## Summary per dtype", "",
     ]
-    lines += _dtype_table(report["per_dtype"], t)
+    op_db = {n: r for n, r in ops.items() if r["kind"] == "op_db"}
+    foreach = {n: r for n, r in ops.items() if r["kind"] != "op_db"}
+    lines += _dtype_table(report["per_dtype"], t, ops)
     lines += [
         "",
-        f"Ops: {t['ops_total']}, every sample passing on the device in every dtype: "
+        f"Ops: {t['ops_total']}, every sample passing on the device in every dtype (*ops clean*): "
         f"{t['ops_all_passed']}. Core ATen ops that fell back to the CPU: {len(core_fallbacks)}"
         + (": " + ", ".join(f"`{o}`" for o in core_fallbacks) if core_fallbacks else "") + ".",
         "", "### `op_db` only", "",
     ]
-    lines += _dtype_table(report["op_db"]["per_dtype"], report["op_db"]["all"])
+    lines += _dtype_table(report["op_db"]["per_dtype"], report["op_db"]["all"], op_db)
     lines += ["", "## Foreach ops", "",
               "`foreach_unary_op_db`, `foreach_binary_op_db`, `foreach_pointwise_op_db`, "
               "`foreach_reduce_op_db` and `foreach_other_op_db`, sampled as PyTorch's "
@@ -122,15 +147,15 @@ def write_markdown(path, report, args):
               "and non-contiguous tensors, lists of 20 and 23 tensors with empty ones interspersed). "
               "`_foreach_x` is the out-of-place function, `_foreach_x_` the in-place one (compared "
               "by the tensors it mutates).", ""]
-    lines += _dtype_table(report["foreach"]["per_dtype"], report["foreach"]["all"])
+    lines += _dtype_table(report["foreach"]["per_dtype"], report["foreach"]["all"], foreach)
     lines += [""]
-    lines += _op_rows({n: r for n, r in ops.items() if r["kind"] != "op_db"})
+    lines += _op_rows(foreach)
     lines += ["", "## Per op (`op_db`)", "",
               "*dtypes with failures* counts failed + errors + failed gradient checks per dtype "
               "(f64, f32, bf16, f16, c128, c64, i64, i32, i16, i8, u8, b8); *first failure* is the "
               "first one met, in dtype order. The JSON written by `--json` keeps up to three "
               "failures per op and dtype, with the sample's shapes.", ""]
-    lines += _op_rows({n: r for n, r in ops.items() if r["kind"] == "op_db"})
+    lines += _op_rows(op_db)
     lines += ["", "Excluded (random): " + ", ".join(report["excluded_random"]), ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))

@@ -47,6 +47,10 @@ RANDOM_OPS = {
     "randperm", "bernoulli_", "nn.functional.gumbel_softmax", "sparse.sampled_addmm",
 }
 
+# Arguments (by position, the input being 0) that PyTorch requires on the CPU whatever the
+# input's device: the harness leaves them there, as a sample made on the device would have them.
+CPU_ARGS = {"tensor_split": (1,)}
+
 FOREACH_DBS = ["foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise_op_db",
                "foreach_reduce_op_db", "foreach_other_op_db"]
 
@@ -119,7 +123,8 @@ def _short_error(e):
         return type(e).__name__
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     keep = [ln for ln in lines if ln.startswith(("Mismatched elements", "Greatest absolute",
-                                                 "Greatest relative", "The failure occurred"))]
+                                                 "Greatest relative", "Expected ", "Absolute diff",
+                                                 "Relative diff", "The failure occurred"))]
     msg = lines[0] + (" " + " ".join(keep) if keep else "")
     return msg[:400]
 
@@ -132,28 +137,54 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
 
     entries = _entries()
 
-    def to_tpu(x):
-        if not isinstance(x, torch.Tensor):
-            return x
-        return x.detach().to("tpu").requires_grad_(x.requires_grad)
+    def tpu_copier():
+        """Copies a sample's tensors to tpu keeping its views views: a CPU view becomes the same
+        view of a tpu copy of its base (one copy per base, so aliases stay aliases), as when a
+        sample is made on the device. Otherwise (no base, conj/neg bits, another dtype) a copy."""
+        bases = {}
 
-    def compare(actual, expected):
+        def to_tpu(x):
+            if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+                return x
+            base = x._base
+            if (base is not None and x.layout == torch.strided and base.layout == torch.strided
+                    and x.dtype == base.dtype and not x.is_conj() and not x.is_neg()
+                    and not base.is_conj() and not base.is_neg()):
+                if id(base) not in bases:
+                    t = base.detach().to("tpu")
+                    bases[id(base)] = (base, t if t.stride() == base.stride() else None)
+                t_base = bases[id(base)][1]
+                if t_base is not None:
+                    v = t_base.as_strided(x.size(), x.stride(), x.storage_offset())
+                    return v.requires_grad_(x.requires_grad)
+            return x.detach().to("tpu").requires_grad_(x.requires_grad)
+        return to_tpu
+
+    def compare(actual, expected, out_device):
         a_leaves, _ = tree_flatten(actual)
         e_leaves, _ = tree_flatten(expected)
         if len(a_leaves) != len(e_leaves):
             raise AssertionError(f"{len(a_leaves)} outputs, expected {len(e_leaves)}")
-        for a, e in zip(a_leaves, e_leaves):
-            if isinstance(e, torch.Tensor):
-                if not isinstance(a, torch.Tensor):
-                    raise AssertionError(f"got {type(a).__name__}, expected a tensor")
-                if e.device.type == "cpu" and a.device.type != "tpu":
-                    raise AssertionError(f"output on {a.device}, expected tpu")
-                torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
-                                           check_stride=False, check_layout=False)
-            elif isinstance(e, (float, complex)) and isinstance(a, (float, complex)):
-                torch.testing.assert_close(a, e, equal_nan=True)
-            elif a != e:
-                raise AssertionError(f"{a!r} != {e!r}")
+        for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+            try:
+                compare_leaf(a, e, out_device)
+            except AssertionError as err:
+                if len(e_leaves) > 1:
+                    raise AssertionError(f"output {i} of {len(e_leaves)}: {err}") from None
+                raise
+
+    def compare_leaf(a, e, out_device):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                raise AssertionError(f"got {type(a).__name__}, expected a tensor")
+            if e.device.type == "cpu" and a.device.type != out_device:
+                raise AssertionError(f"output on {a.device}, expected {out_device}")
+            torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
+                                       check_stride=False, check_layout=False)
+        elif isinstance(e, (float, complex)) and isinstance(a, (float, complex)):
+            torch.testing.assert_close(a, e, equal_nan=True)
+        elif a != e:
+            raise AssertionError(f"{a!r} != {e!r}")
 
     def grad_check(expected, actual, args, t_args):
         def total(out):
@@ -186,13 +217,34 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
             return _short_error(e)
         return "ok"
 
-    def run_sample(fn, args, kwargs, want_grad):
+    def run_sample(name, fn, args, kwargs, want_grad):
         """-> (result, why, grad_result) with result one of passed / failed / errors."""
         # tpu copies first: the CPU call may mutate its inputs
-        t_args = tree_map(to_tpu, args)
+        to_tpu = tpu_copier()
+        keep = CPU_ARGS.get(name, ())
+        t_args = tuple(a if i in keep else tree_map(to_tpu, a) for i, a in enumerate(args))
         t_kwargs = tree_map(to_tpu, kwargs)
+        leaves = tree_flatten((args, kwargs))[0]
+        # factories: the tpu run must make tpu tensors. Samples without any tensor get
+        # device= on both sides, unless the op takes no device (then nothing runs on tpu).
+        inject = "device" not in kwargs and not any(isinstance(x, torch.Tensor) for x in leaves)
+        if str(kwargs.get("device")) == "cpu" or inject:
+            t_kwargs["device"] = "tpu"
+        # outputs belong on tpu, unless the sample asks for the CPU (e.g. x.to("cpu"))
+        asked = tree_flatten((args, {k: v for k, v in kwargs.items() if k != "device"}))[0]
+        out_device = "cpu" if any(str(x) == "cpu" for x in asked
+                                  if isinstance(x, (str, torch.device))) else "tpu"
         try:
-            expected, cpu_exc = fn(*args, **kwargs), None
+            expected, cpu_exc = fn(*args, **(dict(kwargs, device="cpu") if inject else kwargs)), None
+        except TypeError as e:
+            expected, cpu_exc = None, e
+            if inject:
+                inject = False
+                del t_kwargs["device"]
+                try:
+                    expected, cpu_exc = fn(*args, **kwargs), None
+                except Exception as e2:
+                    expected, cpu_exc = None, e2
         except Exception as e:
             expected, cpu_exc = None, e
         if cpu_exc is not None:
@@ -211,7 +263,7 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
         except Exception as e:
             return "errors", f"{type(e).__name__}: {_short_error(e)}", None
         try:
-            compare(actual, expected)
+            compare(actual, expected, out_device)
         except Exception as e:
             return "failed", _short_error(e), None
         if not want_grad:
@@ -274,7 +326,7 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
                 args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
                 before = torchtpu.metrics.cpu_fallbacks()
                 try:
-                    result, why, grad = run_sample(fn, args, kwargs, want_grad)
+                    result, why, grad = run_sample(name, fn, args, kwargs, want_grad)
                 except Exception as e:  # the harness itself, e.g. copying an odd argument
                     result, why, grad = "errors", f"harness: {_short_error(e)}", None
                 after = torchtpu.metrics.cpu_fallbacks()
@@ -291,10 +343,10 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
                         rec["grad_failed"] += 1
                         if len(rec["failures"]) < FAILURES_KEPT:
                             rec["failures"].append({"sample": _describe_call(args, kwargs),
-                                                    "why": "gradient: " + grad})
+                                                    "why": "gradient: " + grad, "index": i})
                 if why and len(rec["failures"]) < FAILURES_KEPT:
                     rec["failures"].append({"sample": _describe_call(args, kwargs), "why": why,
-                                            "fallback": sorted(used)})
+                                            "index": i, "fallback": sorted(used)})
             out.write(json.dumps(rec) + "\n")
             out.flush()
 
@@ -354,6 +406,16 @@ def _totals(ops, dtypes, kind=None):
     return {"all": total, "per_dtype": per}
 
 
+def _extension_stamp():
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec("torchtpu")
+    found = glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so")) if spec else []
+    if not found:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(found[0])))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="where to write the results")
@@ -365,9 +427,9 @@ def main(argv=None):
     parser.add_argument("--no-foreach", action="store_true", help="only op_db (when --ops is not given)")
     parser.add_argument("--foreach-contiguous-only", action="store_true",
                         help="foreach samples only with contiguous tensors (default: both)")
-    parser.add_argument("--chunk", type=int, default=60, help="(op, dtype) units per worker process")
+    parser.add_argument("--chunk", type=int, default=150, help="(op, dtype) units per worker process")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes at once")
-    parser.add_argument("--time-limit", type=float, default=60,
+    parser.add_argument("--time-limit", type=float, default=120,
                         help="seconds per (op, dtype); samples beyond it are not run (counted as such)")
     parser.add_argument("--stall-limit", type=float, default=900,
                         help="seconds a worker may go without finishing a unit before it is killed")
@@ -384,6 +446,7 @@ def main(argv=None):
         return 0
 
     wall_start = time.time()
+    so_start = _extension_stamp()
     entries = _entries()
     if args.ops:
         names = list(dict.fromkeys(args.ops))
@@ -478,6 +541,8 @@ def main(argv=None):
         "dtypes": args.dtypes,
         "grad_dtypes": grad_dtypes,
         "wall_seconds": round(time.time() - wall_start, 1),
+        # the extension may be rebuilt during a long run: then results mix two builds
+        "extension_built": {"start": so_start, "end": _extension_stamp()},
         "argv": sys.argv[1:] if argv is None else list(argv),
     }
     with open(args.json, "w") as f:
