@@ -70,9 +70,10 @@ std::vector<c10::IValue> foreach_norm_meta(const c10::FunctionSchema& schema,
   if (schema.returns().empty()) return {};
   c10::List<at::Tensor> out;
   for (const at::Tensor& t : args[0].toTensorList().vec()) {
-    c10::ScalarType dtype = args.size() > 2 && !args[2].isNone() ? args[2].toScalarType()
-                                                                  : c10::toRealValueType(t.scalar_type());
-    out.push_back(at::empty({}, t.options().dtype(dtype)));
+    TORCH_CHECK(t.is_floating_point() || t.is_complex(),
+                "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ", t.scalar_type());
+    c10::ScalarType dtype = args.size() > 2 && !args[2].isNone() ? args[2].toScalarType() : t.scalar_type();
+    out.push_back(at::empty({}, t.options().dtype(c10::toRealValueType(dtype))));
   }
   return {c10::IValue(out)};
 }

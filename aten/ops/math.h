@@ -46,8 +46,11 @@ struct Math {
   // -inf, the count of non-zeros for 0; computed in `dtype` (abs first: complex x gives reals).
   hlo::Value vector_norm(const hlo::Value& x, const std::vector<int64_t>& dims, double ord, DType dtype) {
     hlo::Value a = cast(b, b.unary(hlo::UnaryOp::kAbs, x), dtype);
-    if (std::isinf(ord))
-      return ord > 0 ? reduce(a, dims, hlo::BinaryOp::kMaximum, 0) : reduce(a, dims, hlo::BinaryOp::kMinimum, INFINITY);
+    if (std::isinf(ord)) {
+      hlo::Value r = ord > 0 ? reduce(a, dims, hlo::BinaryOp::kMaximum, 0) : reduce(a, dims, hlo::BinaryOp::kMinimum, INFINITY);
+      hlo::Value s = sum(a, dims);  // NaN exactly when some |x| is: the max/min must propagate it
+      return b.select(b.compare(hlo::Compare::kNE, s, s), s, r);
+    }
     if (ord == 0) return sum(b.convert(b.compare(hlo::Compare::kNE, a, k(0, a)), a.type.dtype), dims);
     if (ord == 1) return sum(a, dims);
     hlo::Value s = sum(b.binary(hlo::BinaryOp::kPower, a, k(ord, a)), dims);

@@ -158,11 +158,14 @@ def test_torch_tpu_amp_aliases():
 
 @pytest.mark.parametrize("ord", [float("inf"), -float("inf"), 0, 1, 2, 3.5])
 def test_foreach_norm_matches_cpu(ord, no_fallbacks):
-    ts = [torch.tensor([1.0, -3.0, 0.0, 2.0]), torch.tensor([[0.0, 5.0], [0.0, -0.5]]), torch.randn(7)]
+    ts = [torch.tensor([1.0, -3.0, 0.0, 2.0]), torch.tensor([[0.0, 5.0], [0.0, -0.5]]), torch.randn(7),
+          torch.tensor([1.0, float("nan")])]  # NaN propagates through max/min too
     expected = torch._foreach_norm(ts, ord)
     actual = torch._foreach_norm([t.to("tpu") for t in ts], ord)
     for a, e in zip(actual, expected):
-        torch.testing.assert_close(a.cpu(), e)
+        torch.testing.assert_close(a.cpu(), e, equal_nan=True)
+    with pytest.raises(RuntimeError, match="Expected a floating point or complex tensor"):
+        torch._foreach_norm([torch.ones(2, dtype=torch.int32, device="tpu")], ord)
 
 
 def test_foreach_norm_complex_and_dtype(no_fallbacks):
@@ -170,6 +173,8 @@ def test_foreach_norm_complex_and_dtype(no_fallbacks):
     for a, e in zip(torch._foreach_norm([t.to("tpu") for t in ts], 2), torch._foreach_norm(ts, 2)):
         assert a.dtype == e.dtype == torch.float32
         torch.testing.assert_close(a.cpu(), e)
+    wide = torch._foreach_norm([ts[0].to("tpu")], 2, dtype=torch.complex128)[0]
+    assert wide.dtype == torch._foreach_norm([ts[0]], 2, dtype=torch.complex128)[0].dtype == torch.float64
     bf = [torch.randn(6).bfloat16()]
     a = torch._foreach_norm([bf[0].to("tpu")], 2, dtype=torch.float32)[0]
     torch.testing.assert_close(a.cpu(), torch._foreach_norm(bf, 2, dtype=torch.float32)[0])
