@@ -12,6 +12,11 @@ the tensors it mutates). For each dtype the op supports on CPU (by default all t
 ``torch.testing.assert_close`` at the dtype's default tolerances. Ops that support autograd also get
 a gradient check in float32: backward of the summed outputs on tpu vs CPU.
 
+Samples are made on the CPU and copied to tpu keeping their structure: a view becomes the same
+view of a tpu copy of its base (so non-contiguous inputs stay non-contiguous and aliases stay
+aliases), arguments PyTorch wants on the CPU stay there (``CPU_ARGS``), and factories get
+``device="tpu"``.
+
 A sample *passed on the device* only when no CPU fallback (``torchtpu.metrics.cpu_fallbacks()``)
 ran while tpu computed it (forward and gradient); one that matched only with a fallback's help is
 counted as *passed via CPU fallback*. *errors* are samples where tpu raised and CPU did not (or
@@ -45,6 +50,9 @@ RANDOM_OPS = {
     "nn.functional.multi_head_attention_forward", "empty", "empty_like", "empty_strided",
     "new_empty", "new_empty_strided", "empty_permuted", "torch.ops.aten._efficientzerotensor",
     "randperm", "bernoulli_", "nn.functional.gumbel_softmax", "sparse.sampled_addmm",
+    # draw random numbers inside: pooling regions, and the random projections of the sketch
+    "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
+    "svd_lowrank", "pca_lowrank",
 }
 
 # Arguments (by position, the input being 0) that PyTorch requires on the CPU whatever the
