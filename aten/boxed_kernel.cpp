@@ -17,6 +17,7 @@
 #include "aten/origin.h"
 #include "aten/scalar_cache.h"
 #include "aten/tensor_operand.h"
+#include "exec/capture.h"
 #include "exec/executor.h"
 
 namespace torchtpu::aten {
@@ -199,6 +200,8 @@ void add_rng_state(Inputs& in, const std::vector<c10::IValue>& args, int device)
   std::array<uint64_t, 2> state = gen.get<TpuGenerator>()->next_state();
   auto storage = std::make_shared<exec::BufferRef>(device, sizeof(state));
   exec::upload(*storage, state.data(), DType::kU64);
+  if (exec::capturing())  // a compiled graph draws a fresh state on every run
+    exec::capture_random_state(storage->value(), [gen] { return gen.get<TpuGenerator>()->next_state(); });
   in.scalars.push_back(storage);
   in.operands.push_back({storage.get(), {DType::kU64, {2}, {1}, 0}});
   in.count.push_back(1);

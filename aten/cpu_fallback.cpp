@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "exec/capture.h"
 #include "exec/metrics.h"
 
 namespace torchtpu::aten {
@@ -25,6 +26,9 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), name,
                               " has no tpu lowering, and TORCHTPU_FALLBACK=error forbids running "
                               "it on the CPU");
+  // Inside a torch.compile capture a CPU result would be baked into the program as a constant;
+  // the backend runs such nodes outside the captured graph instead.
+  TORCH_CHECK_NOT_IMPLEMENTED(!exec::capturing(), name, " has no tpu lowering, so it cannot join a compiled graph");
   exec::record_fallback(name);
   at::native::cpu_fallback(op, stack);
 }

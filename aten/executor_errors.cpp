@@ -7,8 +7,9 @@
 namespace torchtpu::aten {
 namespace {
 
-template <typename F>
-void translating_errors(F&& f, const std::string& what) {
+}  // namespace
+
+void translating_errors(const std::function<void()>& f, const std::string& what) {
   try {
     f();
   } catch (const c10::Error&) {
@@ -25,8 +26,6 @@ void translating_errors(F&& f, const std::string& what) {
     TORCH_CHECK(false, what, " on tpu failed: ", e.what());
   }
 }
-
-}  // namespace
 
 void run_on_device(const exec::OpCall& call) {
   translating_errors([&] { exec::run(call); }, call.origin ? call.origin->describe() : call.key);

@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "aten/compiled_graph.h"
 #include "aten/device.h"
 #include "aten/generator.h"
 #include "aten/lowering.h"
@@ -151,7 +152,9 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_cpu_fallbacks", &exec::fallback_counts);
   m.def("_reset_counters", &exec::reset_counters);
+  m.def("_record_recompile", &exec::record_recompile, "Counts a recompilation with its cause");
   // Importing must not fail without a plugin (is_available() is then False); this re-raises the
   // discovery error for callers who want the reason.
   m.def("_init_runtime", [] { exec::client(); });
+  aten::define_compiled_graph(m);
 }

@@ -3,6 +3,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+#include <string>
+
 #include "exec/op_call.h"
 
 namespace torchtpu::aten {
@@ -22,6 +25,8 @@ void run_on_device(const exec::OpCall& call);
 void download_to_host(const exec::BufferRef& storage, void* dst, const std::string& reason);
 void synchronize_device(int device, const std::string& reason);
 void flush_pending(const std::string& reason);
+// Runs `f`, turning the executor's exceptions into PyTorch's (`what` prefixes unexpected ones).
+void translating_errors(const std::function<void()>& f, const std::string& what);
 
 // Checks that `t` lives on the tpu device; `what` names the argument in the message.
 void check_tpu(const at::Tensor& t, const char* what);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "exec/capture.h"
 #include "exec/compile_cache.h"
 #include "exec/metrics.h"
 #include "exec/op_record.h"
@@ -170,20 +171,14 @@ class DiscardUnmaterialized {
 
 void execute(const Window& w, runtime::Executable& exe, const std::string& what) {
   int device = w.results().empty() ? 0 : w.results()[0]->device();
-  std::vector<const runtime::Buffer*> args;
-  for (const ValuePtr& p : w.parameters()) args.push_back(p->buffer().get());
-  size_t output_bytes = 0;
-  for (const ValuePtr& r : w.results()) output_bytes += r->length() * element_size(r->dtype());
-  runtime::ExecuteResult result;
-  try {
-    result = exe.execute_on(exec::device(device).raw(), args);
-  } catch (const runtime::PjrtError& e) {
-    rethrow_memory_error(e, device, output_bytes, what);
+  std::vector<DType> dtypes;
+  std::vector<int64_t> lengths;
+  for (const ValuePtr& r : w.results()) {
+    dtypes.push_back(r->dtype());
+    lengths.push_back(r->length());
   }
-  counters().executions++;
-  pending_work().add(device, std::move(result.done[0]), what);
-  for (size_t i = 0; i < w.results().size(); ++i)
-    w.results()[i]->materialize(std::make_shared<runtime::Buffer>(std::move(result.outputs[0][i])));
+  std::vector<ValuePtr> produced = execute_program(exe, device, w.parameters(), dtypes, lengths, what);
+  for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(produced[i]->buffer());
 }
 
 // One node as its own program, from the single-op cache.
@@ -285,7 +280,35 @@ std::optional<Mode> parse_mode(const std::string& name) {
   return std::nullopt;
 }
 
+std::vector<ValuePtr> execute_program(runtime::Executable& exe, int device, const std::vector<ValuePtr>& args,
+                                      const std::vector<DType>& dtypes, const std::vector<int64_t>& lengths,
+                                      const std::string& what) {
+  std::vector<const runtime::Buffer*> buffers;
+  for (const ValuePtr& a : args) buffers.push_back(a->buffer().get());
+  size_t output_bytes = 0;
+  for (size_t i = 0; i < dtypes.size(); ++i) output_bytes += lengths[i] * element_size(dtypes[i]);
+  runtime::ExecuteResult result;
+  try {
+    result = exe.execute_on(exec::device(device).raw(), buffers);
+  } catch (const runtime::PjrtError& e) {
+    rethrow_memory_error(e, device, output_bytes, what);
+  }
+  counters().executions++;
+  pending_work().add(device, std::move(result.done[0]), what);
+  std::vector<ValuePtr> values;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    values.push_back(std::make_shared<graph::DeviceValue>(device, dtypes[i], lengths[i]));
+    values.back()->materialize(std::make_shared<runtime::Buffer>(std::move(result.outputs[0][i])));
+  }
+  return values;
+}
+
 void run(const OpCall& call) {
+  if (capturing()) {
+    capture_node(record_op(call));
+    counters().captured_ops++;
+    return;
+  }
   Mode m = mode();
   if (m == Mode::kDebug || m == Mode::kStrict) {
     if (deferred().graph.size() > 0) flush("mode change");
@@ -325,6 +348,7 @@ void synchronize(int device, const std::string& reason) {
 }
 
 void defer_check(std::shared_ptr<BufferRef> ok, std::string message) {
+  if (capturing()) capture_check(ok->value(), message);
   deferred_checks().add({std::move(ok), std::move(message)});
 }
 
@@ -344,6 +368,9 @@ void upload(BufferRef& storage, const void* data, DType dtype) {
 
 void download(const BufferRef& storage, void* dst, const std::string& reason) {
   const ValuePtr& value = storage.value();
+  if (capturing() && value && !value->is_materialized())
+    throw std::runtime_error("a torch.compile graph read a tensor's contents on the host (" + reason +
+                             "); such code must run outside the compiled graph");
   record_sync(reason);
   flush(reason);
   deferred_checks().verify();  // a failed check means this data may be garbage: say so first

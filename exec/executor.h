@@ -10,8 +10,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "exec/op_call.h"
+#include "runtime/executable.h"
 
 namespace torchtpu::exec {
 
@@ -27,6 +29,13 @@ std::optional<Mode> parse_mode(const std::string& name);
 // Records `call` (its output storages now hold its results, possibly pending) and runs it as
 // the mode says.
 void run(const OpCall& call);
+
+// Dispatches a compiled program on `device` (asynchronously, tracked like every execution so that
+// a failure names `what`); returns its results as materialized values of the given dtypes/lengths.
+std::vector<graph::ValuePtr> execute_program(runtime::Executable& exe, int device,
+                                             const std::vector<graph::ValuePtr>& args,
+                                             const std::vector<DType>& dtypes, const std::vector<int64_t>& lengths,
+                                             const std::string& what);
 
 // Executes every pending op (fused, lazy); `reason` is counted as a cut. A no-op in debug/strict.
 void flush(const std::string& reason);

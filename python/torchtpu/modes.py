@@ -11,6 +11,7 @@ Select with ``TORCHTPU_EAGER_MODE``, :func:`set_eager_mode` or ``with eager_mode
 
 import contextlib
 
+import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _C
@@ -54,7 +55,10 @@ def optimizer_step(optimizer, **kwargs):
 
 def _cut_after_optimizer_step(optimizer, args, kwargs):
     # In fused mode a training step ends at the optimizer step: cutting there makes every
-    # iteration produce the same windows, so they hit the compile cache.
+    # iteration produce the same windows, so they hit the compile cache. A compiled step has no
+    # pending ops to cut (and Dynamo must not see the call: it would break the graph there).
+    if torch.compiler.is_compiling():
+        return
     if _C._eager_mode() == "fused":
         _C._flush("optimizer step")
 

@@ -1,0 +1,269 @@
+#include "exec/capture.h"
+
+#include <optional>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "exec/compile_cache.h"
+#include "exec/executor.h"
+#include "exec/metrics.h"
+#include "graph/pending_graph.h"
+
+namespace torchtpu::exec {
+namespace {
+
+using graph::NodePtr;
+using graph::ValuePtr;
+
+struct Capture {
+  std::vector<GraphInput> inputs;
+  std::vector<ValuePtr> input_values;  // each input's contents when the capture began
+  std::vector<std::string> signature;  // and how they were bound
+  graph::PendingGraph recorded;  // the recorded ops (taken as `nodes` when the capture ends)
+  std::vector<NodePtr> nodes;
+  std::unordered_map<const graph::DeviceValue*, RandomDraw> random_states;
+  std::vector<std::pair<ValuePtr, std::string>> checks;
+};
+
+// Thread-local: autograd's worker thread captures a backward graph while other threads keep
+// dispatching eagerly.
+thread_local std::unique_ptr<Capture> active;
+
+Capture& current() {
+  if (!active) throw std::logic_error("no torch.compile capture is active on this thread");
+  return *active;
+}
+
+// What identifies an input's binding: its flat size and dtype, and the first input it shares
+// contents with (a program reads shared contents through one parameter).
+std::vector<std::string> signature_of(const std::vector<GraphInput>& inputs) {
+  std::vector<std::string> sig;
+  std::unordered_map<const graph::DeviceValue*, size_t> first;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValuePtr& v = inputs[i].storage->value();
+    std::string s = std::to_string(inputs[i].storage->nbytes()) + " bytes";
+    if (v) {
+      s += " of ";
+      s += dtype_name(v->dtype());
+      auto [it, fresh] = first.emplace(v.get(), i);
+      if (!fresh) s += ", the contents of input " + std::to_string(it->second);
+    }
+    sig.push_back(s);
+  }
+  return sig;
+}
+
+// Cuts the recorded nodes' links to values they did not produce (see executor.cpp).
+void discard_unmaterialized(const std::vector<NodePtr>& nodes) {
+  for (const NodePtr& n : nodes)
+    for (const auto& weak : n->outputs)
+      if (ValuePtr v = weak.lock(); v && !v->is_materialized()) v->set_producer(nullptr, 0);
+}
+
+// Maps the capture's values to where they come from on a run.
+class SourceMap {
+ public:
+  SourceMap(const Capture& c, const graph::Window& w) : capture_(c) {
+    for (size_t i = 0; i < c.input_values.size(); ++i) inputs_.emplace(c.input_values[i].get(), i);
+    for (size_t k = 0; k < w.results().size(); ++k) results_.emplace(w.results()[k].get(), k);
+  }
+
+  ValueSource of(const ValuePtr& v) const {
+    ValueSource s;
+    if (auto r = results_.find(v.get()); r != results_.end()) {
+      s.kind = ValueSource::Kind::kResult;
+      s.index = r->second;
+    } else if (auto i = inputs_.find(v.get()); i != inputs_.end()) {
+      s.kind = ValueSource::Kind::kInput;
+      s.index = i->second;
+    } else if (auto d = capture_.random_states.find(v.get()); d != capture_.random_states.end()) {
+      s.kind = ValueSource::Kind::kRandom;
+      s.draw = d->second;
+    } else {
+      s.constant = v;
+    }
+    return s;
+  }
+
+  std::optional<size_t> result(const ValuePtr& v) const {
+    auto r = results_.find(v.get());
+    return r == results_.end() ? std::nullopt : std::optional<size_t>(r->second);
+  }
+
+ private:
+  const Capture& capture_;
+  std::unordered_map<const graph::DeviceValue*, size_t> inputs_, results_;
+};
+
+}  // namespace
+
+CompiledGraph::CompiledGraph(std::shared_ptr<runtime::Executable> exe, std::vector<ValueSource> parameters,
+                             std::vector<DType> result_dtypes, std::vector<int64_t> result_lengths,
+                             std::vector<std::pair<size_t, ValueSource>> writebacks, std::vector<ValueSource> outputs,
+                             std::vector<std::pair<size_t, std::string>> checks, std::vector<std::string> signature,
+                             int device, size_t num_ops, std::string what)
+    : exe_(std::move(exe)),
+      parameters_(std::move(parameters)),
+      result_dtypes_(std::move(result_dtypes)),
+      result_lengths_(std::move(result_lengths)),
+      writebacks_(std::move(writebacks)),
+      outputs_(std::move(outputs)),
+      checks_(std::move(checks)),
+      signature_(std::move(signature)),
+      device_(device),
+      num_ops_(num_ops),
+      what_(std::move(what)) {}
+
+std::string CompiledGraph::mismatch(const std::vector<GraphInput>& inputs) const {
+  if (inputs.size() != signature_.size())
+    return std::to_string(inputs.size()) + " inputs where the graph was captured with " +
+           std::to_string(signature_.size());
+  std::vector<std::string> now = signature_of(inputs);
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (inputs[i].storage->device() != device_)
+      return "input " + std::to_string(i) + " is on tpu:" + std::to_string(inputs[i].storage->device()) +
+             ", the graph was captured on tpu:" + std::to_string(device_);
+    // A never-written input reads as zeros in any dtype (run() materializes it).
+    bool same = inputs[i].storage->value() ? now[i] == signature_[i] : signature_[i].rfind(now[i], 0) == 0;
+    if (!same)
+      return "input " + std::to_string(i) + " is " + now[i] + ", captured as " + signature_[i];
+  }
+  return "";
+}
+
+ValuePtr CompiledGraph::value_of(const ValueSource& s, const std::vector<GraphInput>& inputs,
+                                 const std::vector<ValuePtr>& results) const {
+  switch (s.kind) {
+    case ValueSource::Kind::kInput: return inputs[s.index].storage->value();
+    case ValueSource::Kind::kResult: return results[s.index];
+    case ValueSource::Kind::kConstant: return s.constant;
+    case ValueSource::Kind::kRandom: {
+      std::array<uint64_t, 2> state = s.draw();
+      BufferRef scratch(device_, sizeof(state));
+      upload(scratch, state.data(), DType::kU64);
+      return scratch.value();
+    }
+  }
+  return nullptr;
+}
+
+std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) const {
+  for (const GraphInput& in : inputs) {
+    const ValuePtr& v = in.storage->value();
+    if (v && !v->is_materialized()) {  // produced by pending eager ops (fused, lazy)
+      flush("compiled graph input");
+      break;
+    }
+  }
+  for (const GraphInput& in : inputs)
+    if (!in.storage->value()) {
+      std::vector<char> zeros(in.storage->nbytes(), 0);
+      upload(*in.storage, zeros.data(), in.dtype);
+    }
+  std::vector<ValuePtr> args;
+  for (const ValueSource& p : parameters_) args.push_back(value_of(p, inputs, {}));
+  std::vector<ValuePtr> results = execute_program(*exe_, device_, args, result_dtypes_, result_lengths_, what_);
+  counters().compiled_graph_runs++;
+  std::vector<ValuePtr> outputs;
+  for (const ValueSource& o : outputs_) outputs.push_back(value_of(o, inputs, results));
+  for (const auto& [input, source] : writebacks_) inputs[input].storage->swap(value_of(source, inputs, results));
+  for (const auto& [result, message] : checks_) {
+    auto ok = std::make_shared<BufferRef>(device_, 1);
+    ok->swap(results[result]);
+    defer_check(std::move(ok), message);
+  }
+  return outputs;
+}
+
+void begin_capture(const std::vector<GraphInput>& inputs) {
+  if (active) throw std::logic_error("a torch.compile capture is already active on this thread");
+  flush("torch.compile capture");
+  auto c = std::make_unique<Capture>();
+  c->inputs = inputs;
+  for (const GraphInput& in : inputs) {
+    if (!in.storage->value()) {
+      std::vector<char> zeros(in.storage->nbytes(), 0);
+      upload(*in.storage, zeros.data(), in.dtype);
+    }
+    c->input_values.push_back(in.storage->value());
+  }
+  c->signature = signature_of(inputs);
+  active = std::move(c);
+}
+
+bool capturing() { return active != nullptr; }
+
+void capture_node(NodePtr node) { current().recorded.append(std::move(node)); }
+
+void capture_random_state(const ValuePtr& state, RandomDraw draw) {
+  current().random_states.emplace(state.get(), std::move(draw));
+}
+
+void capture_check(const ValuePtr& ok, const std::string& message) { current().checks.emplace_back(ok, message); }
+
+// The inputs get back the contents they had before the capture (its ops will never run).
+void restore_inputs(const Capture& c) {
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (c.inputs[i].storage->value() != c.input_values[i]) c.inputs[i].storage->swap(c.input_values[i]);
+}
+
+void abort_capture() {
+  if (!active) return;
+  std::unique_ptr<Capture> c = std::move(active);
+  restore_inputs(*c);
+  discard_unmaterialized(c->recorded.take());
+}
+
+std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& outputs, const std::string& what,
+                                           const std::string& identity) {
+  std::unique_ptr<Capture> c = std::move(active);
+  if (!c) throw std::logic_error("no torch.compile capture is active on this thread");
+  c->nodes = c->recorded.take();
+  struct Discard {
+    const std::vector<NodePtr>& nodes;
+    ~Discard() { discard_unmaterialized(nodes); }
+  } discard{c->nodes};
+
+  graph::Window w(c->nodes, graph::Window::Keep::kHeld);
+  SourceMap sources(*c, w);
+  std::vector<ValueSource> parameters;
+  for (const ValuePtr& p : w.parameters()) parameters.push_back(sources.of(p));
+  std::vector<DType> dtypes;
+  std::vector<int64_t> lengths;
+  for (const ValuePtr& r : w.results()) {
+    dtypes.push_back(r->dtype());
+    lengths.push_back(r->length());
+  }
+  std::vector<std::pair<size_t, ValueSource>> writebacks;
+  for (size_t i = 0; i < c->inputs.size(); ++i)
+    if (c->inputs[i].storage->value() != c->input_values[i])
+      writebacks.emplace_back(i, sources.of(c->inputs[i].storage->value()));
+  std::vector<ValueSource> output_sources;
+  for (BufferRef* o : outputs) {
+    if (!o->value()) throw std::logic_error(what + ": an output storage was never written");
+    output_sources.push_back(sources.of(o->value()));
+  }
+  std::vector<std::pair<size_t, std::string>> checks;
+  for (const auto& [ok, message] : c->checks)
+    if (auto r = sources.result(ok)) checks.emplace_back(*r, message);
+  int device = c->inputs.empty() ? (w.results().empty() ? 0 : w.results()[0]->device())
+                                 : c->inputs[0].storage->device();
+
+  std::shared_ptr<runtime::Executable> exe;
+  std::vector<ValuePtr> produced;
+  try {
+    exe = cached_executable(w.key(), [&] { return w.program_text(); }, what, identity);
+    // This call's results: the storages already hold the window's pending result values.
+    produced = execute_program(*exe, device, w.parameters(), dtypes, lengths, what);
+  } catch (...) {
+    restore_inputs(*c);
+    throw;
+  }
+  for (size_t k = 0; k < produced.size(); ++k) w.results()[k]->materialize(produced[k]->buffer());
+  counters().compiled_graph_runs++;
+  return std::make_shared<CompiledGraph>(std::move(exe), std::move(parameters), std::move(dtypes), std::move(lengths),
+                                         std::move(writebacks), std::move(output_sources), std::move(checks),
+                                         std::move(c->signature), device, c->nodes.size(), what);
+}
+
+}  // namespace torchtpu::exec

@@ -1,0 +1,98 @@
+// torch.compile's capture: the ops one thread issues between begin_capture() and end_capture() are
+// recorded through the same lowerings as eager mode, not run, and become one program whose
+// parameters are the graph's inputs. A CompiledGraph then runs that program on new inputs without
+// dispatching a single op.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/buffer_ref.h"
+#include "graph/window.h"
+#include "runtime/executable.h"
+
+namespace torchtpu::exec {
+
+// A fresh rng_bit_generator state from a random op's generator (drawn anew on every run, so
+// compiled graphs advance the generator exactly as eager ops do).
+using RandomDraw = std::function<std::array<uint64_t, 2>()>;
+
+// Where a program parameter, or the new contents of a storage, comes from on each run.
+struct ValueSource {
+  enum class Kind { kInput, kResult, kConstant, kRandom };
+  Kind kind = Kind::kConstant;
+  size_t index = 0;          // kInput: input position; kResult: program result position
+  graph::ValuePtr constant;  // kConstant: an immutable value made during capture (a lifted constant)
+  RandomDraw draw;           // kRandom
+};
+
+// An input of the graph as the executor sees it: a storage and the dtype it is read as.
+struct GraphInput {
+  BufferRef* storage;
+  DType dtype;
+};
+
+class CompiledGraph {
+ public:
+  CompiledGraph(std::shared_ptr<runtime::Executable> exe, std::vector<ValueSource> parameters,
+                std::vector<DType> result_dtypes, std::vector<int64_t> result_lengths,
+                std::vector<std::pair<size_t, ValueSource>> writebacks, std::vector<ValueSource> outputs,
+                std::vector<std::pair<size_t, std::string>> checks, std::vector<std::string> signature,
+                int device, size_t num_ops, std::string what);
+
+  // Why `inputs` cannot run this program ("" when they can): the capture's program assumes each
+  // input's flat size, dtype and which inputs share contents.
+  std::string mismatch(const std::vector<GraphInput>& inputs) const;
+
+  // Runs on `inputs` (in capture order): the new contents of mutated inputs are swapped into
+  // their storages; returns the contents of each output storage given to end_capture().
+  std::vector<graph::ValuePtr> run(const std::vector<GraphInput>& inputs) const;
+
+  size_t num_ops() const { return num_ops_; }
+  int device() const { return device_; }
+  const std::string& what() const { return what_; }
+
+ private:
+  graph::ValuePtr value_of(const ValueSource& s, const std::vector<GraphInput>& inputs,
+                           const std::vector<graph::ValuePtr>& results) const;
+
+  std::shared_ptr<runtime::Executable> exe_;
+  std::vector<ValueSource> parameters_;
+  std::vector<DType> result_dtypes_;
+  std::vector<int64_t> result_lengths_;
+  std::vector<std::pair<size_t, ValueSource>> writebacks_;  // (input, its new contents)
+  std::vector<ValueSource> outputs_;
+  std::vector<std::pair<size_t, std::string>> checks_;  // (result, message) device-side checks
+  std::vector<std::string> signature_;                  // per input, see mismatch()
+  int device_;
+  size_t num_ops_;
+  std::string what_;
+};
+
+// Starts recording this thread's ops (after executing what the eager modes left pending).
+// Never-written inputs are materialized as zeros so that each input is one program parameter.
+void begin_capture(const std::vector<GraphInput>& inputs);
+bool capturing();
+
+// Stops recording and compiles the recorded ops as one program (or finds it in the compile cache
+// tiers), runs it for the capture's own call so that the outputs' and mutated inputs' storages
+// hold real results, and returns it. `outputs` are the output storages the caller will rebuild on
+// each run (those that are not inputs). `what` names the graph in errors and metrics; `identity`
+// says what counts as "the same graph" for recompile tracking.
+std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& outputs, const std::string& what,
+                                           const std::string& identity);
+
+// Abandons the capture after an error: the recorded ops never run and the inputs get their
+// contents back.
+void abort_capture();
+
+// Hooks for the recording side: a random op's generator state, and a device-side check.
+void capture_random_state(const graph::ValuePtr& state, RandomDraw draw);
+void capture_check(const graph::ValuePtr& ok, const std::string& message);
+// Records a node into this thread's capture (the executor calls it instead of running the node).
+void capture_node(graph::NodePtr node);
+
+}  // namespace torchtpu::exec

@@ -1,0 +1,120 @@
+"""The Dynamo backend: ``torch.compile(model_or_fn, backend="tpu")``.
+
+Dynamo turns Python into FX graphs (graph breaks run eagerly in between); AOT autograd turns each
+into forward and backward graphs of ATen ops (PyTorch's core decompositions only for ops without a
+tpu kernel); each of those becomes one XLA program (``CapturedGraph``), with the nodes that
+cannot join it run eagerly in between (``partition``).
+"""
+
+import functools
+import itertools
+import re
+
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+from .. import _C
+from . import partition
+from .captured_graph import NeedsEager
+
+# Ops a capture found it could not record (a lowering that falls back to the CPU for some
+# arguments): they run eagerly in every graph from then on.
+_eager_ops = set()
+_graph_numbers = itertools.count()
+_guard_failures_seen = {}
+
+
+@functools.cache
+def _decompositions() -> dict:
+    table = torch._decomp.core_aten_decompositions()
+    return {
+        op: fn
+        for op, fn in table.items()
+        if not (isinstance(op, torch._ops.OpOverload) and partition.has_tpu_kernel(op))
+    }
+
+
+def _user_line(gm: torch.fx.GraphModule) -> str:
+    """Where the graph's code starts in the user's source: "train.py:42 in forward"."""
+    for n in gm.graph.nodes:
+        trace = n.meta.get("stack_trace")
+        if trace:
+            frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+            if frames:
+                path, line, fn = frames[-1]
+                return f"{path.rsplit('/', 1)[-1]}:{line} in {fn}"
+    return "?"
+
+
+class _Graph:
+    """One AOT graph (forward, backward or inference) as compiled programs and eager nodes."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str):
+        self.gm = gm
+        self.name = name
+        self.run = partition.build(gm, name, _eager_ops)
+
+    def __call__(self, *args):
+        while True:
+            try:
+                return self.run(*args)
+            except NeedsEager as e:
+                if e.node.target in _eager_ops:
+                    raise
+                _eager_ops.add(e.node.target)
+                self.run = partition.build(self.gm, self.name, _eager_ops)
+
+
+def _note_dynamo_recompiles() -> None:
+    """Dynamo's guard failures since the last graph, each counted as a recompile with its cause."""
+    from torch._dynamo.utils import guard_failures
+
+    for code, reasons in list(guard_failures.items()):
+        seen = _guard_failures_seen.get(code, 0)
+        for reason in reasons[seen:]:
+            where = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
+            _C._record_recompile(f"torch.compile of {code.co_name} ({where}) recompiled: {reason}")
+        _guard_failures_seen[code] = len(reasons)
+
+
+def _compiler(kind: str, user_line: str):
+    def compile_graph(gm, example_inputs):
+        name = f"torch.compile graph {next(_graph_numbers)} ({kind}, {user_line})"
+        return make_boxed_func(_Graph(gm, name))
+
+    return compile_graph
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs):
+    """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
+    _note_dynamo_recompiles()
+    line = _user_line(gm)
+    return aot_autograd(
+        fw_compiler=_compiler("forward", line),
+        bw_compiler=_compiler("backward", line),
+        inference_compiler=_compiler("inference", line),
+        decompositions=_decompositions(),
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def _on_tpu(inputs) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in inputs)
+
+
+def route_default_backend() -> None:
+    """``torch.compile(fn)`` (Inductor, the default) on tpu tensors uses this backend: Inductor
+    has no code generator for the device."""
+    wrapper = torch._TorchCompileInductorWrapper
+    if getattr(wrapper.__call__, "_torchtpu", False):
+        return
+    inductor_call = wrapper.__call__
+
+    def __call__(self, model_, inputs_):
+        if _on_tpu(inputs_):
+            return backend(model_, inputs_)
+        return inductor_call(self, model_, inputs_)
+
+    __call__._torchtpu = True
+    wrapper.__call__ = __call__

@@ -1,0 +1,307 @@
+"""torch.compile(backend="tpu"): compiled graphs against eager tpu and CPU PyTorch."""
+
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+import torchtpu.compile  # noqa: F401  (registers backend="tpu")
+from torchtpu.testing.models import MODELS
+
+
+def _counters():
+    return torchtpu.metrics.counters()
+
+
+def _recompiles():
+    return torchtpu.metrics.as_dict()["recompiles"]
+
+
+def _close(a, b, tol=1e-5):
+    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=tol, atol=tol)
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+
+
+def _cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 10))
+
+
+class _Decoder(torch.nn.Module):
+    """A small GPT: token + position embeddings, pre-norm causal blocks, tied LM head."""
+
+    def __init__(self, vocab=50, dim=32, heads=4, layers=2, seq=16):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Embedding(seq, dim)
+        layer = torch.nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True,
+                                                 norm_first=True)
+        self.blocks = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, ids):
+        n = ids.shape[1]
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(n, device=ids.device)
+        h = self.tok(ids) + self.pos(torch.arange(n, device=ids.device))
+        return self.head(self.norm(self.blocks(h, mask=mask, is_causal=True)))
+
+
+def _gpt():
+    torch.manual_seed(0)
+    return _Decoder()
+
+
+def _batches(kind, steps):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        if kind == "gpt":
+            ids = torch.randint(0, 50, (2, 16), generator=g)
+            yield ids, ids.roll(-1, 1)
+        elif kind == "cnn":
+            yield torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 10, (4,), generator=g)
+        else:
+            yield torch.randn(6, 8, generator=g), torch.randint(0, 4, (6,), generator=g)
+
+
+def _loss(out, y):
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+def _step(model, opt, x, y):
+    opt.zero_grad()
+    loss = _loss(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+BUILD = {"mlp": _mlp, "cnn": _cnn, "gpt": _gpt}
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt"])
+@pytest.mark.parametrize("whole_step", [False, True], ids=["module", "whole_step"])
+def test_training_matches_eager(kind, whole_step):
+    """Module compile and whole-step compile train like eager tpu, and like CPU."""
+    cpu = BUILD[kind]()
+    eager = copy.deepcopy(cpu).to("tpu")
+    compiled = copy.deepcopy(cpu).to("tpu")
+    # SGD: Adam turns rounding noise in mathematically-zero gradients (a key bias, a bias before
+    # BatchNorm) into full-size steps, which would compare noise
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (cpu, eager, compiled)]
+    step = torch.compile(_step, backend="tpu") if whole_step else _step
+    target = compiled if whole_step else torch.compile(compiled, backend="tpu")
+    for i, (x, y) in enumerate(_batches(kind, 4)):
+        lc = _step(cpu, opts[0], x, y)
+        le = _step(eager, opts[1], x.to("tpu"), y.to("tpu"))
+        before = _counters()
+        lt = step(target, opts[2], x.to("tpu"), y.to("tpu"))
+        after = _counters()
+        _close(lt, le)
+        _close(lt, lc, 1e-4)
+        if i >= 2:  # warm: nothing recorded, nothing compiled, only compiled graphs ran
+            assert after["captured_ops"] == before["captured_ops"]
+            assert after["compiles"] == before["compiles"]
+            assert after["compiled_graph_runs"] > before["compiled_graph_runs"]
+    for pe, pt in zip(eager.parameters(), compiled.parameters()):
+        _close(pt, pe, 1e-4)
+    for be, bt in zip(eager.buffers(), compiled.buffers()):  # BatchNorm statistics written back
+        _close(bt, be, 1e-4)
+
+
+def test_compiled_step_runs_no_eager_ops():
+    """A warm compiled forward dispatches no op: its inputs are bound to one program."""
+    model = torch.compile(_mlp().to("tpu"), backend="tpu")
+    x = torch.randn(6, 8, device="tpu")
+    with torch.no_grad():
+        model(x)
+        before = _counters()
+        model(x)
+        after = _counters()
+    assert after["strict_ops"] == before["strict_ops"]
+    assert after["compiled_graph_runs"] == before["compiled_graph_runs"] + 1
+
+
+@pytest.mark.parametrize("capturable", [False, True])
+def test_optimizer_step_compiles(capturable):
+    cpu = _mlp()
+    dev = copy.deepcopy(cpu).to("tpu")
+    oc = torch.optim.Adam(cpu.parameters(), lr=1e-2)
+    od = torch.optim.Adam(dev.parameters(), lr=1e-2, capturable=capturable)
+    step = torch.compile(od.step, backend="tpu")
+    for x, y in _batches("mlp", 3):
+        for m, o, s, d in ((cpu, oc, oc.step, "cpu"), (dev, od, step, "tpu")):
+            o.zero_grad()
+            _loss(m(x.to(d)), y.to(d)).backward()
+            s()
+    for pc, pd in zip(cpu.parameters(), dev.parameters()):
+        _close(pd, pc, 1e-5)
+
+
+def test_hugging_face_model_trains():
+    spec = MODELS["gpt2"]
+    torch.manual_seed(0)
+    eager = spec.build().to("tpu")
+    compiled = copy.deepcopy(eager)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, compiled)]
+    forward = torch.compile(compiled, backend="tpu")
+    for step in range(3):
+        batch = {k: v.to("tpu") for k, v in spec.batch(step).items()}
+        losses = []
+        for m, o in ((eager, opts[0]), (forward, opts[1])):
+            o.zero_grad()
+            loss = spec.loss(m, batch)
+            loss.backward()
+            o.step()
+            losses.append(loss)
+        _close(losses[1], losses[0], 1e-4)
+
+
+def test_inference_mode_and_no_grad():
+    cpu = _cnn().eval()
+    model = torch.compile(copy.deepcopy(cpu).to("tpu"), backend="tpu")
+    x = torch.randn(2, 3, 8, 8)
+    expected = cpu(x)
+    with torch.inference_mode():
+        _close(model(x.to("tpu")), expected)
+    with torch.no_grad():
+        _close(model(x.to("tpu")), expected)
+
+
+def test_input_mutation_is_written_back():
+    @torch.compile(backend="tpu")
+    def f(x, buf):
+        buf.add_(x)
+        x.mul_(2)
+        return (x + buf).sum()
+
+    x, buf = torch.arange(4.0), torch.ones(4)
+    xt, buft = x.to("tpu"), buf.to("tpu")
+    for _ in range(3):
+        buf.add_(x)
+        x.mul_(2)
+        expected = (x + buf).sum()
+        _close(f(xt, buft), expected)
+    _close(xt, x)
+    _close(buft, buf)
+
+
+def test_outputs_alias_inputs_and_each_other():
+    @torch.compile(backend="tpu")
+    def f(x):
+        y = x * 2
+        return x.t(), y, y[1:], y.view(-1)
+
+    x = torch.randn(3, 4)
+    for _ in range(2):
+        outs = f(x.to("tpu"))
+    assert outs[1].untyped_storage().data_ptr() == outs[2].untyped_storage().data_ptr()
+    outs[1].zero_()  # a write through one output is seen by its views, as in eager
+    assert outs[3].abs().sum().item() == 0
+    _close(outs[0], x.t())
+
+
+def test_dropout_draws_like_eager():
+    """Random ops in a compiled graph advance the device generator exactly as eager ops do."""
+    def f(x):
+        return F.dropout(x, 0.5, training=True) + torch.rand_like(x)
+
+    compiled = torch.compile(f, backend="tpu")
+    x = torch.ones(64, device="tpu")
+    compiled(x)  # capture
+    torch.manual_seed(7)
+    eager = [f(x).cpu() for _ in range(3)]
+    torch.manual_seed(7)
+    ran = [compiled(x).cpu() for _ in range(3)]
+    for e, r in zip(eager, ran):
+        torch.testing.assert_close(r, e)
+    assert not torch.equal(ran[0], ran[1])
+
+
+def test_graph_breaks_run_between_compiled_pieces(capsys):
+    def f(x):
+        y = torch.sin(x) * 2
+        print("halfway", y.sum().item() > -100)
+        if y.sum() > 0:  # data-dependent control flow
+            y = y + 1
+        return torch.cos(y)
+
+    x = torch.randn(5)
+    compiled = torch.compile(f, backend="tpu")
+    _close(compiled(x.to("tpu")), f(x))
+    assert "halfway True" in capsys.readouterr().out
+    explained = torch._dynamo.explain(_mlp().to("tpu"))(torch.randn(2, 8, device="tpu"))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def test_op_without_lowering_runs_eagerly_for_that_node(monkeypatch):
+    """An op with no tpu kernel runs through the (counted) CPU fallback; the rest stays compiled."""
+    from torchtpu.compile import partition
+
+    real = partition.has_tpu_kernel
+    monkeypatch.setattr(partition, "has_tpu_kernel", lambda op: op.name() != "aten::sin" and real(op))
+
+    @torch.compile(backend="tpu")
+    def f(x):
+        return torch.sin(x * 2) + 1
+
+    x = torch.randn(6)
+    for _ in range(2):
+        _close(f(x.to("tpu")), torch.sin(x * 2) + 1)
+
+
+def test_new_shape_recompiles_once_with_cause():
+    model = torch.compile(_mlp().to("tpu"), backend="tpu", dynamic=False)
+    counts = []
+    with torch.no_grad():
+        for n in (3, 3, 5, 5, 5):
+            model(torch.randn(n, 8, device="tpu"))
+            counts.append(torchtpu.metrics.as_dict()["recompile_count"])
+    assert counts[1] == counts[0] and counts[4] == counts[3] == counts[2]
+    causes = [r for r in _recompiles() if r.startswith("torch.compile of")]
+    assert "size mismatch at index 0. expected 3, actual 5" in causes[-1], causes
+
+
+def test_default_torch_compile_uses_tpu_backend():
+    @torch.compile
+    def f(x):
+        return torch.relu(x) * 3
+
+    x = torch.randn(7)
+    before = _counters()["compiled_graph_runs"]
+    _close(f(x.to("tpu")), torch.relu(x) * 3)
+    assert _counters()["compiled_graph_runs"] == before + 1
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    script = textwrap.dedent("""
+        import torch, torchtpu, torchtpu.compile
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)).to("tpu")
+        step = torch.compile(lambda x: m(x).square().mean(), backend="tpu")
+        step(torch.randn(4, 8, device="tpu")).backward()
+        s = torchtpu.cache.stats()
+        print("MISSES", s["misses"], "DISK", s["hits"]["disk"])
+    """)
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first, second = (r.stdout.split("MISSES")[-1].split() for r in runs)
+    assert int(first[0]) > 0
+    assert int(second[0]) == 0 and int(second[2]) > 0
