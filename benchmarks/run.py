@@ -51,8 +51,10 @@ PARITY_RTOL = {"add_chain": 1e-5, "matmul_chain": 1e-3, "mlp_train": 1e-3, "gpt_
 
 def runtimes(device):
     if device == "gpu":
-        return ["torch-cuda", "inductor-cuda", "torchtpu-strict", "torchtpu-fused", "torchtpu-lazy", "jax-jit"]
-    rts = ["torch-cpu", "inductor-cpu", "torchtpu-strict", "torchtpu-fused", "torchtpu-lazy", "jax-jit"]
+        return ["torch-cuda", "inductor-cuda", "torchtpu-strict", "torchtpu-fused", "torchtpu-lazy",
+                "torchtpu-compile", "jax-jit"]
+    rts = ["torch-cpu", "inductor-cpu", "torchtpu-strict", "torchtpu-fused", "torchtpu-lazy", "torchtpu-compile",
+           "jax-jit"]
     if os.path.exists(TORCH_XLA_PYTHON):
         rts.append("torch-xla")
     return rts
@@ -63,6 +65,9 @@ def runtimes(device):
 def torch_setup(runtime):
     """(device, after_step hook, wrap(model or fn)) for a PyTorch-based runtime."""
     import torch
+    if runtime == "torchtpu-compile":  # the whole step compiled (see step_fn)
+        import torchtpu.compile  # noqa: F401
+        return "tpu", (lambda: None), lambda m: m
     if runtime.startswith("torchtpu"):
         import torchtpu
         mode = runtime.split("-")[1]
@@ -75,6 +80,12 @@ def torch_setup(runtime):
     device = "cuda" if runtime.endswith("cuda") else "cpu"
     wrap = torch.compile if runtime.startswith("inductor") else (lambda m: m)
     return device, (lambda: None), wrap
+
+
+def step_fn(fn, runtime):
+    """``fn`` (one step on the device, returning the loss tensor) as the runtime runs it."""
+    import torch
+    return torch.compile(fn, backend="tpu") if runtime == "torchtpu-compile" else fn
 
 
 def torch_workload(name, sizes, runtime):
@@ -93,7 +104,7 @@ def torch_workload(name, sizes, runtime):
             for _ in range(n):
                 y = y + x if name == "add_chain" else (y @ x) * (1.0 / sizes["size"])
             return y.sum()
-        chain = wrap(chain)
+        chain = step_fn(wrap(chain), runtime)
 
         def step(_):
             loss = chain(x)
@@ -106,9 +117,13 @@ def torch_workload(name, sizes, runtime):
     x, y = x.to(device), y.to(device)
     loss_of = models.lm_loss if name.startswith("gpt") else torch.nn.functional.cross_entropy
     if name == "gpt_infer":
-        def step(_):
+        def infer():
             with torch.no_grad():
-                loss = loss_of(forward(x), y)
+                return loss_of(forward(x), y)
+        infer = step_fn(infer, runtime)
+
+        def step(_):
+            loss = infer()
             after()
             return loss.item()
         return step
@@ -117,11 +132,16 @@ def torch_workload(name, sizes, runtime):
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def step(_):
+    def train():
         opt.zero_grad(set_to_none=True)
         loss = loss_of(forward(x), y)
         loss.backward()
         opt.step()
+        return loss
+    train = step_fn(train, runtime)
+
+    def step(_):
+        loss = train()
         after()
         return loss.item()
     return step

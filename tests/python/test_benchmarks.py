@@ -8,7 +8,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Inductor runs the same PyTorch model code as eager and takes minutes to compile: left to the real runs.
-RUNTIMES = ["torch-cpu", "torchtpu-strict", "torchtpu-fused", "torchtpu-lazy", "jax-jit"]
+RUNTIMES = ["torch-cpu", "torchtpu-strict", "torchtpu-fused", "torchtpu-lazy", "torchtpu-compile", "jax-jit"]
 
 
 def test_every_runtime_computes_the_same_losses_on_every_workload(tmp_path):

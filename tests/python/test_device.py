@@ -212,3 +212,12 @@ def test_embedding_bag_forward_and_backward_on_device(mode, monkeypatch):
     torch.testing.assert_close(w.grad.cpu(), weight.grad)
     if p is not None:
         torch.testing.assert_close(p.grad.cpu(), per_sample.grad)
+
+
+def test_printing_formats_on_the_host_and_compiles_nothing():
+    import torchtpu
+    x = torch.randn(5, 7, dtype=torch.float64)
+    before = torchtpu.metrics.counters()["compiles"]
+    text = repr(torch.nn.Parameter(x.to("tpu")))
+    assert torchtpu.metrics.counters()["compiles"] == before
+    assert text == repr(torch.nn.Parameter(x)).replace("dtype=torch.float64", "device='tpu:0', dtype=torch.float64")

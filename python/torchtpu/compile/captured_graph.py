@@ -41,6 +41,21 @@ def _is_tpu(x):
     return isinstance(x, torch.Tensor) and x.device.type == "tpu"
 
 
+def _upload(tensors, positions):
+    """Moves the CPU tensors at ``positions`` to tpu in one transfer per dtype and shape (an
+    optimizer's per-parameter step counts): stacked on the CPU, unbound on tpu as views."""
+    groups = {}
+    for i in positions:
+        groups.setdefault((tensors[i].dtype, tuple(tensors[i].shape)), []).append(i)
+    for members in groups.values():
+        if len(members) == 1:
+            tensors[members[0]] = tensors[members[0]].to("tpu")
+            continue
+        moved = torch.stack([tensors[i] for i in members]).to("tpu").unbind()
+        for i, t in zip(members, moved):
+            tensors[i] = t
+
+
 class _Program:
     def __init__(self, compiled, spec, constants, tensor_slots):
         self.compiled = compiled  # torchtpu._C._CompiledGraph
@@ -74,13 +89,17 @@ class CapturedGraph:
 
     def _bind(self, args):
         """The tensor inputs (CPU tensors moved to tpu) and the key of everything else."""
-        tensors, key = [], []
+        tensors, key, on_cpu = [], [], []
         for a in args:
             if isinstance(a, torch.Tensor):
-                tensors.append(a if _is_tpu(a) else a.to("tpu"))
-                key.append(("tensor", a.device.type == "tpu"))
+                if a.device.type != "tpu":
+                    on_cpu.append(len(tensors))
+                tensors.append(a)
+                key.append(a.device.type)
             else:
                 key.append(a if isinstance(a, (int, float, bool, type(None))) else repr(a))
+        if on_cpu:
+            _upload(tensors, on_cpu)
         return tensors, tuple(key)
 
     def _note_recompile(self, why):

@@ -35,6 +35,48 @@ def joins_program(node: torch.fx.Node, eager_ops) -> bool:
     return _on_tpu(node.meta.get("val"))
 
 
+def _hoist_eager_prologue(gm, joins) -> None:
+    """Moves the eager nodes that need no program result (an optimizer's step counts and bias
+    corrections, computed on the CPU) before the first program node, so that they do not cut
+    the graph into many parts. Mutating nodes keep their place: later nodes read the old value."""
+    hoisted = set()
+    anchor = None
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            anchor = n
+            continue
+        if n.op == "output" or joins[n]:
+            continue
+        mutates = isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+        inputs_ready = all(a.op in ("placeholder", "get_attr") or a in hoisted for a in n.all_input_nodes)
+        if not mutates and inputs_ready:
+            hoisted.add(n)
+            if anchor is not None and anchor.next is not n:
+                anchor.append(n)
+            anchor = n
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _sink_eager_epilogue(gm, joins) -> None:
+    """Moves eager writes to inputs (copies into an optimizer's CPU step counts) after the last
+    program node, when no program node after them reads what they write."""
+    nodes = list(gm.graph.nodes)
+    output = nodes[-1]
+    for i, n in enumerate(nodes[:-1]):
+        if n.op != "call_function" or joins[n] or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        if not n.target._schema.is_mutable or n.users:
+            continue
+        schema_args = n.target._schema.arguments
+        written = {a for a, arg in zip(n.args, schema_args) if arg.alias_info and arg.alias_info.is_write}
+        later_readers = [m for m in nodes[i + 1:-1] if joins.get(m) and written & set(m.all_input_nodes)]
+        if not later_readers:
+            output.prepend(n)
+    gm.graph.lint()
+    gm.recompile()
+
+
 def build(gm: torch.fx.GraphModule, name: str, eager_ops) -> torch.nn.Module:
     """``gm`` as a callable: one CapturedGraph when every node joins; else split into parts."""
     compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
@@ -46,10 +88,13 @@ def build(gm: torch.fx.GraphModule, name: str, eager_ops) -> torch.nn.Module:
             joins[n] = joins_program(n, eager_ops)
     if all(joins.values()):
         return CapturedGraph(gm, name)
+    _hoist_eager_prologue(gm, joins)
+    _sink_eager_epilogue(gm, joins)
+    compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
 
     part, last, ids = -1, None, {}
     for n in compute:
-        if joins[n] != last or not joins[n]:
+        if joins[n] != last:
             part, last = part + 1, joins[n]
         ids[n] = part
     split = split_module(gm, None, lambda n: ids[n], keep_original_order=True)
