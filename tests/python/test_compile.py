@@ -15,6 +15,14 @@ import torchtpu.compile  # noqa: F401  (registers backend="tpu")
 from torchtpu.testing.models import MODELS
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles from scratch: Dynamo's per-function graph cache (and its recompile limit)
+    is shared by every torch.compile'd module."""
+    torch._dynamo.reset()
+    yield
+
+
 def _counters():
     return torchtpu.metrics.counters()
 
@@ -265,7 +273,12 @@ def test_op_without_lowering_runs_eagerly_for_that_node(monkeypatch):
 
 
 def test_new_shape_recompiles_once_with_cause():
-    model = torch.compile(_mlp().to("tpu"), backend="tpu", dynamic=False)
+    mlp = _mlp().to("tpu")
+
+    @torch.compile(backend="tpu", dynamic=False)
+    def model(x):  # a function of its own: torch.compile'd modules share one frame in Dynamo
+        return mlp(x)
+
     counts = []
     with torch.no_grad():
         for n in (3, 3, 5, 5, 5):

@@ -67,15 +67,25 @@ class _Graph:
 
 
 def _note_dynamo_recompiles() -> None:
-    """Dynamo's guard failures since the last graph, each counted as a recompile with its cause."""
+    """When Dynamo compiles a frame again, counts one recompile with the guard failures that
+    caused it: each cached graph of the frame failed one (listed as Dynamo's recompile log does)."""
     from torch._dynamo.utils import guard_failures
 
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is None or not compile_id.frame_compile_id:
+        return  # a first compile
+    prefix = f"{compile_id.frame_id}/"
     for code, reasons in list(guard_failures.items()):
         seen = _guard_failures_seen.get(code, 0)
-        for reason in reasons[seen:]:
-            where = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
-            _C._record_recompile(f"torch.compile of {code.co_name} ({where}) recompiled: {reason}")
+        if seen > len(reasons):  # torch._dynamo.reset() cleared them
+            seen = 0
         _guard_failures_seen[code] = len(reasons)
+        new = [r for r in reasons[seen:] if r.startswith(prefix)]
+        if new:
+            where = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
+            _C._record_recompile(f"torch.compile of {code.co_name} ({where}) recompiled: " + "; ".join(new[:10]))
+            return
+    _C._record_recompile(f"torch.compile recompiled frame {compile_id} (no guard failure recorded)")
 
 
 def _compiler(kind: str, user_line: str):
