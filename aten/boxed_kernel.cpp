@@ -372,6 +372,11 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
                  int device) {
   Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
   if (entry.options.random) add_rng_state(in, args, device);
+  hlo::Builder::Precision precision = hlo::Builder::Precision::kHighest;
+  if (entry.options.matmul) {
+    precision = matmul_precision();
+    in.key += "|precision=" + std::to_string(static_cast<int>(precision));
+  }
   std::vector<hlo::TensorType> out_types;  // one per result, wanted or not
   std::vector<exec::Operand> outputs;
   for (const at::Tensor& t : d.tensors) outputs.push_back(operand(t));
@@ -389,12 +394,13 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
   }
   // The registry's entries live as long as the process, so the lowering refers to its entry.
   exec::Lowering lower = [entry = &entry, count = in.count, largs = lowering_args(args, meta), out_types,
-                          wanted = d.wanted, name](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
+                          wanted = d.wanted, name, precision](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
     std::vector<std::vector<hlo::Value>> values(count.size());
     size_t next = 0;
     for (size_t i = 0; i < count.size(); ++i)
       for (size_t k = 0; k < count[i]; ++k) values[i].push_back(flat[next++]);
     LoweringContext ctx(b, std::move(values), largs, out_types);
+    ctx.set_precision(precision);
     std::vector<hlo::Value> results = entry->fn(ctx);
     TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), name, ": lowering returned ",
                           results.size(), " values for ", out_types.size(), " outputs");
@@ -451,6 +457,22 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 }  // namespace
+
+namespace {
+thread_local std::optional<hlo::Builder::Precision> precision_override;
+}  // namespace
+
+hlo::Builder::Precision matmul_precision() {
+  if (precision_override) return *precision_override;
+  switch (at::globalContext().float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGHEST: return hlo::Builder::Precision::kHighest;
+    case at::Float32MatmulPrecision::HIGH: return hlo::Builder::Precision::kHigh;
+    case at::Float32MatmulPrecision::MEDIUM: return hlo::Builder::Precision::kDefault;
+  }
+  return hlo::Builder::Precision::kHighest;
+}
+
+void set_matmul_precision_override(std::optional<hlo::Builder::Precision> p) { precision_override = p; }
 
 hlo::Value LoweringContext::in(size_t i) const { return in_as(i, compute_dtype()); }
 

@@ -50,6 +50,11 @@ class LoweringContext {
   size_t num_args() const { return args_.size(); }
   std::vector<int64_t> int_list(size_t i) const;
 
+  // The precision_config of a matmul or convolution (LoweringOptions::matmul): as the user set
+  // it when the op was called.
+  hlo::Builder::Precision precision() const { return precision_; }
+  void set_precision(hlo::Builder::Precision p) { precision_ = p; }
+
   // The rng_bit_generator state of a random op (LoweringOptions::random).
   hlo::Value rng_state() const { return values_.at(args_.size()).at(0); }
 
@@ -74,7 +79,14 @@ class LoweringContext {
   const std::vector<c10::IValue>& args_;
   std::vector<hlo::TensorType> outputs_;
   std::optional<hlo::Value> device_ok_;
+  hlo::Builder::Precision precision_ = hlo::Builder::Precision::kHighest;
 };
+
+// The float32 matmul precision in force on this thread: a torch.tpu.precision(...) override, else
+// torch.set_float32_matmul_precision ("highest" -> kHighest, "high" -> kHigh, "medium" -> kDefault).
+hlo::Builder::Precision matmul_precision();
+// torch.tpu.precision(...): overrides the global setting on this thread (nullopt: none).
+void set_matmul_precision_override(std::optional<hlo::Builder::Precision> p);
 
 using Lowering = std::function<std::vector<hlo::Value>(LoweringContext&)>;
 
@@ -114,12 +126,20 @@ struct LoweringOptions {
   // The output shape depends on Scalar values (arange): they join the output-metadata cache key
   // but stay runtime inputs of the program.
   bool shape_from_scalars = false;
+  // A matmul or convolution: the float32 precision in force when it is called
+  // (torch.set_float32_matmul_precision, torch.tpu.precision) joins its key; see precision().
+  bool matmul = false;
 };
 
 // Option factories for the common cases.
 inline LoweringOptions random_op() {
   LoweringOptions o;
   o.random = true;
+  return o;
+}
+inline LoweringOptions matmul_op() {
+  LoweringOptions o;
+  o.matmul = true;
   return o;
 }
 inline LoweringOptions checked(const char* message) {

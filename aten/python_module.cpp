@@ -152,6 +152,17 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_cpu_fallbacks", &exec::fallback_counts);
   m.def("_reset_counters", &exec::reset_counters);
+  // torch.tpu.precision(...): "highest", "high", "default", or None to follow
+  // torch.set_float32_matmul_precision again.
+  m.def("_set_precision_override", [](std::optional<std::string> name) {
+    using P = hlo::Builder::Precision;
+    if (!name) return aten::set_matmul_precision_override(std::nullopt);
+    if (*name == "highest") return aten::set_matmul_precision_override(P::kHighest);
+    if (*name == "high") return aten::set_matmul_precision_override(P::kHigh);
+    if (*name == "default") return aten::set_matmul_precision_override(P::kDefault);
+    throw py::value_error("unknown precision '" + *name + "': use \"highest\", \"high\" or \"default\"");
+  });
+  m.def("_matmul_precision", [] { return static_cast<int>(aten::matmul_precision()); });
   m.def("_record_recompile", &exec::record_recompile, "Counts a recompilation with its cause");
   // Importing must not fail without a plugin (is_available() is then False); this re-raises the
   // discovery error for callers who want the reason.

@@ -66,7 +66,7 @@ def torch_setup(runtime):
     """(device, after_step hook, wrap(model or fn)) for a PyTorch-based runtime."""
     import torch
     if runtime == "torchtpu-compile":  # the whole step compiled (see step_fn)
-        import torchtpu.compile  # noqa: F401
+        import torchtpu  # noqa: F401  (backend="tpu" is its torch_dynamo_backends entry point)
         return "tpu", (lambda: None), lambda m: m
     if runtime.startswith("torchtpu"):
         import torchtpu

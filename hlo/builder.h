@@ -113,9 +113,10 @@ class Builder {
   Value reverse(const Value& x, const std::vector<int64_t>& dimensions);
 
   // Contractions, reductions, indexing.
-  // kHighest asks for full f32 precision where a backend would otherwise use reduced-precision
-  // units (TF32 on NVIDIA GPUs): PyTorch's default for float32 matmuls and convolutions.
-  enum class Precision { kDefault, kHighest };
+  // StableHLO's precision_config: kHighest asks for full f32 precision where a backend would
+  // otherwise use reduced-precision units (TF32 on NVIDIA GPUs, one bf16 pass on TPUs), PyTorch's
+  // default for float32 matmuls; kHigh allows a faster approximation (TF32, three bf16 passes).
+  enum class Precision { kDefault, kHigh, kHighest };
   Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims, DType result_dtype,
                     Precision precision = Precision::kDefault);
   enum class FftType { kFFT, kIFFT, kRFFT, kIRFFT };

@@ -35,7 +35,8 @@ namespace {
 
 std::string precision_attr(Builder::Precision p) {
   if (p == Builder::Precision::kDefault) return "";
-  return ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  std::string one = p == Builder::Precision::kHigh ? "#stablehlo<precision HIGH>" : "#stablehlo<precision HIGHEST>";
+  return ", precision_config = [" + one + ", " + one + "]";
 }
 
 }  // namespace

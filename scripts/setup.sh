@@ -48,6 +48,11 @@ fi
 # Make `import torchtpu` work from anywhere inside the environment (an in-tree, editable install).
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$ROOT/python" > "$site/torchtpu.pth"
+# Its package metadata: the entry point through which torch.compile finds backend="tpu".
+meta="$site/torchtpu-0.1.0.dist-info"
+mkdir -p "$meta"
+printf 'Metadata-Version: 2.1\nName: torchtpu\nVersion: 0.1.0\n' > "$meta/METADATA"
+printf '[torch_dynamo_backends]\ntpu = torchtpu.compile:backend\n' > "$meta/entry_points.txt"
 
 # C++ build: runtime, emitter, executor, tests, and the torchtpu._C extension.
 if [ ! -f build/build.ninja ]; then

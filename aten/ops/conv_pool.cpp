@@ -49,7 +49,8 @@ Value as_forward_weight(hlo::Builder& b, const Value& w, int64_t groups) {
 // The transposed convolution of x with a [Cin, Cout/G, k...] weight, producing `out_dims`.
 Value transposed_conv(hlo::Builder& b, const Value& x, const Value& w, const std::vector<int64_t>& stride,
                       const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
-                      int64_t groups, const std::vector<int64_t>& out_dims, DType dtype) {
+                      int64_t groups, const std::vector<int64_t>& out_dims, DType dtype,
+                      hlo::Builder::Precision precision) {
   size_t n = stride.size();
   hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), {}, stride, dilation, {}, groups, 1};
   for (size_t i = 0; i < n; ++i) {
@@ -59,7 +60,7 @@ Value transposed_conv(hlo::Builder& b, const Value& x, const Value& w, const std
     int64_t high = out - ((in - 1) * stride[i] + 1) - low + dilation[i] * (k - 1);
     spec.padding.push_back({low, high});
   }
-  return b.convolution(x, as_forward_weight(b, w, groups), spec, out_dims, dtype, kExact);
+  return b.convolution(x, as_forward_weight(b, w, groups), spec, out_dims, dtype, precision);
 }
 
 Value add_bias(LoweringContext& c, const Value& y, size_t bias_arg) {
@@ -75,24 +76,25 @@ V convolution(LoweringContext& c) {
   int64_t groups = c.arg(8).toInt();
   const auto& out = c.out().dims;
   if (c.arg(6).toBool())
-    return {add_bias(c, transposed_conv(c.b, x, w, stride, padding, dilation, groups, out, x.type.dtype), 2)};
+    return {add_bias(c, transposed_conv(c.b, x, w, stride, padding, dilation, groups, out, x.type.dtype,
+                                        c.precision()), 2)};
   hlo::ConvSpec spec{layout(n, "b, f", "o, i", "b, f"), stride, {}, dilation, {}, groups, 1};
   for (size_t i = 0; i < n; ++i) spec.padding.push_back({padding[i], padding[i]});
-  return {add_bias(c, c.b.convolution(x, w, spec, out, x.type.dtype, kExact), 2)};
+  return {add_bias(c, c.b.convolution(x, w, spec, out, x.type.dtype, c.precision()), 2)};
 }
 
 // d(weight) of a regular convolution of `input` giving `grad` (shape w_dims): the two correlated
 // over the batch, with batch_group_count taking care of groups.
 Value weight_grad(hlo::Builder& b, const Value& input, const Value& grad, const std::vector<int64_t>& w_dims,
                   const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
-                  const std::vector<int64_t>& dilation, int64_t groups) {
+                  const std::vector<int64_t>& dilation, int64_t groups, hlo::Builder::Precision precision) {
   size_t n = stride.size();
   hlo::ConvSpec spec{layout(n, "f, b", "i, o", "f, b"), dilation, {}, stride, {}, 1, groups};
   for (size_t i = 0; i < n; ++i) {
     int64_t k = w_dims[2 + i], in = input.type.dims[2 + i], o = grad.type.dims[2 + i];
     spec.padding.push_back({padding[i], (k - 1) * dilation[i] + (o - 1) * stride[i] + 1 - in - padding[i]});
   }
-  return b.convolution(input, grad, spec, w_dims, input.type.dtype, kExact);
+  return b.convolution(input, grad, spec, w_dims, input.type.dtype, precision);
 }
 
 V convolution_backward(LoweringContext& c) {
@@ -112,11 +114,11 @@ V convolution_backward(LoweringContext& c) {
       int64_t k = w.type.dims[2 + i], in = x.type.dims[2 + i], o = g.type.dims[2 + i];
       spec.padding.push_back({padding[i], (in - 1) * stride[i] + dilation[i] * (k - 1) + 1 - o - padding[i]});
     }
-    grad_input = c.b.convolution(g, w, spec, x.type.dims, t, kExact);
-    grad_weight = weight_grad(c.b, g, x, w.type.dims, stride, padding, dilation, groups);
+    grad_input = c.b.convolution(g, w, spec, x.type.dims, t, c.precision());
+    grad_weight = weight_grad(c.b, g, x, w.type.dims, stride, padding, dilation, groups, c.precision());
   } else {
-    grad_input = transposed_conv(c.b, g, w, stride, padding, dilation, groups, x.type.dims, t);
-    grad_weight = weight_grad(c.b, x, g, w.type.dims, stride, padding, dilation, groups);
+    grad_input = transposed_conv(c.b, g, w, stride, padding, dilation, groups, x.type.dims, t, c.precision());
+    grad_weight = weight_grad(c.b, x, g, w.type.dims, stride, padding, dilation, groups, c.precision());
   }
   std::vector<int64_t> all_but_channels;
   for (int64_t d = 0; d < g.type.rank(); ++d)
@@ -334,8 +336,8 @@ V col2im(LoweringContext& c) {
 
 TORCHTPU_LOWERINGS(conv_pool) {
   register_lowering({"col2im", "col2im.out"}, col2im);
-  register_lowering({"convolution", "convolution.out"}, convolution);
-  register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward);
+  register_lowering({"convolution", "convolution.out"}, convolution, matmul_op());
+  register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward, matmul_op());
   for (size_t n : {2, 3}) {
     std::string d = std::to_string(n) + "d";
     auto with_n = [n](V (*fn)(LoweringContext&, size_t)) {

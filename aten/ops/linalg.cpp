@@ -11,9 +11,9 @@ namespace {
 Value matmul(LoweringContext& c, const Value& a, const Value& b, int64_t batch, int64_t rhs_contract) {
   std::vector<int64_t> bd;
   for (int64_t i = 0; i < batch; ++i) bd.push_back(i);
-  // Full precision: PyTorch's default float32 matmul precision is "highest" (no TF32).
-  return c.b.dot_general(a, b, {bd, bd, {a.type.rank() - 1}, {rhs_contract}},
-                         accumulator(c.out().dtype), hlo::Builder::Precision::kHighest);
+  // PyTorch's default float32 matmul precision is "highest" (no TF32): c.precision() says.
+  return c.b.dot_general(a, b, {bd, bd, {a.type.rank() - 1}, {rhs_contract}}, accumulator(c.out().dtype),
+                         c.precision());
 }
 
 // beta * self + alpha * product, with PyTorch's rule that beta == 0 ignores self (even NaN).
@@ -47,26 +47,26 @@ TORCHTPU_LOWERINGS(linalg) {
   register_lowering({"triu", "triu_", "triu.out"}, [](LoweringContext& c) { return triangle(c, false); });
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
-  });
+  }, matmul_op());
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 1, 1)};
-  });
+  }, matmul_op());
   register_lowering({"dot", "dot.out", "vdot", "vdot.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
-  });
+  }, matmul_op());
   register_lowering({"mv", "mv.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
-  });
+  }, matmul_op());
   // addmm(self, mat1, mat2, *, beta, alpha)
   register_lowering({"addmm", "addmm_", "addmm.out"}, [](LoweringContext& c) {
     return V{affine(c, matmul(c, c.in(1), c.in(2), 0, 0), 0, 3, 4)};
-  });
+  }, matmul_op());
   register_lowering({"baddbmm", "baddbmm_", "baddbmm.out"}, [](LoweringContext& c) {
     return V{affine(c, matmul(c, c.in(1), c.in(2), 1, 1), 0, 3, 4)};
-  });
+  }, matmul_op());
   register_lowering({"addmv", "addmv_", "addmv.out"}, [](LoweringContext& c) {
     return V{affine(c, matmul(c, c.in(1), c.in(2), 0, 0), 0, 3, 4)};
-  });
+  }, matmul_op());
 }
 
 }  // namespace torchtpu::aten

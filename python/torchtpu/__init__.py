@@ -48,6 +48,12 @@ from .integrations import torchvision as _torchvision_ops  # noqa: E402
 
 _torchvision_ops.register()
 
+# torch.compile: backend="tpu" comes from the torch_dynamo_backends entry point; plain
+# torch.compile(fn) on tpu tensors is routed to it.
+from . import compile as _compile  # noqa: E402
+
+_compile.route_default_backend()
+
 __version__ = "0.1.0"
 
 

@@ -1,5 +1,8 @@
 """``torch.tpu``: the device module, shaped like ``torch.cuda``."""
 
+import contextlib
+import threading
+
 import torch
 
 from . import _C
@@ -150,3 +153,23 @@ class device:
     def __exit__(self, *exc):
         set_device(self.prev)
         return False
+
+
+_precision = threading.local()
+
+
+@contextlib.contextmanager
+def precision(name: str):
+    """The float32 precision of matmuls and convolutions inside the block, on this thread:
+    ``"highest"`` (full float32, PyTorch's default), ``"high"`` (TF32 on GPUs, three bf16 passes on
+    TPUs) or ``"default"`` (the platform's fastest). Outside any block,
+    ``torch.set_float32_matmul_precision`` decides ("medium" meaning "default"). Eager ops and
+    compiled graphs both follow it; it is part of their compile-cache keys."""
+    previous = getattr(_precision, "name", None)
+    _C._set_precision_override(name)
+    _precision.name = name
+    try:
+        yield
+    finally:
+        _C._set_precision_override(previous)
+        _precision.name = previous

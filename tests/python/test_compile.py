@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-import torchtpu.compile  # noqa: F401  (registers backend="tpu")
+
 from torchtpu.testing.models import MODELS
 
 
@@ -302,7 +302,7 @@ def test_default_torch_compile_uses_tpu_backend():
 
 def test_second_process_compiles_nothing(tmp_path):
     script = textwrap.dedent("""
-        import torch, torchtpu, torchtpu.compile
+        import torch, torchtpu
         torch.manual_seed(0)
         m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)).to("tpu")
         step = torch.compile(lambda x: m(x).square().mean(), backend="tpu")
@@ -318,3 +318,37 @@ def test_second_process_compiles_nothing(tmp_path):
     first, second = (r.stdout.split("MISSES")[-1].split() for r in runs)
     assert int(first[0]) > 0
     assert int(second[0]) == 0 and int(second[2]) > 0
+
+
+def test_precision_reaches_eager_and_compiled_programs(tmp_path, monkeypatch):
+    """torch.tpu.precision and torch.set_float32_matmul_precision become the programs'
+    precision_config; each setting is its own program."""
+    import glob
+
+    monkeypatch.setenv("TORCHTPU_DUMP_PROGRAMS", str(tmp_path))
+    a, b = torch.randn(13, 17), torch.randn(17, 3)
+    mm = torch.compile(lambda x, y: x @ y, backend="tpu")
+
+    def dots():
+        texts = [open(f).read() for f in glob.glob(str(tmp_path / "*.mlir"))]
+        return {"HIGHEST" if "precision HIGHEST" in t else "HIGH" if "precision HIGH>" in t else "DEFAULT"
+                for t in texts if "dot_general" in t}
+
+    _close(mm(a.to("tpu"), b.to("tpu")), a @ b)
+    assert dots() == {"HIGHEST"}  # PyTorch's default
+    with torch.tpu.precision("high"):
+        _close(a.to("tpu") @ b.to("tpu"), a @ b)
+        _close(mm(a.to("tpu"), b.to("tpu")), a @ b)
+    assert dots() == {"HIGHEST", "HIGH"}
+    assert "captured again (float32 matmul precision: 2 -> 1)" in _recompiles()[-1]
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        _close(mm(a.to("tpu"), b.to("tpu")), a @ b)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert dots() == {"HIGHEST", "HIGH", "DEFAULT"}
+    assert "GLOBAL_STATE changed: allow_tf32" in _recompiles()[-1]  # Dynamo guards this one itself
+    with pytest.raises(ValueError, match="unknown precision"):
+        with torch.tpu.precision("fast"):
+            pass

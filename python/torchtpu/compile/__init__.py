@@ -1,10 +1,38 @@
-"""``torch.compile(model_or_fn, backend="tpu")``: Dynamo graphs as XLA programs (see docs/compile.md)."""
+"""``torch.compile(model_or_fn, backend="tpu")``: Dynamo graphs as XLA programs (see docs/compile.md).
 
-from torch._dynamo import register_backend
+Dynamo finds ``backend`` through the ``torch_dynamo_backends`` entry point (``tpu``), so nothing
+here is imported until a compile asks for it: Dynamo and AOT autograd take a second to import.
+"""
 
-from .backend import backend, route_default_backend
+import torch
 
-register_backend(backend, name="tpu")
-route_default_backend()
+
+def backend(gm: torch.fx.GraphModule, example_inputs):
+    """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
+    from .backend import backend as compile_graph
+
+    return compile_graph(gm, example_inputs)
+
+
+def _on_tpu(inputs) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in inputs)
+
+
+def route_default_backend() -> None:
+    """``torch.compile(fn)`` (Inductor, the default) on tpu tensors uses this backend: Inductor
+    has no code generator for the device."""
+    wrapper = torch._TorchCompileInductorWrapper
+    if getattr(wrapper.__call__, "_torchtpu", False):
+        return
+    inductor_call = wrapper.__call__
+
+    def __call__(self, model_, inputs_):
+        if _on_tpu(inputs_):
+            return backend(model_, inputs_)
+        return inductor_call(self, model_, inputs_)
+
+    __call__._torchtpu = True
+    wrapper.__call__ = __call__
+
 
 __all__ = ["backend"]

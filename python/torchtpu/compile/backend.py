@@ -107,24 +107,3 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
         decompositions=_decompositions(),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
-
-
-def _on_tpu(inputs) -> bool:
-    return any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in inputs)
-
-
-def route_default_backend() -> None:
-    """``torch.compile(fn)`` (Inductor, the default) on tpu tensors uses this backend: Inductor
-    has no code generator for the device."""
-    wrapper = torch._TorchCompileInductorWrapper
-    if getattr(wrapper.__call__, "_torchtpu", False):
-        return
-    inductor_call = wrapper.__call__
-
-    def __call__(self, model_, inputs_):
-        if _on_tpu(inputs_):
-            return backend(model_, inputs_)
-        return inductor_call(self, model_, inputs_)
-
-    __call__._torchtpu = True
-    wrapper.__call__ = __call__

@@ -7,8 +7,8 @@ eager program). Later calls bind the new inputs' buffers to that program and reb
 without dispatching an op.
 
 A program assumes what its capture saw: each input's flat size and dtype, which inputs share
-contents, and the value of every non-tensor input (ints, floats, bools are baked into the
-program). A call that differs captures again, and the recompile is counted with its cause.
+contents, the value of every non-tensor input (ints, floats, bools are baked into the
+program), and the float32 matmul precision in force. A call that differs captures again, and the recompile is counted with its cause.
 """
 
 import torch
@@ -56,6 +56,18 @@ def _upload(tensors, positions):
             tensors[i] = t
 
 
+def _describe_change(old, new):
+    """What differs between two program keys, e.g. "input 0: 3 -> 4"."""
+    if len(old) != len(new):
+        return f"{len(new) - 1} inputs where the graph had {len(old) - 1}"
+    changes = []
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a != b:
+            what = "float32 matmul precision" if isinstance(a, tuple) else f"input {i}"
+            changes.append(f"{what}: {a[-1] if isinstance(a, tuple) else a} -> {b[-1] if isinstance(b, tuple) else b}")
+    return ", ".join(changes)
+
+
 class _Program:
     def __init__(self, compiled, spec, constants, tensor_slots):
         self.compiled = compiled  # torchtpu._C._CompiledGraph
@@ -84,7 +96,7 @@ class CapturedGraph:
                 return pytree.tree_unflatten(flat, program.spec)
             self._note_recompile(why)
         elif self.programs:
-            self._note_recompile(f"non-tensor inputs changed to {key}")
+            self._note_recompile(_describe_change(next(reversed(self.programs)), key))
         return self._capture(args, tensors, key)
 
     def _bind(self, args):
@@ -100,6 +112,7 @@ class CapturedGraph:
                 key.append(a if isinstance(a, (int, float, bool, type(None))) else repr(a))
         if on_cpu:
             _upload(tensors, on_cpu)
+        key.append(("matmul precision", _C._matmul_precision()))
         return tensors, tuple(key)
 
     def _note_recompile(self, why):
