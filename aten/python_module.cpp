@@ -8,6 +8,7 @@
 #include "aten/compiled_graph.h"
 #include "aten/device.h"
 #include "aten/generator.h"
+#include "aten/kernel_call.h"
 #include "aten/lowering.h"
 #include "aten/tensor_operand.h"
 #include "exec/compile_cache.h"
@@ -168,4 +169,5 @@ PYBIND11_MODULE(_C, m) {
   // discovery error for callers who want the reason.
   m.def("_init_runtime", [] { exec::client(); });
   aten::define_compiled_graph(m);
+  aten::define_kernel_call(m);
 }

@@ -117,7 +117,20 @@ std::string Builder::module_text(int num_replicas, int num_partitions) const {
   for (const std::string& line : blocks_.front().lines) s += "    " + line + "\n";
   s += "    \"func.return\"(" + join_names(results_) + ") : (" + join_types(types_of(results_)) +
        ") -> ()\n";
-  return s + "  }\n}\n";
+  s += "  }\n";
+  for (const auto& [key, text] : functions_) s += text + "\n";
+  return s + "}\n";
+}
+
+void Builder::add_functions(const std::string& key, const std::string& text) {
+  for (const auto& f : functions_)
+    if (f.first == key) return;
+  functions_.emplace_back(key, text);
+}
+
+std::vector<Value> Builder::call(const std::string& symbol, const std::vector<Value>& args,
+                                 const std::vector<TensorType>& result_types) {
+  return emit("func.call", args, result_types, "callee = @" + symbol);
 }
 
 Value Builder::constant(double value, const TensorType& type) {

@@ -158,6 +158,12 @@ class Builder {
   Value collective_permute(const Value& x,
                            const std::vector<std::pair<int64_t, int64_t>>& source_target_pairs);
 
+  // Functions from another module (generic-form `func.func` ops, e.g. a JAX kernel lowered to
+  // StableHLO), added once per `key` however many calls use them; `call` invokes one by symbol.
+  void add_functions(const std::string& key, const std::string& text);
+  std::vector<Value> call(const std::string& symbol, const std::vector<Value>& args,
+                          const std::vector<TensorType>& result_types);
+
   // The whole module, ready for Client::compile.
   std::string module_text(int num_replicas = 1, int num_partitions = 1) const;
 
@@ -185,6 +191,7 @@ class Builder {
   std::vector<TensorType> params_;
   std::vector<Value> results_;
   std::vector<Block> blocks_;  // blocks_.front() is the function body; the rest are open regions
+  std::vector<std::pair<std::string, std::string>> functions_;  // (key, text) added by add_functions
   int next_id_ = 0;
 };
 
