@@ -200,3 +200,12 @@ def test_examples_train(name):
     assert r.returncode == 0, r.stderr[-2000:]
     losses = [float(line.split()[-1]) for line in r.stdout.splitlines() if line.startswith("step")]
     assert losses[-1] < losses[0] / 2, losses
+
+
+def test_a_kernel_newer_than_the_plugin_reads_names_both_versions(monkeypatch):
+    info = dict(torchtpu._C._platform_info())
+    info["stablehlo_current_version"] = "0.0.1"  # a plugin older than any StableHLO JAX can target
+    monkeypatch.setattr(torchtpu._C, "_platform_info", lambda: info)
+    op = jax_op("torchtpu_test::versioned", lambda x: x * 2.0)
+    with pytest.raises(RuntimeError, match=r"emits StableHLO 1\.\d+\.\d+, the PJRT plugin \(cpu\) reads StableHLO up to 0\.0\.1"):
+        op(torch.ones(2, device="tpu"))

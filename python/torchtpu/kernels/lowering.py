@@ -73,6 +73,29 @@ def _force_pallas_interpret() -> None:
     _force_pallas_interpret.done = True
 
 
+def _version(v: str) -> tuple:
+    return tuple(int(x) for x in v.split("."))
+
+
+def check_version(name: str, module) -> None:
+    """JAX may emit a newer StableHLO than the plugin reads: the module must be expressible in the
+    plugin's version (checked by serializing it as a portable artifact for that version)."""
+    import jax
+    from jaxlib.mlir.dialects import stablehlo
+
+    plugin = _C._platform_info().get("stablehlo_current_version")
+    emitted = stablehlo.get_current_version()
+    if not plugin or _version(emitted) <= _version(plugin):
+        return
+    try:
+        stablehlo.serialize_portable_artifact_str(str(module), plugin)
+    except Exception as e:
+        raise RuntimeError(
+            f"{name}: JAX {jax.__version__} emits StableHLO {emitted}, the PJRT plugin ({platform()}) reads "
+            f"StableHLO up to {plugin}, and this kernel cannot be expressed in {plugin} ({e}). Use the JAX "
+            f"version pinned in requirements.txt, or a plugin built with a newer StableHLO.") from e
+
+
 def _functions_text(module) -> str:
     """The module's func.func ops, generic form, without the module around them."""
     text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
@@ -104,7 +127,9 @@ def lower(name: str, fn, tensors, statics: dict) -> Lowered:
             raise ValueError(f"{name}: JAX rejected inputs {[(a.shape, str(a.dtype)) for a in avals]} "
                              f"with {statics}: {e}") from e
         lowered = traced.lower(lowering_platforms=(_jax_platform(),))
-        text = _functions_text(lowered.compiler_ir("stablehlo"))
+        module = lowered.compiler_ir("stablehlo")
+        check_version(name, module)
+        text = _functions_text(module)
         results = jax.tree_util.tree_leaves(traced.out_info)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     prefix = f"k{digest}_"

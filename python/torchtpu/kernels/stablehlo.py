@@ -39,6 +39,7 @@ def _parse(name, text):
             raise ValueError(f"{name}: the module has no function named main")
         ftype = ir.FunctionType(ir.TypeAttr(mains[0].attributes["function_type"]).value)
         inputs, results = _tensor_types(ftype.inputs), _tensor_types(ftype.results)
+        lowering.check_version(name, module)
         body = lowering._functions_text(module)
     digest = hashlib.sha256(body.encode()).hexdigest()[:16]
     prefix = f"k{digest}_"
