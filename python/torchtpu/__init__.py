@@ -53,6 +53,7 @@ _torchvision_ops.register()
 from . import compile as _compile  # noqa: E402
 
 _compile.route_default_backend()
+compile_options = _compile.compile_options
 
 __version__ = "0.1.0"
 

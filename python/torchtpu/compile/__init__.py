@@ -6,6 +6,18 @@ here is imported until a compile asks for it: Dynamo and AOT autograd take a sec
 
 import torch
 
+options = {"buckets": None}
+
+
+def compile_options(*, buckets=None) -> None:
+    """Options of torch.compile(backend="tpu").
+
+    ``buckets``: the sizes a dynamic dimension is padded up to (graphs compiled with
+    ``dynamic=True`` or ``torch._dynamo.mark_dynamic``, see docs/compile.md). ``None`` (the
+    default): the next power of two, at least 8. A list: the smallest listed size that fits
+    (larger sizes run unpadded)."""
+    options["buckets"] = None if buckets is None else sorted(int(b) for b in buckets)
+
 
 def backend(gm: torch.fx.GraphModule, example_inputs):
     """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
@@ -35,4 +47,4 @@ def route_default_backend() -> None:
     wrapper.__call__ = __call__
 
 
-__all__ = ["backend"]
+__all__ = ["backend", "compile_options"]

@@ -11,6 +11,7 @@ import operator
 import torch
 from torch.fx.passes.split_module import split_module
 
+from . import buckets
 from .captured_graph import CapturedGraph
 
 _KERNEL_KEYS = ("PrivateUse1", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
@@ -28,6 +29,8 @@ def _on_tpu(val) -> bool:
 
 
 def joins_program(node: torch.fx.Node, eager_ops) -> bool:
+    if node.op == "call_function" and isinstance(node.meta.get("val"), (torch.SymInt, int)):
+        return True  # size arithmetic (sym_size, operator.mul): plain ints while capturing
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
     if node.target in eager_ops or not has_tpu_kernel(node.target):
@@ -87,7 +90,7 @@ def build(gm: torch.fx.GraphModule, name: str, eager_ops) -> torch.nn.Module:
         else:
             joins[n] = joins_program(n, eager_ops)
     if all(joins.values()):
-        return CapturedGraph(gm, name)
+        return buckets.build(gm, name) or CapturedGraph(gm, name)
     _hoist_eager_prologue(gm, joins)
     _sink_eager_epilogue(gm, joins)
     compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
