@@ -21,7 +21,7 @@ def compile_options(*, buckets=None) -> None:
 
 def backend(gm: torch.fx.GraphModule, example_inputs):
     """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
-    from .backend import backend as compile_graph
+    from .dynamo import backend as compile_graph
 
     return compile_graph(gm, example_inputs)
 
