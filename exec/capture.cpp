@@ -60,6 +60,21 @@ void discard_unmaterialized(const std::vector<NodePtr>& nodes) {
       if (ValuePtr v = weak.lock(); v && !v->is_materialized()) v->set_producer(nullptr, 0);
 }
 
+// The inputs get back the contents they had before the capture (its ops will never run).
+void restore_inputs(const Capture& c) {
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (c.inputs[i].storage->value() != c.input_values[i]) c.inputs[i].storage->swap(c.input_values[i]);
+}
+
+// A never-written storage reads as zeros; a program parameter needs them as a buffer.
+void materialize_unwritten(const std::vector<GraphInput>& inputs) {
+  for (const GraphInput& in : inputs)
+    if (!in.storage->value()) {
+      std::vector<char> zeros(in.storage->nbytes(), 0);
+      upload(*in.storage, zeros.data(), in.dtype);
+    }
+}
+
 // Maps the capture's values to where they come from on a run.
 class SourceMap {
  public:
@@ -155,11 +170,7 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
       break;
     }
   }
-  for (const GraphInput& in : inputs)
-    if (!in.storage->value()) {
-      std::vector<char> zeros(in.storage->nbytes(), 0);
-      upload(*in.storage, zeros.data(), in.dtype);
-    }
+  materialize_unwritten(inputs);
   std::vector<ValuePtr> args;
   for (const ValueSource& p : parameters_) args.push_back(value_of(p, inputs, {}));
   std::vector<ValuePtr> results = execute_program(*exe_, device_, args, result_dtypes_, result_lengths_, what_);
@@ -180,13 +191,8 @@ void begin_capture(const std::vector<GraphInput>& inputs) {
   flush("torch.compile capture");
   auto c = std::make_unique<Capture>();
   c->inputs = inputs;
-  for (const GraphInput& in : inputs) {
-    if (!in.storage->value()) {
-      std::vector<char> zeros(in.storage->nbytes(), 0);
-      upload(*in.storage, zeros.data(), in.dtype);
-    }
-    c->input_values.push_back(in.storage->value());
-  }
+  materialize_unwritten(inputs);
+  for (const GraphInput& in : inputs) c->input_values.push_back(in.storage->value());
   c->signature = signature_of(inputs);
   active = std::move(c);
 }
@@ -200,12 +206,6 @@ void capture_random_state(const ValuePtr& state, RandomDraw draw) {
 }
 
 void capture_check(const ValuePtr& ok, const std::string& message) { current().checks.emplace_back(ok, message); }
-
-// The inputs get back the contents they had before the capture (its ops will never run).
-void restore_inputs(const Capture& c) {
-  for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (c.inputs[i].storage->value() != c.input_values[i]) c.inputs[i].storage->swap(c.input_values[i]);
-}
 
 void abort_capture() {
   if (!active) return;
