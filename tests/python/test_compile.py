@@ -415,3 +415,18 @@ def test_bucket_sizes_are_configurable():
         assert captures == [True, False, True, True]  # 5, 12 -> 12; 13 -> 24; 30 runs at its size
     finally:
         torchtpu.compile_options(buckets=None)
+
+
+def test_compiled_steps_keep_device_memory_flat():
+    import gc
+
+    model = _mlp().to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = torch.compile(_step, backend="tpu")
+    x, y = torch.randn(6, 8, device="tpu"), torch.randint(0, 4, (6,), device="tpu")
+    used = []
+    for _ in range(12):
+        step(model, opt, x, y).item()
+        gc.collect()
+        used.append(torch.tpu.memory_allocated())
+    assert used[3:] == [used[3]] * len(used[3:]), used
