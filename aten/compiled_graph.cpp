@@ -129,7 +129,6 @@ void define_compiled_graph(py::module_& m) {
   m.def("_capture_begin", &begin, "Records this thread's tpu ops from now on instead of running them");
   m.def("_capture_end", &end, "Compiles the recorded ops as one program over `inputs`; returns it");
   m.def("_capture_abort", [] { exec::abort_capture(); });
-  m.def("_capturing", [] { return exec::capturing(); });
 }
 
 }  // namespace torchtpu::aten
