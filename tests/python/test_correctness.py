@@ -462,3 +462,34 @@ def test_histc_on_device(no_fallbacks):  # Mixtral's router counts tokens per ex
         torch.testing.assert_close(torch.histc(x.to("tpu"), **kw).cpu(), torch.histc(x, **kw))
     counts = torch.histc(torch.tensor([0, 1, 1, 3, 7], dtype=torch.int32, device="tpu"), bins=4, min=0, max=3)
     assert counts.dtype == torch.int32 and counts.cpu().tolist() == [1, 2, 0, 1]  # CPU has no int histc
+
+
+RNNS = {
+    "lstm_2_layers": lambda: torch.nn.LSTM(4, 8, num_layers=2, batch_first=True),
+    "lstm_no_bias": lambda: torch.nn.LSTM(4, 8, bias=False),
+    "lstm_proj": lambda: torch.nn.LSTM(4, 6, proj_size=3),
+    "gru_bidirectional_no_bias": lambda: torch.nn.GRU(4, 8, bias=False, bidirectional=True),
+    "lstm_cell": lambda: torch.nn.LSTMCell(4, 8),
+    "gru_cell": lambda: torch.nn.GRUCell(4, 8),
+}
+
+
+@pytest.mark.parametrize("name", list(RNNS))
+def test_rnn_family_runs_on_the_device_like_cpu(name):
+    """nn.LSTM/GRU and their cells call _thnn_fused_{lstm,gru}_cell on a PrivateUse1 device, ops
+    with only a CUDA kernel: lowered, they match CPU with no fallback."""
+    torch.manual_seed(0)
+    cpu = RNNS[name]()
+    dev = copy.deepcopy(cpu).to("tpu")
+    x = torch.randn(2, 4) if "cell" in name else torch.randn(2, 3, 4)
+    before = torchtpu.metrics.cpu_fallbacks()
+    outs = []
+    for model, inp in ((cpu, x), (dev, x.to("tpu"))):
+        out = model(inp)
+        out = out[0] if isinstance(out, tuple) else out
+        out.square().sum().backward()
+        outs.append(out)
+    assert torchtpu.metrics.cpu_fallbacks() == before
+    torch.testing.assert_close(outs[1].cpu(), outs[0], rtol=1e-5, atol=1e-6)
+    for pc, pd in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-5, atol=1e-6)
