@@ -13,6 +13,15 @@
 namespace torchtpu::aten {
 namespace {
 
+// Some ops only have CUDA kernels (PyTorch calls them on every non-CPU device): copying to the CPU
+// cannot run them, and PyTorch's own error would blame the CPU.
+bool cpu_can_run(const c10::OperatorHandle& op) {
+  for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CompositeExplicitAutograd,
+                   c10::DispatchKey::CompositeExplicitAutogradNonFunctional})
+    if (op.hasKernelForDispatchKey(key)) return true;
+  return false;
+}
+
 bool fallback_is_error() {
   const char* mode = std::getenv("TORCHTPU_FALLBACK");
   return mode && std::strcmp(mode, "error") == 0;
@@ -29,6 +38,9 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Inside a torch.compile capture a CPU result would be baked into the program as a constant;
   // the backend runs such nodes outside the captured graph instead.
   TORCH_CHECK_NOT_IMPLEMENTED(!exec::capturing(), name, " has no tpu lowering, so it cannot join a compiled graph");
+  TORCH_CHECK_NOT_IMPLEMENTED(cpu_can_run(op), name,
+                              " has no tpu lowering and no CPU kernel to fall back to (PyTorch implements it for "
+                              "CUDA only)");
   exec::record_fallback(name);
   at::native::cpu_fallback(op, stack);
 }

@@ -493,3 +493,10 @@ def test_rnn_family_runs_on_the_device_like_cpu(name):
     torch.testing.assert_close(outs[1].cpu(), outs[0], rtol=1e-5, atol=1e-6)
     for pc, pd in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_cuda_only_op_without_lowering_names_itself():
+    """An op PyTorch implements only for CUDA cannot take the CPU fallback: the error says so,
+    instead of PyTorch's 'Could not run ... with arguments from the CPU backend'."""
+    with pytest.raises(NotImplementedError, match="_fused_dropout has no tpu lowering and no CPU kernel"):
+        torch._fused_dropout(torch.ones(4, device="tpu"), 0.5)
