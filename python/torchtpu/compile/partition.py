@@ -15,6 +15,8 @@ from . import buckets
 from .captured_graph import CapturedGraph
 
 _KERNEL_KEYS = ("PrivateUse1", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+_aten = torch.ops.aten
+_SIZE_QUERIES = {_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default}
 
 
 def has_tpu_kernel(op: torch._ops.OpOverload) -> bool:
@@ -30,7 +32,9 @@ def _on_tpu(val) -> bool:
 
 def joins_program(node: torch.fx.Node, eager_ops) -> bool:
     if node.op == "call_function" and isinstance(node.meta.get("val"), (torch.SymInt, int)):
-        return True  # size arithmetic (sym_size, operator.mul): plain ints while capturing
+        # size queries and arithmetic on them are plain ints while capturing; an int read from a
+        # tensor's data (item) is not
+        return not isinstance(node.target, torch._ops.OpOverload) or node.target in _SIZE_QUERIES
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
     if node.target in eager_ops or not has_tpu_kernel(node.target):
