@@ -430,3 +430,17 @@ def test_compiled_steps_keep_device_memory_flat():
         gc.collect()
         used.append(torch.tpu.memory_allocated())
     assert used[3:] == [used[3]] * len(used[3:]), used
+
+
+def test_item_inside_a_graph_runs_between_programs(monkeypatch):
+    """With Dynamo's capture_scalar_outputs, .item() stays in the graph: it runs eagerly between
+    the compiled parts instead of reading captured data on the host."""
+    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
+
+    @torch.compile(backend="tpu")
+    def f(x):
+        return x * x.sum().item()
+
+    x = torch.randn(5)
+    for _ in range(2):
+        _close(f(x.to("tpu")), x * x.sum().item())
