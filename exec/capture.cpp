@@ -110,38 +110,44 @@ class SourceMap {
   std::unordered_map<const graph::DeviceValue*, size_t> inputs_, results_;
 };
 
+// (parameter, result) pairs where an input's new contents (a result) can reuse the buffer of its
+// old contents (a parameter of the same type): an optimizer's parameters and states, BatchNorm
+// statistics.
+std::vector<std::pair<size_t, size_t>> donation_aliases(const CompiledGraph::Plan& plan, const graph::Window& w) {
+  std::vector<std::pair<size_t, size_t>> aliases;
+  std::vector<bool> result_taken(w.results().size());
+  for (const auto& [input, source] : plan.writebacks) {
+    if (source.kind != ValueSource::Kind::kResult || result_taken[source.index]) continue;
+    for (size_t p = 0; p < plan.parameters.size(); ++p) {
+      const ValueSource& param = plan.parameters[p];
+      const graph::DeviceValue& old = *w.parameters()[p];
+      const graph::DeviceValue& now = *w.results()[source.index];
+      if (param.kind == ValueSource::Kind::kInput && param.index == input && old.dtype() == now.dtype() &&
+          old.length() == now.length()) {
+        aliases.emplace_back(p, source.index);
+        result_taken[source.index] = true;
+        break;
+      }
+    }
+  }
+  return aliases;
+}
+
 }  // namespace
 
-CompiledGraph::CompiledGraph(std::shared_ptr<runtime::Executable> exe, std::vector<ValueSource> parameters,
-                             std::vector<DType> result_dtypes, std::vector<int64_t> result_lengths,
-                             std::vector<std::pair<size_t, ValueSource>> writebacks, std::vector<ValueSource> outputs,
-                             std::vector<std::pair<size_t, std::string>> checks, std::vector<std::string> signature,
-                             int device, size_t num_ops, std::string what)
-    : exe_(std::move(exe)),
-      parameters_(std::move(parameters)),
-      result_dtypes_(std::move(result_dtypes)),
-      result_lengths_(std::move(result_lengths)),
-      writebacks_(std::move(writebacks)),
-      outputs_(std::move(outputs)),
-      checks_(std::move(checks)),
-      signature_(std::move(signature)),
-      device_(device),
-      num_ops_(num_ops),
-      what_(std::move(what)) {}
-
 std::string CompiledGraph::mismatch(const std::vector<GraphInput>& inputs) const {
-  if (inputs.size() != signature_.size())
+  if (inputs.size() != plan_.signature.size())
     return std::to_string(inputs.size()) + " inputs where the graph was captured with " +
-           std::to_string(signature_.size());
+           std::to_string(plan_.signature.size());
   std::vector<std::string> now = signature_of(inputs);
   for (size_t i = 0; i < now.size(); ++i) {
-    if (inputs[i].storage->device() != device_)
+    if (inputs[i].storage->device() != plan_.device)
       return "input " + std::to_string(i) + " is on tpu:" + std::to_string(inputs[i].storage->device()) +
-             ", the graph was captured on tpu:" + std::to_string(device_);
+             ", the graph was captured on tpu:" + std::to_string(plan_.device);
     // A never-written input reads as zeros in any dtype (run() materializes it).
-    bool same = inputs[i].storage->value() ? now[i] == signature_[i] : signature_[i].rfind(now[i], 0) == 0;
+    bool same = inputs[i].storage->value() ? now[i] == plan_.signature[i] : plan_.signature[i].rfind(now[i], 0) == 0;
     if (!same)
-      return "input " + std::to_string(i) + " is " + now[i] + ", captured as " + signature_[i];
+      return "input " + std::to_string(i) + " is " + now[i] + ", captured as " + plan_.signature[i];
   }
   return "";
 }
@@ -154,7 +160,7 @@ ValuePtr CompiledGraph::value_of(const ValueSource& s, const std::vector<GraphIn
     case ValueSource::Kind::kConstant: return s.constant;
     case ValueSource::Kind::kRandom: {
       std::array<uint64_t, 2> state = s.draw();
-      BufferRef scratch(device_, sizeof(state));
+      BufferRef scratch(plan_.device, sizeof(state));
       upload(scratch, state.data(), DType::kU64);
       return scratch.value();
     }
@@ -172,14 +178,21 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
   }
   materialize_unwritten(inputs);
   std::vector<ValuePtr> args;
-  for (const ValueSource& p : parameters_) args.push_back(value_of(p, inputs, {}));
-  std::vector<ValuePtr> results = execute_program(*exe_, device_, args, result_dtypes_, result_lengths_, what_);
+  for (const ValueSource& p : plan_.parameters) args.push_back(value_of(p, inputs, {}));
+  // Donate an input's buffer only when its storage and `args` are all that hold it: a pending
+  // op, another tensor's contents or a saved value still reading it keeps it.
+  std::vector<int64_t> keep;
+  for (size_t p : plan_.donatable)
+    if (args[p].use_count() != 2 || args[p]->buffer().use_count() != 1) keep.push_back(static_cast<int64_t>(p));
+  std::vector<ValuePtr> results =
+      execute_program(*exe_, plan_.device, args, plan_.result_dtypes, plan_.result_lengths, plan_.what, keep);
   counters().compiled_graph_runs++;
+  counters().donated_buffers += static_cast<int64_t>(plan_.donatable.size() - keep.size());
   std::vector<ValuePtr> outputs;
-  for (const ValueSource& o : outputs_) outputs.push_back(value_of(o, inputs, results));
-  for (const auto& [input, source] : writebacks_) inputs[input].storage->swap(value_of(source, inputs, results));
-  for (const auto& [result, message] : checks_) {
-    auto ok = std::make_shared<BufferRef>(device_, 1);
+  for (const ValueSource& o : plan_.outputs) outputs.push_back(value_of(o, inputs, results));
+  for (const auto& [input, source] : plan_.writebacks) inputs[input].storage->swap(value_of(source, inputs, results));
+  for (const auto& [result, message] : plan_.checks) {
+    auto ok = std::make_shared<BufferRef>(plan_.device, 1);
     ok->swap(results[result]);
     defer_check(std::move(ok), message);
   }
@@ -226,44 +239,46 @@ std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& output
 
   graph::Window w(c->nodes, graph::Window::Keep::kHeld);
   SourceMap sources(*c, w);
-  std::vector<ValueSource> parameters;
-  for (const ValuePtr& p : w.parameters()) parameters.push_back(sources.of(p));
-  std::vector<DType> dtypes;
-  std::vector<int64_t> lengths;
+  CompiledGraph::Plan plan;
+  for (const ValuePtr& p : w.parameters()) plan.parameters.push_back(sources.of(p));
   for (const ValuePtr& r : w.results()) {
-    dtypes.push_back(r->dtype());
-    lengths.push_back(r->length());
+    plan.result_dtypes.push_back(r->dtype());
+    plan.result_lengths.push_back(r->length());
   }
-  std::vector<std::pair<size_t, ValueSource>> writebacks;
   for (size_t i = 0; i < c->inputs.size(); ++i)
     if (c->inputs[i].storage->value() != c->input_values[i])
-      writebacks.emplace_back(i, sources.of(c->inputs[i].storage->value()));
-  std::vector<ValueSource> output_sources;
+      plan.writebacks.emplace_back(i, sources.of(c->inputs[i].storage->value()));
   for (BufferRef* o : outputs) {
     if (!o->value()) throw std::logic_error(what + ": an output storage was never written");
-    output_sources.push_back(sources.of(o->value()));
+    plan.outputs.push_back(sources.of(o->value()));
   }
-  std::vector<std::pair<size_t, std::string>> checks;
   for (const auto& [ok, message] : c->checks)
-    if (auto r = sources.result(ok)) checks.emplace_back(*r, message);
-  int device = c->inputs.empty() ? (w.results().empty() ? 0 : w.results()[0]->device())
-                                 : c->inputs[0].storage->device();
+    if (auto r = sources.result(ok)) plan.checks.emplace_back(*r, message);
+  std::vector<std::pair<size_t, size_t>> aliases = donation_aliases(plan, w);
+  for (const auto& alias : aliases) plan.donatable.push_back(alias.first);
+  plan.signature = std::move(c->signature);
+  plan.device = c->inputs.empty() ? (w.results().empty() ? 0 : w.results()[0]->device())
+                                  : c->inputs[0].storage->device();
+  plan.num_ops = c->nodes.size();
+  plan.what = what;
 
+  std::string key = w.key();  // programs that may donate differ from the same window's eager one
+  for (const auto& [param, result] : aliases) key += "|donate " + std::to_string(param) + ">" + std::to_string(result);
   std::shared_ptr<runtime::Executable> exe;
   std::vector<ValuePtr> produced;
   try {
-    exe = cached_executable(w.key(), [&] { return w.program_text(); }, what, identity);
-    // This call's results: the storages already hold the window's pending result values.
-    produced = execute_program(*exe, device, w.parameters(), dtypes, lengths, what);
+    exe = cached_executable(key, [&] { return w.program_text(aliases); }, what, identity);
+    // This call's results (the storages already hold the window's pending values); the capture
+    // still holds the inputs' old contents, so nothing is donated.
+    std::vector<int64_t> keep(plan.donatable.begin(), plan.donatable.end());
+    produced = execute_program(*exe, plan.device, w.parameters(), plan.result_dtypes, plan.result_lengths, what, keep);
   } catch (...) {
     restore_inputs(*c);
     throw;
   }
   for (size_t k = 0; k < produced.size(); ++k) w.results()[k]->materialize(produced[k]->buffer());
   counters().compiled_graph_runs++;
-  return std::make_shared<CompiledGraph>(std::move(exe), std::move(parameters), std::move(dtypes), std::move(lengths),
-                                         std::move(writebacks), std::move(output_sources), std::move(checks),
-                                         std::move(c->signature), device, c->nodes.size(), what);
+  return std::make_shared<CompiledGraph>(std::move(exe), std::move(plan));
 }
 
 }  // namespace torchtpu::exec

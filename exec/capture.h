@@ -37,11 +37,24 @@ struct GraphInput {
 
 class CompiledGraph {
  public:
-  CompiledGraph(std::shared_ptr<runtime::Executable> exe, std::vector<ValueSource> parameters,
-                std::vector<DType> result_dtypes, std::vector<int64_t> result_lengths,
-                std::vector<std::pair<size_t, ValueSource>> writebacks, std::vector<ValueSource> outputs,
-                std::vector<std::pair<size_t, std::string>> checks, std::vector<std::string> signature,
-                int device, size_t num_ops, std::string what);
+  // What a run binds and where its results go, as the capture found it.
+  struct Plan {
+    std::vector<ValueSource> parameters;
+    std::vector<DType> result_dtypes;
+    std::vector<int64_t> result_lengths;
+    std::vector<std::pair<size_t, ValueSource>> writebacks;  // (input, its new contents)
+    std::vector<ValueSource> outputs;
+    std::vector<std::pair<size_t, std::string>> checks;  // (result, message) device-side checks
+    std::vector<std::string> signature;                  // per input, see mismatch()
+    // Parameters whose buffer the program may reuse for the input's new contents: donated on a
+    // run when nothing but the input's storage still holds them.
+    std::vector<size_t> donatable;
+    int device = 0;
+    size_t num_ops = 0;
+    std::string what;
+  };
+
+  CompiledGraph(std::shared_ptr<runtime::Executable> exe, Plan plan) : exe_(std::move(exe)), plan_(std::move(plan)) {}
 
   // Why `inputs` cannot run this program ("" when they can): the capture's program assumes each
   // input's flat size, dtype and which inputs share contents.
@@ -51,25 +64,16 @@ class CompiledGraph {
   // their storages; returns the contents of each output storage given to end_capture().
   std::vector<graph::ValuePtr> run(const std::vector<GraphInput>& inputs) const;
 
-  size_t num_ops() const { return num_ops_; }
-  int device() const { return device_; }
-  const std::string& what() const { return what_; }
+  size_t num_ops() const { return plan_.num_ops; }
+  int device() const { return plan_.device; }
+  const std::string& what() const { return plan_.what; }
 
  private:
   graph::ValuePtr value_of(const ValueSource& s, const std::vector<GraphInput>& inputs,
                            const std::vector<graph::ValuePtr>& results) const;
 
   std::shared_ptr<runtime::Executable> exe_;
-  std::vector<ValueSource> parameters_;
-  std::vector<DType> result_dtypes_;
-  std::vector<int64_t> result_lengths_;
-  std::vector<std::pair<size_t, ValueSource>> writebacks_;  // (input, its new contents)
-  std::vector<ValueSource> outputs_;
-  std::vector<std::pair<size_t, std::string>> checks_;  // (result, message) device-side checks
-  std::vector<std::string> signature_;                  // per input, see mismatch()
-  int device_;
-  size_t num_ops_;
-  std::string what_;
+  Plan plan_;
 };
 
 // Starts recording this thread's ops (after executing what the eager modes left pending).

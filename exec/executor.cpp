@@ -282,14 +282,14 @@ std::optional<Mode> parse_mode(const std::string& name) {
 
 std::vector<ValuePtr> execute_program(runtime::Executable& exe, int device, const std::vector<ValuePtr>& args,
                                       const std::vector<DType>& dtypes, const std::vector<int64_t>& lengths,
-                                      const std::string& what) {
+                                      const std::string& what, const std::vector<int64_t>& keep) {
   std::vector<const runtime::Buffer*> buffers;
   for (const ValuePtr& a : args) buffers.push_back(a->buffer().get());
   size_t output_bytes = 0;
   for (size_t i = 0; i < dtypes.size(); ++i) output_bytes += lengths[i] * element_size(dtypes[i]);
   runtime::ExecuteResult result;
   try {
-    result = exe.execute_on(exec::device(device).raw(), buffers);
+    result = exe.execute_on(exec::device(device).raw(), buffers, keep);
   } catch (const runtime::PjrtError& e) {
     rethrow_memory_error(e, device, output_bytes, what);
   }

@@ -39,8 +39,9 @@ Window::Window(std::vector<NodePtr> nodes, Keep keep) : nodes_(std::move(nodes))
       }
 }
 
-std::string Window::program_text() const {
+std::string Window::program_text(const std::vector<std::pair<size_t, size_t>>& aliases) const {
   hlo::Builder b;
+  for (const auto& [param, result] : aliases) b.alias_parameter(param, result);
   std::vector<hlo::Value> params;
   for (const ValuePtr& p : parameters_) params.push_back(b.parameter({p->dtype(), {p->length()}}));
   std::vector<std::vector<hlo::Value>> produced(nodes_.size());

@@ -27,7 +27,8 @@ class Window {
   // Structural: node keys, wiring and which outputs are results. Equal keys mean equal programs,
   // so a training step that repeats finds its compiled window; no text is built for the key.
   const std::string& key() const { return key_; }
-  std::string program_text() const;
+  // `aliases`: (parameter, result) pairs whose buffers the program may share (donation).
+  std::string program_text(const std::vector<std::pair<size_t, size_t>>& aliases = {}) const;
 
  private:
   struct Source {  // where a node input comes from

@@ -111,8 +111,11 @@ std::string Builder::module_text(int num_replicas, int num_partitions) const {
                   std::to_string(num_partitions) + " : i32, mhlo.num_replicas = " +
                   std::to_string(num_replicas) + " : i32} {\n";
   s += "  func.func public @" + function_name_ + "(";
-  for (size_t i = 0; i < params_.size(); ++i)
+  for (size_t i = 0; i < params_.size(); ++i) {
     s += (i ? ", " : "") + std::string("%arg") + std::to_string(i) + ": " + params_[i].str();
+    for (const auto& [param, result] : aliases_)
+      if (param == i) s += " {tf.aliasing_output = " + std::to_string(result) + " : i32}";
+  }
   s += ") -> (" + join_types(types_of(results_)) + ") {\n";
   for (const std::string& line : blocks_.front().lines) s += "    " + line + "\n";
   s += "    \"func.return\"(" + join_names(results_) + ") : (" + join_types(types_of(results_)) +

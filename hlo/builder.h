@@ -79,6 +79,8 @@ class Builder {
   // Function signature.
   Value parameter(const TensorType& type);
   void results(const std::vector<Value>& values);
+  // Parameter `param`'s buffer may be reused for result `result` (same type): donated at execute.
+  void alias_parameter(size_t param, size_t result) { aliases_.emplace_back(param, result); }
 
   // Constants.
   Value constant(double value, const TensorType& type);  // splat; ints and bools convert
@@ -192,6 +194,7 @@ class Builder {
   std::vector<Value> results_;
   std::vector<Block> blocks_;  // blocks_.front() is the function body; the rest are open regions
   std::vector<std::pair<std::string, std::string>> functions_;  // (key, text) added by add_functions
+  std::vector<std::pair<size_t, size_t>> aliases_;              // (parameter, result)
   int next_id_ = 0;
 };
 

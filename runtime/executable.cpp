@@ -81,13 +81,13 @@ ExecuteResult Executable::execute(const std::vector<std::vector<const Buffer*>>&
   return run(args, nullptr);
 }
 
-ExecuteResult Executable::execute_on(PJRT_Device* device,
-                                     const std::vector<const Buffer*>& args) const {
-  return run({args}, device);
+ExecuteResult Executable::execute_on(PJRT_Device* device, const std::vector<const Buffer*>& args,
+                                     const std::vector<int64_t>& keep) const {
+  return run({args}, device, keep);
 }
 
 ExecuteResult Executable::run(const std::vector<std::vector<const Buffer*>>& args,
-                              PJRT_Device* device) const {
+                              PJRT_Device* device, const std::vector<int64_t>& keep) const {
   if (args.empty()) throw std::invalid_argument("execute: no argument lists (one per device)");
   const size_t num_devices = args.size();
   const size_t num_args = args[0].size();
@@ -109,6 +109,8 @@ ExecuteResult Executable::run(const std::vector<std::vector<const Buffer*>>& arg
   std::vector<PJRT_Event*> events(num_devices, nullptr);
 
   PJRT_ARGS(PJRT_ExecuteOptions, options);
+  options.non_donatable_input_indices = keep.data();
+  options.num_non_donatable_input_indices = keep.size();
   PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, exec);
   exec.executable = loaded_;
   exec.options = &options;

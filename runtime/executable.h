@@ -34,12 +34,15 @@ class Executable {
   // Runs on every device it was compiled for: args[d] is the argument list of devices()[d].
   // Asynchronous: returns once dispatched; outputs become ready as the devices finish.
   ExecuteResult execute(const std::vector<std::vector<const Buffer*>>& args) const;
-  // Runs a portable executable on one chosen device.
-  ExecuteResult execute_on(PJRT_Device* device, const std::vector<const Buffer*>& args) const;
+  // Runs a portable executable on one chosen device. A program may declare that a parameter's
+  // buffer can become one of its outputs (tf.aliasing_output); such an argument is then *donated*
+  // (consumed: its Buffer must not be used again) unless listed in `keep`, which makes XLA copy.
+  ExecuteResult execute_on(PJRT_Device* device, const std::vector<const Buffer*>& args,
+                           const std::vector<int64_t>& keep = {}) const;
 
  private:
   ExecuteResult run(const std::vector<std::vector<const Buffer*>>& args,
-                    PJRT_Device* device) const;
+                    PJRT_Device* device, const std::vector<int64_t>& keep = {}) const;
   void release();
 
   const PJRT_Api* api_ = nullptr;

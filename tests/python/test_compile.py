@@ -444,3 +444,32 @@ def test_item_inside_a_graph_runs_between_programs(monkeypatch):
     x = torch.randn(5)
     for _ in range(2):
         _close(f(x.to("tpu")), x * x.sum().item())
+
+
+def test_written_back_inputs_donate_their_buffers_unless_still_read():
+    """An input written in place (an optimizer's parameters and states) reuses its old buffer for
+    the new contents; a buffer that a pending eager op still reads is kept (copied) instead."""
+    model = _mlp().to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = torch.compile(_step, backend="tpu")
+    x, y = torch.randn(6, 8, device="tpu"), torch.randint(0, 4, (6,), device="tpu")
+    for _ in range(3):
+        step(model, opt, x, y)
+    before = _counters()["donated_buffers"]
+    step(model, opt, x, y)
+    assert _counters()["donated_buffers"] >= before + 8  # 4 parameters and 4 momentum buffers
+
+    @torch.compile(backend="tpu")
+    def bump(buf, delta):
+        buf.add_(delta)
+
+    buf, delta = torch.zeros(5, device="tpu"), torch.ones(5, device="tpu")
+    for _ in range(2):
+        bump(buf, delta)
+    with torchtpu.eager_mode("lazy"):
+        pending = buf * 1  # reads buf's current buffer; not run yet
+        before = _counters()["donated_buffers"]
+        bump(buf, delta)
+        assert _counters()["donated_buffers"] == before  # kept for the pending read
+        torch.testing.assert_close(pending.cpu(), torch.full((5,), 2.0))
+    torch.testing.assert_close(buf.cpu(), torch.full((5,), 3.0))
