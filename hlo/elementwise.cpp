@@ -34,6 +34,10 @@ Value Builder::unary(UnaryOp op, const Value& x) {
   if ((is_unsigned(t) || t == DType::kBool) && op == UnaryOp::kAbs) return x;
   if ((is_unsigned(t) || t == DType::kBool) && op == UnaryOp::kSign)
     return convert(compare(Compare::kNE, x, constant(0, x.type)), t);
+  // Rounding takes float types only; integers are already whole (PyTorch returns them unchanged).
+  bool rounds = op == UnaryOp::kFloor || op == UnaryOp::kCeil || op == UnaryOp::kRoundNearestEven ||
+                op == UnaryOp::kRoundNearestAfz;
+  if (rounds && !is_floating(t) && !is_complex(t)) return x;
   TensorType type = x.type;
   if (op == UnaryOp::kIsFinite) type.dtype = DType::kBool;
   if ((op == UnaryOp::kReal || op == UnaryOp::kImag || op == UnaryOp::kAbs) &&

@@ -2,8 +2,11 @@
 // updates every tensor of the list.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <numeric>
+#include <optional>
+#include <string>
 
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
@@ -54,14 +57,62 @@ Lowering pointwise(BinaryOp op) {
   });
 }
 
-// PyTorch has no meta kernels for _foreach_* ops. In-place and out= forms write their arguments
-// (nothing to infer); functional forms return one tensor shaped like each element of self.
+// The single-tensor op behind _foreach_<name>[_].<overload> (its functional form): _foreach_x is x
+// applied to each element, so x's meta kernel gives each result's dtype (int / int divides into
+// float, a complex scalar makes a complex result) and raises x's errors. Null when x has no
+// matching overload (the results then keep self's dtype).
+std::optional<c10::OperatorHandle> element_op(const c10::FunctionSchema& schema) {
+  std::string name = schema.name().substr(std::string("aten::_foreach_").size());
+  std::string ov = schema.overload_name();
+  if (ov.size() > 4 && ov.compare(ov.size() - 4, 4, "_out") == 0) ov.resize(ov.size() - 4);  // List_out
+  std::string base = !name.empty() && name.back() == '_' ? name.substr(0, name.size() - 1) : name;
+  std::string overload = ov == "List" ? "Tensor" : ov == "ScalarList" ? "Scalar" : ov;
+  if (base == "pow") overload = overload == "Tensor" ? "Tensor_Tensor" : "Tensor_Scalar";
+  if (base == "addcmul" || base == "addcdiv") overload = "";
+  if (base == "addcmul" || base == "addcdiv" || base == "lerp") {
+    if (ov == "Tensor") return std::nullopt;  // scalars given as a tensor: no per-element op
+  }
+  return c10::Dispatcher::singleton().findSchema({"aten::" + base, overload});
+}
+
+// Element k's arguments for the element op: list arguments give their k-th entry, the others
+// are shared; arguments the foreach op lacks take the element op's defaults (alpha = 1).
+torch::jit::Stack element_args(const c10::FunctionSchema& element, const std::vector<c10::IValue>& args, size_t k) {
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < element.arguments().size(); ++i) {
+    if (i >= args.size()) {
+      stack.push_back(element.arguments()[i].default_value().value_or(c10::IValue()));
+    } else if (args[i].isTensorList()) {
+      stack.push_back(args[i].toTensorList().get(k));
+    } else if (args[i].isList()) {
+      stack.push_back(args[i].toListRef().at(k));
+    } else {
+      stack.push_back(args[i]);
+    }
+  }
+  return stack;
+}
+
 std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
                                       const std::vector<c10::IValue>& meta_args) {
-  if (schema.returns().empty()) return {};
+  std::optional<c10::OperatorHandle> op = element_op(schema);
+  std::vector<at::Tensor> selves = meta_args[0].toTensorList().vec();
   c10::List<at::Tensor> out;
-  for (const at::Tensor& t : meta_args[0].toTensorList().vec()) out.push_back(at::empty_like(t));
-  return {c10::IValue(out)};
+  for (size_t k = 0; k < selves.size(); ++k) {
+    if (!op) {
+      out.push_back(at::empty_like(selves[k]));
+      continue;
+    }
+    torch::jit::Stack stack = element_args(op->schema(), meta_args, k);
+    op->callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);  // raises as the element op would
+    out.push_back(stack.at(0).toTensor());
+  }
+  if (!schema.returns().empty()) return {c10::IValue(out)};
+  // In-place and out= forms write their arguments: the result must fit (int /= int raises).
+  for (size_t k = 0; k < out.size(); ++k)
+    TORCH_CHECK(c10::canCast(out.get(k).scalar_type(), selves[k].scalar_type()), "result type ",
+                out.get(k).scalar_type(), " can't be cast to the desired output type ", selves[k].scalar_type());
+  return {};
 }
 
 // One 0-d norm per tensor: real for complex tensors, in `dtype` when given.

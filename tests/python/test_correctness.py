@@ -500,3 +500,31 @@ def test_cuda_only_op_without_lowering_names_itself():
     instead of PyTorch's 'Could not run ... with arguments from the CPU backend'."""
     with pytest.raises(NotImplementedError, match="_fused_dropout has no tpu lowering and no CPU kernel"):
         torch._fused_dropout(torch.ones(4, device="tpu"), 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int64, torch.uint8])
+@pytest.mark.parametrize("fn", [torch.ceil, torch.floor, torch.round, torch.trunc], ids=lambda f: f.__name__)
+def test_rounding_integers_returns_them_unchanged(fn, dtype):
+    """StableHLO's rounding ops take floats only (the program failed to compile)."""
+    x = torch.tensor([3, 0, 1, 7], dtype=dtype)
+    assert torch.equal(fn(x.to("tpu")).cpu(), fn(x))
+    assert torch.equal(torch._foreach_floor([x.to("tpu")])[0].cpu(), x)
+
+
+def test_foreach_results_take_the_element_ops_dtype():
+    """_foreach_x is x per element: integer tensors divide into floats, a complex scalar makes a
+    complex result, sqrt/exp of integers are floats; in-place integer division raises as on CPU
+    (the results kept self's dtype: 3 // 2 came back as 1)."""
+    ints = [torch.tensor([3, 4], dtype=torch.int16), torch.tensor([5], dtype=torch.int16)]
+    floats = [torch.tensor([3.0, 4.0]), torch.tensor([5.0])]
+    on_tpu = lambda ts: [t.to("tpu") for t in ts]  # noqa: E731
+    for fn, args in ((torch._foreach_div, (ints, 2)), (torch._foreach_div, (ints, ints)),
+                     (torch._foreach_mul, (floats, 2 + 1j)), (torch._foreach_sqrt, (ints,)),
+                     (torch._foreach_exp, ([torch.tensor([True, False])],))):
+        expected = fn(*args)
+        got = fn(*[on_tpu(a) if isinstance(a, list) else a for a in args])
+        for e, g in zip(expected, got):
+            assert g.dtype == e.dtype
+            torch.testing.assert_close(g.cpu(), e)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch._foreach_div_(on_tpu(ints), 2)
