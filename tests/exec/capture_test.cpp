@@ -7,6 +7,7 @@
 #include "exec/capture.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
+#include "tests/exec/storage_util.h"
 
 namespace torchtpu::exec {
 namespace {
@@ -14,17 +15,8 @@ namespace {
 using hlo::Builder;
 using hlo::Value;
 
-std::unique_ptr<BufferRef> storage_of(const std::vector<float>& data) {
-  auto s = std::make_unique<BufferRef>(0, data.size() * sizeof(float));
-  upload(*s, data.data(), DType::kF32);
-  return s;
-}
-
-std::vector<float> contents(const BufferRef& s) {
-  std::vector<float> out(s.nbytes() / sizeof(float));
-  download(s, out.data());
-  return out;
-}
+using testing::contents;
+using testing::storage_of;
 
 View flat(int64_t n) { return {DType::kF32, {n}, {1}, 0}; }
 
