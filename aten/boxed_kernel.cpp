@@ -281,6 +281,26 @@ std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
   return key;
 }
 
+// An in-place op writes its result into self, which must be able to hold it, as CPU checks:
+// int_tensor.div_(2) raises (true division gives floats). Some meta kernels skip the check, so
+// the functional op's meta gives the result type.
+void check_inplace_result_fits(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& meta_args) {
+  const std::string& name = schema.name();
+  if (name.empty() || name.back() != '_' || meta_args.empty() || !meta_args[0].isTensor()) return;
+  auto functional = c10::Dispatcher::singleton().findSchema(
+      {name.substr(0, name.size() - 1), schema.overload_name()});
+  if (!functional || functional->schema().arguments().size() != meta_args.size()) return;
+  torch::jit::Stack stack(meta_args.begin(), meta_args.end());
+  try {
+    functional->callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);
+  } catch (const c10::Error&) {
+    return;  // the functional form has its own rules; the in-place meta kernel decided
+  }
+  if (stack.empty() || !stack[0].isTensor()) return;
+  c10::ScalarType result = stack[0].toTensor().scalar_type(), self = meta_args[0].toTensor().scalar_type();
+  TORCH_CHECK(c10::canCast(result, self), "result type ", result, " can't be cast to the desired output type ", self);
+}
+
 // Meta results are a pure function of meta_key, so they are cached: the meta kernels of common
 // ops are Python functions costing tens of microseconds, more than the op itself.
 std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const Entry& entry,
@@ -301,6 +321,7 @@ std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op,
     result->returns = entry.options.meta(schema, result->args);
   else
     op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
+  check_inplace_result_fits(schema, result->args);
   std::lock_guard<std::mutex> lock(mu);
   if (cache.size() >= kMaxEntries) cache.clear();  // shapes are not repeating: start over
   return cache.emplace(key, result).first->second;

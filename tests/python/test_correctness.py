@@ -528,3 +528,16 @@ def test_foreach_results_take_the_element_ops_dtype():
             torch.testing.assert_close(g.cpu(), e)
     with pytest.raises(RuntimeError, match="can't be cast"):
         torch._foreach_div_(on_tpu(ints), 2)
+
+
+def test_inplace_result_that_does_not_fit_self_raises_as_on_cpu():
+    """int_tensor.div_(2) (true division gives floats) raised on CPU but wrote truncated ints on
+    tpu: PyTorch's meta kernel skips the check, so the functional form's result type decides."""
+    for fn in (lambda t: t.div_(2), lambda t: t.mul_(torch.tensor(2.0, device=t.device))):
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            fn(torch.tensor([3, 4], dtype=torch.int16))
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            fn(torch.tensor([3, 4], dtype=torch.int16, device="tpu"))
+    x = torch.tensor([3, 4], dtype=torch.int16, device="tpu")
+    x.add_(1)
+    assert x.cpu().tolist() == [4, 5]
