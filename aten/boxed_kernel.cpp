@@ -282,23 +282,32 @@ std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
 }
 
 // An in-place op writes its result into self, which must be able to hold it, as CPU checks:
-// int_tensor.div_(2) raises (true division gives floats). Some meta kernels skip the check, so
-// the functional op's meta gives the result type.
+// int_tensor.div_(2) raises (true division gives floats), and so does _foreach_div_ of integer
+// tensors. Some meta kernels skip the check, so the functional form's metadata (its meta kernel,
+// or the registry's MetaFn for ops PyTorch has none for) gives the result types.
 void check_inplace_result_fits(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& meta_args) {
   const std::string& name = schema.name();
-  if (name.empty() || name.back() != '_' || meta_args.empty() || !meta_args[0].isTensor()) return;
+  if (name.empty() || name.back() != '_' || meta_args.empty()) return;
   auto functional = c10::Dispatcher::singleton().findSchema(
       {name.substr(0, name.size() - 1), schema.overload_name()});
   if (!functional || functional->schema().arguments().size() != meta_args.size()) return;
-  torch::jit::Stack stack(meta_args.begin(), meta_args.end());
+  std::vector<c10::IValue> results(meta_args.begin(), meta_args.end());
   try {
-    functional->callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);
+    auto entry = registry().find(full_name(*functional));
+    if (entry != registry().end() && entry->second.options.meta)
+      results = entry->second.options.meta(functional->schema(), meta_args);
+    else
+      functional->callBoxedForDispatchKey(c10::DispatchKey::Meta, results);
   } catch (const c10::Error&) {
     return;  // the functional form has its own rules; the in-place meta kernel decided
   }
-  if (stack.empty() || !stack[0].isTensor()) return;
-  c10::ScalarType result = stack[0].toTensor().scalar_type(), self = meta_args[0].toTensor().scalar_type();
-  TORCH_CHECK(c10::canCast(result, self), "result type ", result, " can't be cast to the desired output type ", self);
+  if (results.empty()) return;
+  std::vector<at::Tensor> outs, selves;
+  for_each_tensor(results[0], [&](const at::Tensor& t) { outs.push_back(t); });
+  for_each_tensor(meta_args[0], [&](const at::Tensor& t) { selves.push_back(t); });
+  for (size_t k = 0; k < outs.size() && k < selves.size(); ++k)
+    TORCH_CHECK(c10::canCast(outs[k].scalar_type(), selves[k].scalar_type()), "result type ",
+                outs[k].scalar_type(), " can't be cast to the desired output type ", selves[k].scalar_type());
 }
 
 // Meta results are a pure function of meta_key, so they are cached: the meta kernels of common

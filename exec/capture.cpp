@@ -75,6 +75,12 @@ void materialize_unwritten(const std::vector<GraphInput>& inputs) {
     }
 }
 
+size_t output_bytes(const CompiledGraph::Plan& plan) {
+  size_t bytes = 0;
+  for (size_t k = 0; k < plan.result_dtypes.size(); ++k) bytes += plan.result_lengths[k] * element_size(plan.result_dtypes[k]);
+  return bytes;
+}
+
 // Maps the capture's values to where they come from on a run.
 class SourceMap {
  public:
@@ -184,8 +190,12 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
   std::vector<int64_t> keep;
   for (size_t p : plan_.donatable)
     if (args[p].use_count() != 2 || args[p]->buffer().use_count() != 1) keep.push_back(static_cast<int64_t>(p));
-  std::vector<ValuePtr> results =
-      execute_program(*exe_, plan_.device, args, plan_.result_dtypes, plan_.result_lengths, plan_.what, keep);
+  auto buffers = execute_program(*exe_, plan_.device, args, output_bytes(plan_), plan_.what, keep);
+  std::vector<ValuePtr> results;
+  for (size_t k = 0; k < buffers.size(); ++k) {
+    results.push_back(std::make_shared<graph::DeviceValue>(plan_.device, plan_.result_dtypes[k], plan_.result_lengths[k]));
+    results.back()->materialize(std::move(buffers[k]));
+  }
   counters().compiled_graph_runs++;
   counters().donated_buffers += static_cast<int64_t>(plan_.donatable.size() - keep.size());
   std::vector<ValuePtr> outputs;
@@ -265,18 +275,18 @@ std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& output
   std::string key = w.key();  // programs that may donate differ from the same window's eager one
   for (const auto& [param, result] : aliases) key += "|donate " + std::to_string(param) + ">" + std::to_string(result);
   std::shared_ptr<runtime::Executable> exe;
-  std::vector<ValuePtr> produced;
+  std::vector<std::shared_ptr<runtime::Buffer>> produced;
   try {
     exe = cached_executable(key, [&] { return w.program_text(aliases); }, what, identity);
     // This call's results (the storages already hold the window's pending values); the capture
     // still holds the inputs' old contents, so nothing is donated.
     std::vector<int64_t> keep(plan.donatable.begin(), plan.donatable.end());
-    produced = execute_program(*exe, plan.device, w.parameters(), plan.result_dtypes, plan.result_lengths, what, keep);
+    produced = execute_program(*exe, plan.device, w.parameters(), output_bytes(plan), what, keep);
   } catch (...) {
     restore_inputs(*c);
     throw;
   }
-  for (size_t k = 0; k < produced.size(); ++k) w.results()[k]->materialize(produced[k]->buffer());
+  for (size_t k = 0; k < produced.size(); ++k) w.results()[k]->materialize(std::move(produced[k]));
   counters().compiled_graph_runs++;
   return std::make_shared<CompiledGraph>(std::move(exe), std::move(plan));
 }

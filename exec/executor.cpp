@@ -171,14 +171,10 @@ class DiscardUnmaterialized {
 
 void execute(const Window& w, runtime::Executable& exe, const std::string& what) {
   int device = w.results().empty() ? 0 : w.results()[0]->device();
-  std::vector<DType> dtypes;
-  std::vector<int64_t> lengths;
-  for (const ValuePtr& r : w.results()) {
-    dtypes.push_back(r->dtype());
-    lengths.push_back(r->length());
-  }
-  std::vector<ValuePtr> produced = execute_program(exe, device, w.parameters(), dtypes, lengths, what);
-  for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(produced[i]->buffer());
+  size_t output_bytes = 0;
+  for (const ValuePtr& r : w.results()) output_bytes += r->length() * element_size(r->dtype());
+  auto produced = execute_program(exe, device, w.parameters(), output_bytes, what);
+  for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
 }
 
 // One node as its own program, from the single-op cache.
@@ -280,13 +276,11 @@ std::optional<Mode> parse_mode(const std::string& name) {
   return std::nullopt;
 }
 
-std::vector<ValuePtr> execute_program(runtime::Executable& exe, int device, const std::vector<ValuePtr>& args,
-                                      const std::vector<DType>& dtypes, const std::vector<int64_t>& lengths,
-                                      const std::string& what, const std::vector<int64_t>& keep) {
+std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executable& exe, int device,
+                                                              const std::vector<ValuePtr>& args, size_t output_bytes,
+                                                              const std::string& what, const std::vector<int64_t>& keep) {
   std::vector<const runtime::Buffer*> buffers;
   for (const ValuePtr& a : args) buffers.push_back(a->buffer().get());
-  size_t output_bytes = 0;
-  for (size_t i = 0; i < dtypes.size(); ++i) output_bytes += lengths[i] * element_size(dtypes[i]);
   runtime::ExecuteResult result;
   try {
     result = exe.execute_on(exec::device(device).raw(), buffers, keep);
@@ -295,12 +289,9 @@ std::vector<ValuePtr> execute_program(runtime::Executable& exe, int device, cons
   }
   counters().executions++;
   pending_work().add(device, std::move(result.done[0]), what);
-  std::vector<ValuePtr> values;
-  for (size_t i = 0; i < dtypes.size(); ++i) {
-    values.push_back(std::make_shared<graph::DeviceValue>(device, dtypes[i], lengths[i]));
-    values.back()->materialize(std::make_shared<runtime::Buffer>(std::move(result.outputs[0][i])));
-  }
-  return values;
+  std::vector<std::shared_ptr<runtime::Buffer>> buffers_out;
+  for (runtime::Buffer& b : result.outputs[0]) buffers_out.push_back(std::make_shared<runtime::Buffer>(std::move(b)));
+  return buffers_out;
 }
 
 void run(const OpCall& call) {

@@ -31,13 +31,13 @@ std::optional<Mode> parse_mode(const std::string& name);
 void run(const OpCall& call);
 
 // Dispatches a compiled program on `device` (asynchronously, tracked like every execution so that
-// a failure names `what`); returns its results as materialized values of the given dtypes/lengths.
+// a failure names `what`); returns its result buffers (`output_bytes`, their size, for errors).
 // `keep`: arguments the program may alias to a result that must not be donated (see
 // runtime::Executable::execute_on).
-std::vector<graph::ValuePtr> execute_program(runtime::Executable& exe, int device,
+std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executable& exe, int device,
                                              const std::vector<graph::ValuePtr>& args,
-                                             const std::vector<DType>& dtypes, const std::vector<int64_t>& lengths,
-                                             const std::string& what, const std::vector<int64_t>& keep = {});
+                                             size_t output_bytes, const std::string& what,
+                                             const std::vector<int64_t>& keep = {});
 
 // Executes every pending op (fused, lazy); `reason` is counted as a cut. A no-op in debug/strict.
 void flush(const std::string& reason);
