@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "aten/collective.h"
 #include "aten/compiled_graph.h"
 #include "aten/device.h"
 #include "aten/generator.h"
@@ -152,6 +153,7 @@ PYBIND11_MODULE(_C, m) {
     gen.set_offset(offset);
   });
   m.def("_cpu_fallbacks", &exec::fallback_counts);
+  m.def("_count_collective", [] { exec::counters().collectives++; });
   m.def("_reset_counters", &exec::reset_counters);
   // torch.tpu.precision(...): "highest", "high", "default", or None to follow
   // torch.set_float32_matmul_precision again.
@@ -170,4 +172,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init_runtime", [] { exec::client(); });
   aten::define_compiled_graph(m);
   aten::define_kernel_call(m);
+  aten::define_collective(m);
 }

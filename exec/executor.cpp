@@ -294,6 +294,33 @@ std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executabl
   return buffers_out;
 }
 
+std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
+    runtime::Executable& exe, const std::vector<int>& devices, const std::vector<std::vector<ValuePtr>>& args,
+    const std::string& what) {
+  std::vector<std::vector<const runtime::Buffer*>> buffers;
+  size_t input_bytes = 0;
+  for (const auto& per_device : args) {
+    buffers.emplace_back();
+    for (const ValuePtr& a : per_device) {
+      buffers.back().push_back(a->buffer().get());
+      input_bytes += a->length() * element_size(a->dtype());
+    }
+  }
+  runtime::ExecuteResult result;
+  try {
+    result = exe.execute(buffers);
+  } catch (const runtime::PjrtError& e) {
+    rethrow_memory_error(e, devices.at(0), input_bytes, what);
+  }
+  counters().executions++;
+  std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> out(devices.size());
+  for (size_t d = 0; d < devices.size(); ++d) {
+    pending_work().add(devices[d], std::move(result.done[d]), what);
+    for (runtime::Buffer& b : result.outputs[d]) out[d].push_back(std::make_shared<runtime::Buffer>(std::move(b)));
+  }
+  return out;
+}
+
 void run(const OpCall& call) {
   if (capturing()) {
     capture_node(record_op(call));

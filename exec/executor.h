@@ -39,6 +39,12 @@ std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executabl
                                              size_t output_bytes, const std::string& what,
                                              const std::vector<int64_t>& keep = {});
 
+// Dispatches a program compiled for several devices: args[i] runs on device devices[i] (in the
+// executable's device order). Returns each device's result buffers, tracked like execute_program's.
+std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
+    runtime::Executable& exe, const std::vector<int>& devices,
+    const std::vector<std::vector<graph::ValuePtr>>& args, const std::string& what);
+
 // Executes every pending op (fused, lazy); `reason` is counted as a cut. A no-op in debug/strict.
 void flush(const std::string& reason);
 size_t pending_ops();

@@ -55,6 +55,12 @@ from . import compile as _compile  # noqa: E402
 _compile.route_default_backend()
 compile_options = _compile.compile_options
 
+# torch.distributed: the "tpu_dist" backend (and tpu kernels for the functional collectives).
+if torch.distributed.is_available():
+    from . import distributed  # noqa: E402
+
+    distributed.register()
+
 __version__ = "0.1.0"
 
 

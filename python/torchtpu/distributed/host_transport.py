@@ -1,0 +1,145 @@
+"""Collectives of ranks that are processes, staged through host memory and PyTorch's gloo.
+
+The XLA CPU plugin cannot run one program across processes, so here a tpu tensor's contents are
+copied to the host, gloo runs the collective between the processes, and the results are copied
+back into the tpu tensors when the Work is waited on. CPU tensors go to gloo unchanged.
+"""
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
+
+from .. import _C
+
+# gloo has no AVG: it runs SUM and the result is divided by the group size afterwards.
+_GLOO_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT,
+             "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND,
+             "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
+
+
+def _options(cls, **fields):
+    opts = cls()
+    for name, value in fields.items():
+        setattr(opts, name, value)
+    return opts
+
+
+class _Staging:
+    """Host copies of one collective's tensors: inputs read now, outputs written back at finish."""
+
+    def __init__(self):
+        self.writes = []  # (device tensor, host tensor)
+
+    def read(self, t):
+        return t if t.device.type == "cpu" else t.detach().cpu()
+
+    def write(self, t, read=False):
+        if t.device.type == "cpu":
+            return t
+        host = t.detach().cpu() if read else torch.empty(t.shape, dtype=t.dtype)
+        self.writes.append((t, host))
+        return host
+
+    def finish(self, work, where, divide_by=None):
+        def finish():
+            try:
+                work.wait(where.timeout)
+            except RuntimeError as e:
+                raise where.error(f"{e}") from e
+            for t, host in self.writes:
+                with torch.no_grad():
+                    t.copy_(host)
+                    if divide_by:
+                        t.div_(divide_by)
+        return finish
+
+
+class HostTransport:
+    def __init__(self, store, rank, size, timeout):
+        self.rank, self.size = rank, size
+        self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    def _start(self, where):
+        _C._count_collective()
+        return _Staging()
+
+    def _divisor(self, op):
+        return self.size if op == "avg" else None
+
+    def allreduce(self, tensors, op, where):
+        s = self._start(where)
+        host = [s.write(t, read=True) for t in tensors]
+        work = self.gloo.allreduce(host, _options(c10d.AllreduceOptions, reduceOp=_GLOO_OPS[op]))
+        return s.finish(work, where, self._divisor(op))
+
+    def broadcast(self, tensors, src, where):
+        s = self._start(where)
+        host = [s.write(t, read=True) for t in tensors]
+        return s.finish(self.gloo.broadcast(host, _options(c10d.BroadcastOptions, rootRank=src)), where)
+
+    def reduce(self, tensors, op, dst, where):
+        s = self._start(where)
+        host = [s.write(t, read=True) if self.rank == dst else s.read(t) for t in tensors]
+        opts = _options(c10d.ReduceOptions, reduceOp=_GLOO_OPS[op], rootRank=dst)
+        return s.finish(self.gloo.reduce(host, opts), where, self._divisor(op))
+
+    def allgather(self, output_lists, inputs, where):
+        s = self._start(where)
+        outs = [[s.write(t) for t in ts] for ts in output_lists]
+        return s.finish(self.gloo.allgather(outs, [s.read(t) for t in inputs]), where)
+
+    def allgather_base(self, output, input, where):
+        s = self._start(where)
+        return s.finish(self.gloo._allgather_base(s.write(output), s.read(input)), where)
+
+    def reduce_scatter(self, outputs, input_lists, op, where):
+        # gloo's reduce_scatter takes lists; the tensor form is built from it.
+        s = self._start(where)
+        outs = [s.write(t) for t in outputs]
+        ins = [[s.read(t) for t in ts] for ts in input_lists]
+        opts = _options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
+        return s.finish(self.gloo.reduce_scatter(outs, ins, opts), where, self._divisor(op))
+
+    def reduce_scatter_base(self, output, input, op, where):
+        s = self._start(where)
+        opts = _options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
+        work = self.gloo._reduce_scatter_base(s.write(output), s.read(input).contiguous(), opts)
+        return s.finish(work, where, self._divisor(op))
+
+    def alltoall_base(self, output, input, output_splits, input_splits, where):
+        s = self._start(where)
+        work = self.gloo.alltoall_base(s.write(output), s.read(input), output_splits, input_splits,
+                                       c10d.AllToAllOptions())
+        return s.finish(work, where)
+
+    def alltoall(self, outputs, inputs, where):
+        s = self._start(where)
+        outs = [s.write(t) for t in outputs]
+        return s.finish(self.gloo.alltoall(outs, [s.read(t) for t in inputs], c10d.AllToAllOptions()), where)
+
+    def gather(self, output_lists, inputs, dst, where):
+        s = self._start(where)
+        outs = [[s.write(t) for t in ts] for ts in output_lists]
+        opts = _options(c10d.GatherOptions, rootRank=dst)
+        return s.finish(self.gloo.gather(outs, [s.read(t) for t in inputs], opts), where)
+
+    def scatter(self, outputs, input_lists, src, where):
+        s = self._start(where)
+        ins = [[s.read(t) for t in ts] for ts in input_lists]
+        opts = _options(c10d.ScatterOptions, rootRank=src)
+        return s.finish(self.gloo.scatter([s.write(t) for t in outputs], ins, opts), where)
+
+    def send(self, tensors, dst, tag, where):
+        s = self._start(where)
+        return s.finish(self.gloo.send([s.read(t) for t in tensors], dst, tag), where)
+
+    def recv(self, tensors, src, tag, where):
+        s = self._start(where)
+        return s.finish(self.gloo.recv([s.write(t) for t in tensors], src, tag), where)
+
+    def barrier(self, where):
+        s = self._start(where)
+        return s.finish(self.gloo.barrier(c10d.BarrierOptions()), where)
+
+    def shutdown(self):
+        self.gloo.abort() if hasattr(self.gloo, "abort") else None

@@ -1,0 +1,184 @@
+"""``tpu_dist``: the c10d process group for tpu tensors.
+
+c10d only lets Python implement a whole ``ProcessGroup`` (its ``Backend`` class has no Python
+trampoline), so this class is the group for every device: tpu tensors go through its transport,
+CPU tensors too (host staging passes them straight to gloo; thread ranks move them to the rank's
+device). The transport is where collectives actually run:
+
+- ``HostTransport`` (ranks are processes; on the XLA CPU plugin, which cannot run a collective
+  across processes): results are staged through host memory and PyTorch's gloo.
+- ``ThreadTransport`` (ranks are threads of one process, one device each): every collective is one
+  compiled XLA collective across the ranks' devices.
+
+Each method mirrors the c10d ``ProcessGroup`` method of the same name (DDP's reducer and c10d's
+Python API call them) and returns a :class:`Work`.
+"""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
+
+from .work import Work
+
+_OWN_PACKAGES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost frame outside torch and torchtpu (where the user called)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(_OWN_PACKAGES):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def _reduce_name(op) -> str:
+    if isinstance(op, dist.ReduceOp):
+        op = op.op
+    names = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "product",
+             dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max", dist.ReduceOp.BAND: "band",
+             dist.ReduceOp.BOR: "bor", dist.ReduceOp.BXOR: "bxor"}
+    if op not in names:
+        raise ValueError(f"tpu_dist does not support ReduceOp.{op.name}")
+    return names[op]
+
+
+def _listed(tensors):
+    return [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+
+
+class ProcessGroupTPU(dist.ProcessGroup):
+    def __init__(self, transport, rank: int, size: int, timeout: datetime.timedelta):
+        super().__init__(rank, size)
+        self.transport = transport
+        self.timeout = timeout
+
+    def getBackendName(self):
+        return "tpu_dist"
+
+    @property
+    def _device_types(self):
+        return [torch.device("cpu"), torch.device("tpu")]
+
+    # ---- collectives (c10d's names and argument orders) ----
+
+    def allreduce(self, tensors, opts=None):
+        tensors = _listed(tensors)
+        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._work("all_reduce", opts, tensors, lambda w: self.transport.allreduce(tensors, op, w))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors, opts):
+        tensors = _listed(tensors)
+        return self._work("broadcast", opts, tensors, lambda w: self.transport.broadcast(tensors, opts.rootRank, w))
+
+    def reduce(self, tensors, opts):
+        tensors = _listed(tensors)
+        op = _reduce_name(opts.reduceOp)
+        return self._work("reduce", opts, tensors, lambda w: self.transport.reduce(tensors, op, opts.rootRank, w))
+
+    def allgather(self, output_lists, inputs, opts=None):
+        inputs = _listed(inputs)
+        outs = [t for ts in output_lists for t in ts]
+        return self._work("all_gather", opts, outs, lambda w: self.transport.allgather(output_lists, inputs, w))
+
+    def _allgather_base(self, output, input, opts=None):
+        return self._work("all_gather_into_tensor", opts, [output],
+                          lambda w: self.transport.allgather_base(output, input, w))
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        def run(w):
+            finishes = [self.transport.allgather_base(o, i, w) for o, i in zip(outputs, inputs)]
+            return _chain(finishes)
+        return self._work("all_gather_into_tensor_coalesced", opts, outputs, run)
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        return self.allgather(output_lists, inputs, opts)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        outputs = _listed(outputs)
+        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._work("reduce_scatter", opts, outputs,
+                          lambda w: self.transport.reduce_scatter(outputs, input_lists, op, w))
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._work("reduce_scatter_tensor", opts, [output],
+                          lambda w: self.transport.reduce_scatter_base(output, input, op, w))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        def run(w):
+            return _chain([self.transport.reduce_scatter_base(o, i, op, w) for o, i in zip(outputs, inputs)])
+        return self._work("reduce_scatter_tensor_coalesced", opts, outputs, run)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._work("all_to_all_single", opts, [output], lambda w: self.transport.alltoall_base(
+            output, input, list(output_split_sizes), list(input_split_sizes), w))
+
+    def alltoall(self, outputs, inputs, opts=None):
+        return self._work("all_to_all", opts, outputs, lambda w: self.transport.alltoall(outputs, inputs, w))
+
+    def gather(self, output_lists, inputs, opts):
+        inputs = _listed(inputs)
+        outs = [t for ts in output_lists for t in ts]
+        return self._work("gather", opts, outs, lambda w: self.transport.gather(output_lists, inputs, opts.rootRank, w))
+
+    def scatter(self, outputs, input_lists, opts):
+        outputs = _listed(outputs)
+        return self._work("scatter", opts, outputs,
+                          lambda w: self.transport.scatter(outputs, input_lists, opts.rootRank, w))
+
+    def send(self, tensors, dst, tag=0):
+        tensors = _listed(tensors)
+        return self._work("send", None, tensors, lambda w: self.transport.send(tensors, dst, tag, w))
+
+    def recv(self, tensors, src, tag=0):
+        tensors = _listed(tensors)
+        return self._work("recv", None, tensors, lambda w: self.transport.recv(tensors, src, tag, w))
+
+    def barrier(self, opts=None):
+        return self._work("barrier", opts, [], lambda w: self.transport.barrier(w))
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        return self.barrier().wait()
+
+    def abort(self):
+        self.transport.shutdown()
+
+    def shutdown(self):
+        self.transport.shutdown()
+
+    def _work(self, name, opts, outputs, call):
+        """Issues one collective: ``call(where)`` starts it and returns its finish step (or None)."""
+        timeout = getattr(opts, "timeout", None)
+        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
+            timeout = self.timeout
+        return Work(call(_Where(name, user_line(), timeout)), outputs)
+
+
+class _Where:
+    """One collective call: its name, the user's line and its timeout, for errors."""
+
+    def __init__(self, name, line, timeout):
+        self.name, self.line, self.timeout = name, line, timeout
+
+    def error(self, message):
+        return dist.DistBackendError(f"tpu_dist {self.name} (called at {self.line}): {message}")
+
+
+def _chain(finishes):
+    finishes = [f for f in finishes if f is not None]
+    if not finishes:
+        return None
+    def finish():
+        for f in finishes:
+            f()
+    return finish
