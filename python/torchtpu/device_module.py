@@ -6,10 +6,16 @@ import threading
 import torch
 
 from . import _C
+from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
 
 def is_available() -> bool:
     return _C._device_count() > 0
+
+
+def is_initialized() -> bool:
+    """Whether the PJRT client is up (finding the device count starts it, as on first use)."""
+    return is_available()
 
 
 def device_count() -> int:

@@ -90,7 +90,10 @@ class HostTransport:
 
     def allgather_base(self, output, input, where):
         s = self._start(where)
-        return s.finish(self.gloo._allgather_base(s.write(output), s.read(input)), where)
+        host_in = s.read(input).contiguous()
+        # gloo splits the output along dim 0 into pieces shaped like the input.
+        host_out = s.write(output).view(-1, *host_in.shape[1:]) if host_in.dim() else s.write(output)
+        return s.finish(self.gloo._allgather_base(host_out, host_in), where)
 
     def reduce_scatter(self, outputs, input_lists, op, where):
         # gloo's reduce_scatter takes lists; the tensor form is built from it.
@@ -113,9 +116,20 @@ class HostTransport:
         return s.finish(work, where)
 
     def alltoall(self, outputs, inputs, where):
+        # gloo has only the single-tensor form: the lists travel as one flat tensor with splits.
         s = self._start(where)
-        outs = [s.write(t) for t in outputs]
-        return s.finish(self.gloo.alltoall(outs, [s.read(t) for t in inputs], c10d.AllToAllOptions()), where)
+        flat_in = torch.cat([s.read(t).reshape(-1) for t in inputs])
+        flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype)
+        work = self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs],
+                                       [t.numel() for t in inputs], c10d.AllToAllOptions())
+        copy_back = s.finish(work, where)
+
+        def finish():
+            copy_back()
+            with torch.no_grad():
+                for t, piece in zip(outputs, flat_out.split([t.numel() for t in outputs])):
+                    t.copy_(piece.view(t.shape))
+        return finish
 
     def gather(self, output_lists, inputs, dst, where):
         s = self._start(where)

@@ -57,9 +57,23 @@ class ProcessGroupTPU(dist.ProcessGroup):
         super().__init__(rank, size)
         self.transport = transport
         self.timeout = timeout
+        self._group_name = self._group_desc = ""
 
     def getBackendName(self):
         return "tpu_dist"
+
+    # The stock ProcessGroup reads its name from a C++ backend, which a Python group has none of.
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
 
     @property
     def _device_types(self):

@@ -119,6 +119,26 @@ def _run(kind, flats, what, reduce="sum", pairs=()):
     return _C._collective(kind, reduce, flats, list(pairs), what)
 
 
+_BITWISE = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
+
+
+def _all_reduce(flats, what, op):
+    """all_reduce of flat tensors; ``avg`` divides the sum. XLA's CPU runtime has no bitwise
+    reductions, so those gather every rank's values and fold them on each device."""
+    if op in _BITWISE:
+        n = flats[0].numel()
+        gathered = _run("all_gather", flats, what)
+        out = []
+        for g in gathered:
+            acc = g[:n]
+            for r in range(1, len(flats)):
+                acc = _BITWISE[op](acc, g[r * n:(r + 1) * n])
+            out.append(acc)
+        return out
+    out = _run("all_reduce", flats, what, "sum" if op == "avg" else op)
+    return [o / len(flats) for o in out] if op == "avg" else out
+
+
 def _exchange(chunks_by_rank, what):
     """All-to-all of flat chunks of any sizes: chunks_by_rank[r][j] goes from rank r to rank j.
     Chunks are padded to the largest one so the exchange is one XLA all_to_all."""
@@ -150,9 +170,7 @@ class ThreadTransport:
         return _flat(tensors, self.device)
 
     def allreduce(self, tensors, op, where):
-        reduce = "sum" if op == "avg" else op
-        out = self._meet(where, self._flat(tensors), lambda flats: _run("all_reduce", flats, where.name, reduce))
-        _write(tensors, out / self.size if op == "avg" else out)
+        _write(tensors, self._meet(where, self._flat(tensors), lambda flats: _all_reduce(flats, where.name, op)))
 
     def broadcast(self, tensors, src, where):
         flat = self._flat(tensors)
@@ -161,10 +179,9 @@ class ThreadTransport:
         _write(tensors, out[src * n:(src + 1) * n])
 
     def reduce(self, tensors, op, dst, where):
-        reduce = "sum" if op == "avg" else op
-        out = self._meet(where, self._flat(tensors), lambda flats: _run("all_reduce", flats, where.name, reduce))
+        out = self._meet(where, self._flat(tensors), lambda flats: _all_reduce(flats, where.name, op))
         if self.rank == dst:
-            _write(tensors, out / self.size if op == "avg" else out)
+            _write(tensors, out)
 
     def allgather(self, output_lists, inputs, where):
         flat = self._flat(inputs)

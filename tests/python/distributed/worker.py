@@ -1,0 +1,66 @@
+"""Runs one test scenario on every rank, either as a torchrun worker (``worker.py SCENARIO``, one
+process per rank, host-staged collectives) or as thread ranks in one process (``worker.py
+--threads N SCENARIO``, compiled XLA collectives; needs TORCHTPU_NUM_CPU_DEVICES >= N).
+
+Exits non-zero (the failure on stderr) when a check fails. Driven by tests/python/test_distributed.py.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import torchtpu  # noqa: E402
+import collective_cases  # noqa: E402
+import training  # noqa: E402
+
+GLOO_LACKS = {"all_to_all"}  # gloo has only all_to_all_single
+THREADS = "--threads" in sys.argv
+
+
+def collectives(rank, world):
+    # As processes, gloo on CPU tensors must agree too (the reference backend).
+    gloo = None if THREADS else dist.new_group(backend="gloo")
+    before = torchtpu.metrics.counters()["collectives"]
+    for name in collective_cases.CASES:
+        collective_cases.check(name, rank, world, "tpu", None)
+        if gloo is not None and name not in GLOO_LACKS:
+            collective_cases.check(name, rank, world, "cpu", gloo)
+    assert torchtpu.metrics.counters()["collectives"] > before
+
+
+def default_backend(rank, world):
+    """init_process_group() without a backend: tpu_dist serves tpu tensors, and CPU ones too."""
+    t = torch.ones(3, device="tpu") * (rank + 1)
+    dist.all_reduce(t)
+    c = torch.ones(2) * (rank + 1)
+    dist.all_reduce(c)
+    total = world * (world + 1) / 2
+    assert t.cpu().tolist() == [total] * 3, t
+    assert c.tolist() == [total] * 2, c
+    assert dist.get_backend() == "tpu_dist", dist.get_backend()
+
+
+SCENARIOS = {"collectives": collectives, "default_backend": default_backend, **training.SCENARIOS}
+BACKEND = {"default_backend": None}
+
+
+def main(argv):
+    if THREADS:
+        _, n, name, *args = argv
+        torchtpu.distributed.run_threads(lambda rank, world: SCENARIOS[name](rank, world, *args), int(n))
+        return
+    name, *args = argv
+    torch.tpu.set_device(0)
+    dist.init_process_group(BACKEND.get(name, "tpu_dist"))
+    try:
+        SCENARIOS[name](dist.get_rank(), dist.get_world_size(), *args)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
