@@ -61,7 +61,24 @@ class HostTransport:
 
     def _start(self, where):
         _C._count_collective()
+        if where.name not in ("send", "recv") and dist.get_debug_level() == dist.DebugLevel.DETAIL:
+            self._check_same_call(where)
         return _Staging()
+
+    def _check_same_call(self, where, width=512):
+        """TORCH_DISTRIBUTED_DEBUG=DETAIL: every rank's call must match, as PyTorch's debug wrapper checks."""
+        mine = torch.zeros(width, dtype=torch.uint8)
+        encoded = where.signature().encode()[:width]
+        mine[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        every = [torch.empty_like(mine) for _ in range(self.size)]
+        try:
+            self.gloo.allgather([every], [mine]).wait(where.timeout)
+        except RuntimeError as e:
+            raise where.error(str(e)) from e
+        calls = [bytes(t[t != 0].tolist()).decode(errors="replace") for t in every]
+        if len(set(calls)) > 1:
+            listed = ", ".join(f"rank {r}: {c}" for r, c in enumerate(calls))
+            raise where.error(f"ranks called different collectives ({listed})")
 
     def _divisor(self, op):
         return self.size if op == "avg" else None

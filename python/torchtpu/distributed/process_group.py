@@ -175,17 +175,28 @@ class ProcessGroupTPU(dist.ProcessGroup):
         timeout = getattr(opts, "timeout", None)
         if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
             timeout = self.timeout
-        return Work(call(_Where(name, user_line(), timeout)), outputs)
+        return Work(call(_Where(name, user_line(), timeout, outputs)), outputs)
 
 
 class _Where:
     """One collective call: its name, the user's line and its timeout, for errors."""
 
-    def __init__(self, name, line, timeout):
+    def __init__(self, name, line, timeout, outputs=()):
         self.name, self.line, self.timeout = name, line, timeout
+        self.outputs = outputs
+
+    def signature(self) -> str:
+        """What every rank of a group must agree on: the collective and its tensors."""
+        if self.name in _SHAPES_MAY_DIFFER:
+            return self.name
+        return f"{self.name}({', '.join(f'{t.dtype}{list(t.shape)}' for t in self.outputs)})"
 
     def error(self, message):
         return dist.DistBackendError(f"tpu_dist {self.name} (called at {self.line}): {message}")
+
+
+# Roots and uneven exchanges legitimately pass different tensors on different ranks.
+_SHAPES_MAY_DIFFER = {"gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv"}
 
 
 def _chain(finishes):

@@ -18,7 +18,7 @@ class _Slot:
     def __init__(self):
         self.posts = {}  # rank -> (name, payload)
         self.results = None
-        self.error = None
+        self.error = None  # why it failed, for every rank
         self.taken = 0
 
 
@@ -63,20 +63,20 @@ class Rendezvous:
             slot = self.slots.setdefault(seq, _Slot())
             slot.posts[rank] = (name, payload)
             if len(slot.posts) == self.size:
-                self._complete(slot, combine, where)
+                self._complete(slot, combine)
                 self.cv.notify_all()
             deadline = time.monotonic() + where.timeout.total_seconds()
             while slot.results is None and slot.error is None:
                 if Rendezvous._failed:
-                    slot.error = where.error(f"rank {', '.join(map(str, Rendezvous._failed))} failed "
-                                             f"({'; '.join(Rendezvous._failed.values())}), so it cannot complete")
+                    slot.error = (f"rank {', '.join(map(str, Rendezvous._failed))} failed "
+                                  f"({'; '.join(Rendezvous._failed.values())}), so it cannot complete")
                     self.cv.notify_all()
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = sorted(set(range(self.size)) - set(slot.posts))
-                    slot.error = where.error(f"timed out after {where.timeout.total_seconds():g} s waiting for "
-                                             f"rank(s) {missing} of the group to join")
+                    slot.error = (f"timed out after {where.timeout.total_seconds():g} s waiting for "
+                                  f"rank(s) {missing} of the group to join")
                     self.cv.notify_all()
                     break
                 self.cv.wait(min(left, 1.0))
@@ -84,19 +84,19 @@ class Rendezvous:
             if slot.taken == len(slot.posts):
                 del self.slots[seq]
             if slot.error is not None:
-                raise slot.error
+                raise where.error(slot.error)  # each rank names its own call
             return slot.results[rank]
 
-    def _complete(self, slot, combine, where):
+    def _complete(self, slot, combine):
         names = {name for name, _ in slot.posts.values()}
         if len(names) > 1:
             calls = ", ".join(f"rank {r}: {n}" for r, (n, _) in sorted(slot.posts.items()))
-            slot.error = where.error(f"ranks called different collectives ({calls})")
+            slot.error = f"ranks called different collectives ({calls})"
             return
         try:
             slot.results = combine([slot.posts[r][1] for r in range(self.size)])
-        except Exception as e:  # every rank raises the same error
-            slot.error = where.error(str(e))
+        except Exception as e:  # every rank raises it
+            slot.error = str(e)
 
 
 def _flat(tensors, device):

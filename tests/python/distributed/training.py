@@ -108,7 +108,14 @@ def fsdp(rank, world):
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-    _train(model, rank, world, "FSDP2", lambda tokens: shard(tokens, rank, world))
+    return _train(model, rank, world, "FSDP2", lambda tokens: shard(tokens, rank, world))
+
+
+def fsdp_checkpoint(rank, world, directory):
+    """FSDP2 training saved with torch.distributed.checkpoint (each rank writes its shards)."""
+    import torch.distributed.checkpoint as dcp
+    model = fsdp(rank, world)
+    dcp.save({"model": model.state_dict()}, checkpoint_id=directory)
 
 
 def _tp_plan():
@@ -118,12 +125,14 @@ def _tp_plan():
 
 
 def _train(model, rank, world, name, shard_of=lambda tokens: tokens, foreach=None):
+    """Trains ``model`` (already parallelized) on this rank's shards; checks it against CPU."""
     opt = torch.optim.SGD(model.parameters(), lr=0.5, foreach=foreach)
     for step in range(STEPS):
         opt.zero_grad()
         loss_of(model, shard_of(batch(step, world)).to("tpu")).backward()
         opt.step()
     compare(name, model, rank, world, full=lambda p: p.full_tensor() if hasattr(p, "full_tensor") else p)
+    return model
 
 
 def tp(rank, world):
@@ -153,4 +162,4 @@ def fsdp_tp(rank, world):
     _train(model, rank, world, "FSDP x TP", lambda tokens: tokens.chunk(world // 2)[dp_rank])
 
 
-SCENARIOS = {"ddp": ddp, "fsdp": fsdp, "tp": tp, "fsdp_tp": fsdp_tp}
+SCENARIOS = {"ddp": ddp, "fsdp": fsdp, "tp": tp, "fsdp_tp": fsdp_tp, "fsdp_checkpoint": fsdp_checkpoint}

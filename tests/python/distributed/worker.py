@@ -5,6 +5,7 @@ process per rank, host-staged collectives) or as thread ranks in one process (``
 Exits non-zero (the failure on stderr) when a check fails. Driven by tests/python/test_distributed.py.
 """
 
+import datetime
 import os
 import sys
 
@@ -15,6 +16,7 @@ import torch.distributed as dist  # noqa: E402
 
 import torchtpu  # noqa: E402
 import collective_cases  # noqa: E402
+import mpmd  # noqa: E402
 import training  # noqa: E402
 
 GLOO_LACKS = {"all_to_all"}  # gloo has only all_to_all_single
@@ -41,21 +43,25 @@ def default_backend(rank, world):
     total = world * (world + 1) / 2
     assert t.cpu().tolist() == [total] * 3, t
     assert c.tolist() == [total] * 2, c
-    assert dist.get_backend() == "tpu_dist", dist.get_backend()
+    assert dist.get_default_backend_for_device("tpu") == "tpu_dist"
+    assert isinstance(dist.group.WORLD, torchtpu.distributed.ProcessGroupTPU), dist.group.WORLD
 
 
-SCENARIOS = {"collectives": collectives, "default_backend": default_backend, **training.SCENARIOS}
+SCENARIOS = {"collectives": collectives, "default_backend": default_backend, **training.SCENARIOS,
+             **mpmd.SCENARIOS}
 BACKEND = {"default_backend": None}
+TIMEOUT = {"peer_dies": 10, "peer_hangs": 3, "mismatch": 10}  # seconds
 
 
 def main(argv):
     if THREADS:
         _, n, name, *args = argv
-        torchtpu.distributed.run_threads(lambda rank, world: SCENARIOS[name](rank, world, *args), int(n))
+        torchtpu.distributed.run_threads(lambda rank, world: SCENARIOS[name](rank, world, *args), int(n),
+                                         timeout=TIMEOUT.get(name, 300))
         return
     name, *args = argv
     torch.tpu.set_device(0)
-    dist.init_process_group(BACKEND.get(name, "tpu_dist"))
+    dist.init_process_group(BACKEND.get(name, "tpu_dist"), timeout=datetime.timedelta(seconds=TIMEOUT.get(name, 300)))
     try:
         SCENARIOS[name](dist.get_rank(), dist.get_world_size(), *args)
     finally:
