@@ -43,7 +43,8 @@ def _all_reduce_times(device, repeats, group=None):
 
         def step():
             dist.all_reduce(t, group=group)
-            t.sum().item() if device == "tpu" else None  # wait for the result on the device
+            if device == "tpu":
+                torch.tpu.synchronize()  # the result exists on the device
         out[size] = _median_seconds(step, repeats)
     return out
 
