@@ -3,6 +3,7 @@
 // gathers the ranks' tensors and calls this once per collective.
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
@@ -81,10 +82,19 @@ std::vector<at::Tensor> collective(const std::string& kind, const std::string& r
   return out;
 }
 
+// PREMUL_SUM's factor (a float, or a 0-d tensor), which c10d keeps out of Python's reach.
+py::object premul_sum_factor(const c10d::ReduceOp& op) {
+  TORCH_CHECK_VALUE(op.op_ == c10d::ReduceOp::PREMUL_SUM && op.supplement_, "not a PREMUL_SUM ReduceOp");
+  const auto* factor = static_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  if (factor->tensor_factor.defined()) return py::cast(factor->tensor_factor);
+  return py::cast(factor->double_factor);
+}
+
 }  // namespace
 
 void define_collective(py::module_& m) {
   m.def("_collective", &collective, "Runs one compiled XLA collective over tensors on this process's devices");
+  m.def("_premul_sum_factor", &premul_sum_factor, "The factor of a PREMUL_SUM ReduceOp");
 }
 
 }  // namespace torchtpu::aten

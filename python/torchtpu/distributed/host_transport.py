@@ -25,32 +25,50 @@ def _options(cls, **fields):
 
 
 class _Staging:
-    """Host copies of one collective's tensors: inputs read now, outputs written back at finish."""
+    """Host copies of one collective's tensors: inputs read now, outputs written back when gloo
+    is done (on gloo's thread, through the Work's future: backward goes on meanwhile)."""
 
     def __init__(self):
-        self.writes = []  # (device tensor, host tensor)
+        self.writes = []  # (output tensor, the host tensor gloo writes; the same for CPU tensors)
 
     def read(self, t):
         return t if t.device.type == "cpu" else t.detach().cpu()
 
     def write(self, t, read=False):
-        if t.device.type == "cpu":
-            return t
-        host = t.detach().cpu() if read else torch.empty(t.shape, dtype=t.dtype)
+        host = t if t.device.type == "cpu" else t.detach().cpu() if read else torch.empty(t.shape, dtype=t.dtype)
         self.writes.append((t, host))
         return host
 
+    def _copy_back(self, divide_by):
+        with torch.no_grad():
+            for t, host in self.writes:
+                if host is not t:
+                    t.copy_(host)
+                if divide_by:
+                    t.div_(divide_by)
+
+    def future(self, work, where, divide_by=None):
+        """A future of the outputs, completed once gloo finished and the results are in place
+        (or, for gloo work that has no future, a finish step run at wait())."""
+        try:
+            done = work.get_future()
+        except RuntimeError:  # "Work::getFuture not implemented" (send, recv, reduce_scatter)
+            return self.finish(work, where, divide_by)
+
+        def copy_back(done):
+            done.wait()  # raises gloo's error; Work.wait() names the collective
+            self._copy_back(divide_by)
+            return [t for t, _ in self.writes]
+        return done.then(copy_back)
+
     def finish(self, work, where, divide_by=None):
+        """Completion at wait(), for gloo work without a future."""
         def finish():
             try:
                 work.wait(where.timeout)
             except RuntimeError as e:
-                raise where.error(f"{e}") from e
-            for t, host in self.writes:
-                with torch.no_grad():
-                    t.copy_(host)
-                    if divide_by:
-                        t.div_(divide_by)
+                raise where.error(str(e)) from e
+            self._copy_back(divide_by)
         return finish
 
 
@@ -87,30 +105,30 @@ class HostTransport:
         s = self._start(where)
         host = [s.write(t, read=True) for t in tensors]
         work = self.gloo.allreduce(host, _options(c10d.AllreduceOptions, reduceOp=_GLOO_OPS[op]))
-        return s.finish(work, where, self._divisor(op))
+        return s.future(work, where, self._divisor(op))
 
     def broadcast(self, tensors, src, where):
         s = self._start(where)
         host = [s.write(t, read=True) for t in tensors]
-        return s.finish(self.gloo.broadcast(host, _options(c10d.BroadcastOptions, rootRank=src)), where)
+        return s.future(self.gloo.broadcast(host, _options(c10d.BroadcastOptions, rootRank=src)), where)
 
     def reduce(self, tensors, op, dst, where):
         s = self._start(where)
         host = [s.write(t, read=True) if self.rank == dst else s.read(t) for t in tensors]
         opts = _options(c10d.ReduceOptions, reduceOp=_GLOO_OPS[op], rootRank=dst)
-        return s.finish(self.gloo.reduce(host, opts), where, self._divisor(op))
+        return s.future(self.gloo.reduce(host, opts), where, self._divisor(op))
 
     def allgather(self, output_lists, inputs, where):
         s = self._start(where)
         outs = [[s.write(t) for t in ts] for ts in output_lists]
-        return s.finish(self.gloo.allgather(outs, [s.read(t) for t in inputs]), where)
+        return s.future(self.gloo.allgather(outs, [s.read(t) for t in inputs]), where)
 
     def allgather_base(self, output, input, where):
         s = self._start(where)
         host_in = s.read(input).contiguous()
         # gloo splits the output along dim 0 into pieces shaped like the input.
         host_out = s.write(output).view(-1, *host_in.shape[1:]) if host_in.dim() else s.write(output)
-        return s.finish(self.gloo._allgather_base(host_out, host_in), where)
+        return s.future(self.gloo._allgather_base(host_out, host_in), where)
 
     def reduce_scatter(self, outputs, input_lists, op, where):
         # gloo's reduce_scatter takes lists; the tensor form is built from it.
@@ -118,19 +136,19 @@ class HostTransport:
         outs = [s.write(t) for t in outputs]
         ins = [[s.read(t) for t in ts] for ts in input_lists]
         opts = _options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
-        return s.finish(self.gloo.reduce_scatter(outs, ins, opts), where, self._divisor(op))
+        return s.future(self.gloo.reduce_scatter(outs, ins, opts), where, self._divisor(op))
 
     def reduce_scatter_base(self, output, input, op, where):
         s = self._start(where)
         opts = _options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
         work = self.gloo._reduce_scatter_base(s.write(output), s.read(input).contiguous(), opts)
-        return s.finish(work, where, self._divisor(op))
+        return s.future(work, where, self._divisor(op))
 
     def alltoall_base(self, output, input, output_splits, input_splits, where):
         s = self._start(where)
         work = self.gloo.alltoall_base(s.write(output), s.read(input), output_splits, input_splits,
                                        c10d.AllToAllOptions())
-        return s.finish(work, where)
+        return s.future(work, where)
 
     def alltoall(self, outputs, inputs, where):
         # gloo has only the single-tensor form: the lists travel as one flat tensor with splits.
@@ -139,38 +157,33 @@ class HostTransport:
         flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype)
         work = self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs],
                                        [t.numel() for t in inputs], c10d.AllToAllOptions())
-        copy_back = s.finish(work, where)
-
-        def finish():
-            copy_back()
-            with torch.no_grad():
-                for t, piece in zip(outputs, flat_out.split([t.numel() for t in outputs])):
-                    t.copy_(piece.view(t.shape))
-        return finish
+        for t, piece in zip(outputs, flat_out.split([t.numel() for t in outputs])):
+            s.writes.append((t, piece.view(t.shape)))
+        return s.future(work, where)
 
     def gather(self, output_lists, inputs, dst, where):
         s = self._start(where)
         outs = [[s.write(t) for t in ts] for ts in output_lists]
         opts = _options(c10d.GatherOptions, rootRank=dst)
-        return s.finish(self.gloo.gather(outs, [s.read(t) for t in inputs], opts), where)
+        return s.future(self.gloo.gather(outs, [s.read(t) for t in inputs], opts), where)
 
     def scatter(self, outputs, input_lists, src, where):
         s = self._start(where)
         ins = [[s.read(t) for t in ts] for ts in input_lists]
         opts = _options(c10d.ScatterOptions, rootRank=src)
-        return s.finish(self.gloo.scatter([s.write(t) for t in outputs], ins, opts), where)
+        return s.future(self.gloo.scatter([s.write(t) for t in outputs], ins, opts), where)
 
     def send(self, tensors, dst, tag, where):
         s = self._start(where)
-        return s.finish(self.gloo.send([s.read(t) for t in tensors], dst, tag), where)
+        return s.future(self.gloo.send([s.read(t) for t in tensors], dst, tag), where)
 
     def recv(self, tensors, src, tag, where):
         s = self._start(where)
-        return s.finish(self.gloo.recv([s.write(t) for t in tensors], src, tag), where)
+        return s.future(self.gloo.recv([s.write(t) for t in tensors], src, tag), where)
 
     def barrier(self, where):
         s = self._start(where)
-        return s.finish(self.gloo.barrier(c10d.BarrierOptions()), where)
+        return s.future(self.gloo.barrier(c10d.BarrierOptions()), where)
 
     def shutdown(self):
         self.gloo.abort() if hasattr(self.gloo, "abort") else None

@@ -20,8 +20,8 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch._C import _distributed_c10d as c10d
 
+from .. import _C
 from .work import Work
 
 _OWN_PACKAGES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
@@ -46,6 +46,19 @@ def _reduce_name(op) -> str:
     if op not in names:
         raise ValueError(f"tpu_dist does not support ReduceOp.{op.name}")
     return names[op]
+
+
+def _reduce_op(opts):
+    """(reduction name, PREMUL_SUM factor or None): PREMUL_SUM is a sum of the inputs multiplied
+    by its factor, which only C++ can read off the ReduceOp."""
+    op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    if (op.op if isinstance(op, dist.ReduceOp) else op) == dist.ReduceOp.PREMUL_SUM:
+        return "sum", _C._premul_sum_factor(op)
+    return _reduce_name(op), None
+
+
+def _scaled(t, factor):
+    return t if factor is None else t * factor
 
 
 def _listed(tensors):
@@ -75,6 +88,13 @@ class ProcessGroupTPU(dist.ProcessGroup):
     def setGroupDesc(self, desc):
         self._group_desc = desc
 
+    # c10d asks the group for its per-device backend (init_process_group(device_id=...) does):
+    # this group is its own backend for every device, and cannot be split.
+    supports_splitting = False
+
+    def _get_backend(self, device):
+        return self
+
     @property
     def _device_types(self):
         return [torch.device("cpu"), torch.device("tpu")]
@@ -83,7 +103,11 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         tensors = _listed(tensors)
-        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op, factor = _reduce_op(opts)
+        if factor is not None:  # in place: the result overwrites the inputs anyway
+            with torch.no_grad():
+                for t in tensors:
+                    t.mul_(factor)
         return self._work("all_reduce", opts, tensors, lambda w: self.transport.allreduce(tensors, op, w))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -109,8 +133,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         def run(w):
-            finishes = [self.transport.allgather_base(o, i, w) for o, i in zip(outputs, inputs)]
-            return _chain(finishes)
+            return _chain([self.transport.allgather_base(o, i, w) for o, i in zip(outputs, inputs)])
         return self._work("all_gather_into_tensor_coalesced", opts, outputs, run)
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
@@ -118,17 +141,21 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         outputs = _listed(outputs)
-        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op, factor = _reduce_op(opts)
+        input_lists = [[_scaled(t, factor) for t in ts] for ts in input_lists]
         return self._work("reduce_scatter", opts, outputs,
                           lambda w: self.transport.reduce_scatter(outputs, input_lists, op, w))
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op, factor = _reduce_op(opts)
+        input = _scaled(input, factor)
         return self._work("reduce_scatter_tensor", opts, [output],
                           lambda w: self.transport.reduce_scatter_base(output, input, op, w))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op, factor = _reduce_op(opts)
+        inputs = [_scaled(t, factor) for t in inputs]
+
         def run(w):
             return _chain([self.transport.reduce_scatter_base(o, i, op, w) for o, i in zip(outputs, inputs)])
         return self._work("reduce_scatter_tensor_coalesced", opts, outputs, run)
@@ -175,7 +202,11 @@ class ProcessGroupTPU(dist.ProcessGroup):
         timeout = getattr(opts, "timeout", None)
         if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
             timeout = self.timeout
-        return Work(call(_Where(name, user_line(), timeout, outputs)), outputs)
+        where = _Where(name, user_line(), timeout, outputs)
+        started = call(where)
+        if isinstance(started, torch._C.Future):
+            return Work(result=outputs, future=started, where=where)
+        return Work(started, outputs)
 
 
 class _Where:
@@ -199,11 +230,16 @@ class _Where:
 _SHAPES_MAY_DIFFER = {"gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv"}
 
 
-def _chain(finishes):
-    finishes = [f for f in finishes if f is not None]
-    if not finishes:
+def _chain(started):
+    """One completion for several collectives (futures, finish steps or None)."""
+    futures = [s for s in started if isinstance(s, torch._C.Future)]
+    finishes = [s for s in started if callable(s) and not isinstance(s, torch._C.Future)]
+    if not futures and not finishes:
         return None
+
     def finish():
+        for f in futures:
+            f.wait()
         for f in finishes:
             f()
     return finish

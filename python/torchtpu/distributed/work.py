@@ -7,19 +7,31 @@ import torch.distributed as dist
 
 
 class Work(dist._Work):
-    """A collective in flight. ``finish`` (run once, by the first ``wait``) completes it: waits for
-    the transport and writes the results into the caller's tensors. ``result`` is what the future
-    holds (the output tensors, as PyTorch's backends return them)."""
+    """A collective in flight, completed in one of two ways: ``future`` (a torch Future that
+    completes with the outputs once they are in place) or ``finish`` (run once, by the first
+    ``wait``: waits for the transport and writes the results into the caller's tensors); neither
+    means it is done already. ``result`` is what the future holds (the output tensors, as
+    PyTorch's backends return them)."""
 
-    def __init__(self, finish=None, result=()):
+    def __init__(self, finish=None, result=(), future=None, where=None):
         super().__init__()
         self._finish = finish
+        self._future = future
+        self._where = where
         self._result = list(result)
         self._lock = threading.Lock()
         self._done = finish is None
         self._error = None
 
     def wait(self, timeout=None):
+        if self._future is not None:
+            try:
+                self._future.wait()
+            except dist.DistBackendError:
+                raise
+            except RuntimeError as e:  # the future's error crossed gloo's thread as a RuntimeError
+                raise self._where.error(str(e)) from e
+            return True
         with self._lock:
             if not self._done:
                 try:
@@ -32,7 +44,7 @@ class Work(dist._Work):
         return True
 
     def is_completed(self):
-        return self._done
+        return self._future.done() if self._future is not None else self._done
 
     def is_success(self):
         return self._done and self._error is None
@@ -45,8 +57,10 @@ class Work(dist._Work):
         return self._result
 
     def get_future(self):
-        # Completed when returned: DDP's gradient hooks then chain on it. The collective itself
-        # was issued at the call; what waits here is only the copy of its results.
+        if self._future is not None:
+            return self._future
+        # Completed when returned (DDP's gradient hooks chain on it): the collective was issued at
+        # the call; what waits here is only the copy of its results.
         future = torch.futures.Future()
         try:
             self.wait()

@@ -41,6 +41,14 @@ def all_reduce(op, dtype=torch.float32):
     return run, expect
 
 
+def all_reduce_premul_sum():
+    def run(rank, world, device, group):
+        t = data(rank).to(device)
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5), group=group)
+        return [t]
+    return run, lambda rank, world: [0.5 * torch.stack(_all(world)).sum(0)]
+
+
 def _fold(xs, f):
     out = xs[0]
     for x in xs[1:]:
@@ -176,6 +184,7 @@ CASES = {
     "all_reduce_product": all_reduce(dist.ReduceOp.PRODUCT),
     "all_reduce_min": all_reduce(dist.ReduceOp.MIN),
     "all_reduce_max": all_reduce(dist.ReduceOp.MAX),
+    "all_reduce_premul_sum": all_reduce_premul_sum(),
     "all_reduce_band_int": all_reduce(dist.ReduceOp.BAND, torch.int32),
     "all_reduce_bor_int": all_reduce(dist.ReduceOp.BOR, torch.int64),
     "all_reduce_bxor_int": all_reduce(dist.ReduceOp.BXOR, torch.int32),

@@ -8,7 +8,6 @@ parameters after a few steps with the reference: the same model trained on the w
 import threading
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 

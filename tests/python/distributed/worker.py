@@ -19,7 +19,7 @@ import collective_cases  # noqa: E402
 import mpmd  # noqa: E402
 import training  # noqa: E402
 
-GLOO_LACKS = {"all_to_all"}  # gloo has only all_to_all_single
+GLOO_LACKS = {"all_to_all", "all_reduce_premul_sum"}  # gloo has only all_to_all_single; no PREMUL_SUM
 THREADS = "--threads" in sys.argv
 
 
@@ -49,7 +49,8 @@ def default_backend(rank, world):
 
 SCENARIOS = {"collectives": collectives, "default_backend": default_backend, **training.SCENARIOS,
              **mpmd.SCENARIOS}
-BACKEND = {"default_backend": None}
+INIT = {"default_backend": {"backend": None},  # init_process_group arguments other than tpu_dist's
+        "collectives": {"backend": "tpu_dist", "device_id": torch.device("tpu", 0)}}
 TIMEOUT = {"peer_dies": 10, "peer_hangs": 3, "mismatch": 10}  # seconds
 
 
@@ -61,7 +62,8 @@ def main(argv):
         return
     name, *args = argv
     torch.tpu.set_device(0)
-    dist.init_process_group(BACKEND.get(name, "tpu_dist"), timeout=datetime.timedelta(seconds=TIMEOUT.get(name, 300)))
+    dist.init_process_group(**INIT.get(name, {"backend": "tpu_dist"}),
+                            timeout=datetime.timedelta(seconds=TIMEOUT.get(name, 300)))
     try:
         SCENARIOS[name](dist.get_rank(), dist.get_world_size(), *args)
     finally:
