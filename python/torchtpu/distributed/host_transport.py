@@ -5,6 +5,9 @@ copied to the host, gloo runs the collective between the processes, and the resu
 back into the tpu tensors when the Work is waited on. CPU tensors go to gloo unchanged.
 """
 
+import atexit
+import time
+
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
@@ -28,16 +31,17 @@ class _Staging:
     """Host copies of one collective's tensors: inputs read now, outputs written back when gloo
     is done (on gloo's thread, through the Work's future: backward goes on meanwhile)."""
 
-    def __init__(self):
+    def __init__(self, give):
         self.writes = []  # (output tensor, the host tensor gloo writes; the same for CPU tensors)
+        self.give = give  # registers a tensor handed to gloo (see _Handed)
 
     def read(self, t):
-        return t if t.device.type == "cpu" else t.detach().cpu()
+        return self.give(t if t.device.type == "cpu" else t.detach().cpu())
 
     def write(self, t, read=False):
         host = t if t.device.type == "cpu" else t.detach().cpu() if read else torch.empty(t.shape, dtype=t.dtype)
         self.writes.append((t, host))
-        return host
+        return self.give(host)
 
     def _copy_back(self, divide_by):
         with torch.no_grad():
@@ -72,23 +76,53 @@ class _Staging:
         return finish
 
 
+class _Handed:
+    """Tensors handed to gloo, kept until gloo lets go of them.
+
+    gloo drops its references on its own thread after a collective; if that is the last
+    reference to a tensor made in Python, freeing it takes the GIL, which kills the thread (and the
+    process, with "terminate called without an active exception") when the interpreter is exiting.
+    Holding them until gloo is done makes the last release ours; ``drain`` runs at group shutdown
+    and at exit."""
+
+    def __init__(self):
+        self.tensors = []  # (tensor, its use count before gloo took it)
+
+    def give(self, t):
+        self.tensors.append((t, t._use_count()))
+        return t
+
+    def prune(self):
+        self.tensors = [(t, n) for t, n in self.tensors if t._use_count() > n]
+
+    def drain(self, seconds=5.0):
+        deadline = time.monotonic() + seconds
+        while self.tensors and time.monotonic() < deadline:
+            self.prune()
+            time.sleep(0.001)
+
+
 class HostTransport:
     def __init__(self, store, rank, size, timeout):
         self.rank, self.size = rank, size
         self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self.handed = _Handed()
+        atexit.register(self.handed.drain)
 
     def _start(self, where):
         _C._count_collective()
+        self.handed.prune()
         if where.name not in ("send", "recv") and dist.get_debug_level() == dist.DebugLevel.DETAIL:
             self._check_same_call(where)
-        return _Staging()
+        return _Staging(self.handed.give)
 
     def _check_same_call(self, where, width=512):
         """TORCH_DISTRIBUTED_DEBUG=DETAIL: every rank's call must match, as PyTorch's debug wrapper checks."""
         mine = torch.zeros(width, dtype=torch.uint8)
         encoded = where.signature().encode()[:width]
         mine[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
-        every = [torch.empty_like(mine) for _ in range(self.size)]
+        every = [self.handed.give(torch.empty_like(mine)) for _ in range(self.size)]
+        self.handed.give(mine)
         try:
             self.gloo.allgather([every], [mine]).wait(where.timeout)
         except RuntimeError as e:
@@ -125,9 +159,10 @@ class HostTransport:
 
     def allgather_base(self, output, input, where):
         s = self._start(where)
-        host_in = s.read(input).contiguous()
+        host_in = s.give(s.read(input).contiguous())
         # gloo splits the output along dim 0 into pieces shaped like the input.
-        host_out = s.write(output).view(-1, *host_in.shape[1:]) if host_in.dim() else s.write(output)
+        host_out = s.write(output)
+        host_out = s.give(host_out.view(-1, *host_in.shape[1:])) if host_in.dim() else host_out
         return s.future(self.gloo._allgather_base(host_out, host_in), where)
 
     def reduce_scatter(self, outputs, input_lists, op, where):
@@ -141,7 +176,7 @@ class HostTransport:
     def reduce_scatter_base(self, output, input, op, where):
         s = self._start(where)
         opts = _options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
-        work = self.gloo._reduce_scatter_base(s.write(output), s.read(input).contiguous(), opts)
+        work = self.gloo._reduce_scatter_base(s.write(output), s.give(s.read(input).contiguous()), opts)
         return s.future(work, where, self._divisor(op))
 
     def alltoall_base(self, output, input, output_splits, input_splits, where):
@@ -153,12 +188,13 @@ class HostTransport:
     def alltoall(self, outputs, inputs, where):
         # gloo has only the single-tensor form: the lists travel as one flat tensor with splits.
         s = self._start(where)
-        flat_in = torch.cat([s.read(t).reshape(-1) for t in inputs])
+        flat_in = s.give(torch.cat([s.read(t).reshape(-1) for t in inputs]))
         flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype)
-        work = self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs],
-                                       [t.numel() for t in inputs], c10d.AllToAllOptions())
         for t, piece in zip(outputs, flat_out.split([t.numel() for t in outputs])):
             s.writes.append((t, piece.view(t.shape)))
+        s.give(flat_out)  # after its views exist: they count as ours
+        work = self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs],
+                                       [t.numel() for t in inputs], c10d.AllToAllOptions())
         return s.future(work, where)
 
     def gather(self, output_lists, inputs, dst, where):
@@ -186,4 +222,4 @@ class HostTransport:
         return s.future(self.gloo.barrier(c10d.BarrierOptions()), where)
 
     def shutdown(self):
-        self.gloo.abort() if hasattr(self.gloo, "abort") else None
+        self.handed.drain()
