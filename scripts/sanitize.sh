@@ -12,7 +12,7 @@ dir=build-sanitize
 [ "$kind" = thread ] && dir=build-tsan
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTORCHTPU_SANITIZE="$kind" \
   -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
-cmake --build "$dir" --target hlo_tests runtime_tests exec_tests
+cmake --build "$dir" --target hlo_tests runtime_tests exec_tests exec_collective_tests
 # The PJRT plugin is not instrumented: its own allocations at exit are not ours to report.
 export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
