@@ -54,6 +54,10 @@ def test_init_process_group_without_backend_picks_tpu_dist():
     _ok(torchrun(2, "default_backend"))
 
 
+def test_device_loader_shards_the_dataset_across_ranks():
+    _ok(torchrun(2, "data_shards"))
+
+
 # ---- the stock parallelisms train like one CPU process ----
 
 @pytest.mark.parametrize("scenario,world", [("ddp", 2), ("fsdp", 2), ("tp", 2), ("fsdp_tp", 4)])

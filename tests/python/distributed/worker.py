@@ -47,7 +47,20 @@ def default_backend(rank, world):
     assert isinstance(dist.group.WORLD, torchtpu.distributed.ProcessGroupTPU), dist.group.WORLD
 
 
-SCENARIOS = {"collectives": collectives, "default_backend": default_backend, **training.SCENARIOS,
+def data_shards(rank, world):
+    """DeviceLoader over distributed_sampler: the ranks' batches cover the dataset once."""
+    from torch.utils.data import DataLoader, TensorDataset
+    from torchtpu.data import DeviceLoader, distributed_sampler
+    data = TensorDataset(torch.arange(12))
+    loader = DeviceLoader(DataLoader(data, batch_size=3, sampler=distributed_sampler(data, shuffle=False)))
+    mine = torch.cat([ids for (ids,) in loader])
+    assert mine.device.type == "tpu"
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    assert sorted(torch.cat(every).cpu().tolist()) == list(range(12))
+
+
+SCENARIOS = {"collectives": collectives, "data_shards": data_shards, "default_backend": default_backend, **training.SCENARIOS,
              **mpmd.SCENARIOS}
 INIT = {"default_backend": {"backend": None},  # init_process_group arguments other than tpu_dist's
         "collectives": {"backend": "tpu_dist", "device_id": torch.device("tpu", 0)}}
