@@ -48,11 +48,14 @@ fi
 # Make `import torchtpu` work from anywhere inside the environment (an in-tree, editable install).
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$ROOT/python" > "$site/torchtpu.pth"
-# Its package metadata: the entry point through which torch.compile finds backend="tpu".
+# Its package metadata: the entry point through which torch.compile finds backend="tpu". The
+# autoload entry point (`import torch` imports torchtpu) is added once the extension is built:
+# until then importing torch would fail on it.
 meta="$site/torchtpu-0.1.0.dist-info"
 mkdir -p "$meta"
 printf 'Metadata-Version: 2.1\nName: torchtpu\nVersion: 0.1.0\n' > "$meta/METADATA"
-printf '[torch_dynamo_backends]\ntpu = torchtpu.compile:backend\n' > "$meta/entry_points.txt"
+dynamo_entry='[torch_dynamo_backends]\ntpu = torchtpu.compile:backend\n'
+printf "$dynamo_entry" > "$meta/entry_points.txt"
 
 # C++ build: runtime, emitter, executor, tests, and the torchtpu._C extension.
 if [ ! -f build/build.ninja ]; then
@@ -61,6 +64,7 @@ if [ ! -f build/build.ninja ]; then
 fi
 step "building"
 cmake --build build
+printf "$dynamo_entry"'[torch.backends]\ntorchtpu = torchtpu:_autoload\n' > "$meta/entry_points.txt"
 
 step "running examples/quickstart.py"
 .venv/bin/python examples/quickstart.py

@@ -64,6 +64,11 @@ if torch.distributed.is_available():
 __version__ = "0.1.0"
 
 
+def _autoload():
+    """PyTorch's device-extension entry point (``torch.backends`` group): ``import torch`` imports
+    this package, which is all the setup there is. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it off."""
+
+
 def platform() -> str:
     """The PJRT platform under the tpu device: "cpu", "cuda" or "tpu"."""
     return _C._platform_info()["platform"]

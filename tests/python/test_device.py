@@ -221,3 +221,54 @@ def test_printing_formats_on_the_host_and_compiles_nothing():
     text = repr(torch.nn.Parameter(x.to("tpu")))
     assert torchtpu.metrics.counters()["compiles"] == before
     assert text == repr(torch.nn.Parameter(x)).replace("dtype=torch.float64", "device='tpu:0', dtype=torch.float64")
+
+
+def _python(code, **env):
+    import os
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_import_torch_alone_makes_tpu_available():
+    """PyTorch's device-extension autoload (the torch.backends entry point scripts/setup.sh
+    installs); TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns it off."""
+    code = "import sys, torch; print('torchtpu' in sys.modules, (torch.ones(2, device='tpu') * 3).sum().item())"
+    r = _python(code)
+    assert r.returncode == 0 and r.stdout.split() == ["True", "6.0"], r.stderr[-2000:]
+    r = _python("import sys, torch; print('torchtpu' in sys.modules)", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0 and r.stdout.split() == ["False"], r.stderr[-2000:]
+
+
+def test_checkpoint_loads_in_a_process_that_never_imports_torchtpu(tmp_path):
+    m = torch.nn.Linear(3, 2).to("tpu")
+    torch.save({"model": m.state_dict(), "step": 7}, tmp_path / "ckpt.pt")
+    torch.save({k: v.cpu() for k, v in m.state_dict().items()}, tmp_path / "want.pt")
+    code = f"""
+import sys, torch
+ckpt = torch.load({str(tmp_path / 'ckpt.pt')!r}, map_location="cpu")
+want = torch.load({str(tmp_path / 'want.pt')!r})
+assert ckpt["step"] == 7 and "torchtpu" not in sys.modules
+for k in want:
+    assert ckpt["model"][k].device.type == "cpu" and torch.equal(ckpt["model"][k], want[k]), k
+print("ok")
+"""
+    r = _python(code, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_streams_and_events_are_handles_to_the_devices_ordered_stream():
+    s = torch.tpu.Stream()
+    assert s == torch.tpu.current_stream() and s.device == torch.device("tpu", 0)
+    start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+    with torch.tpu.stream(s):
+        start.record()
+        x = torch.ones(64, 64, device="tpu") @ torch.ones(64, 64, device="tpu")
+        end.record()
+    s.wait_stream(torch.tpu.default_stream())
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 0
+    assert x[0, 0].item() == 64
+    with pytest.raises(RuntimeError, match="enable_timing"):
+        torch.tpu.Event().elapsed_time(end)

@@ -17,8 +17,9 @@ TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
 
 def _run(cmd, env=None, timeout=300):
-    full_env = {**os.environ, "TORCHTPU_EAGER_MODE": "strict", **(env or {})}
-    full_env.pop("TORCHTPU_NUM_CPU_DEVICES", None) if "TORCHTPU_NUM_CPU_DEVICES" not in (env or {}) else None
+    full_env = {**os.environ, "TORCHTPU_EAGER_MODE": "strict"}
+    full_env.pop("TORCHTPU_NUM_CPU_DEVICES", None)  # each launcher says how many devices it needs
+    full_env.update(env or {})
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -87,7 +88,7 @@ for k in want:
     torch.testing.assert_close(loaded[k], want[k], atol=2e-4, rtol=1e-3)
 assert "torchtpu" not in sys.modules
 """
-    _ok(_run([sys.executable, "-c", check]))
+    _ok(_run([sys.executable, "-c", check], {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}))
 
 
 # ---- rank-divergent code, and failures ----
