@@ -4,12 +4,16 @@
 // data_ptr() identity and is never dereferenced on the host.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <chrono>
 
 #include "aten/device.h"
 #include "aten/generator.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
+#include "exec/metrics.h"
 #include "exec/runtime_context.h"
 
 namespace torchtpu::aten {
@@ -24,11 +28,45 @@ c10::DataPtr make_data_ptr(int device, size_t nbytes) {
   return {ref, ref, &delete_buffer_ref, c10::Device(c10::DeviceType::PrivateUse1, device)};
 }
 
-struct TpuAllocator final : c10::Allocator {
+c10::DeviceIndex or_current(c10::DeviceIndex d) { return d < 0 ? current : d; }
+
+// A DeviceAllocator so that torch.accelerator's memory API works. Storages return their PJRT
+// buffers when they die, so there is no cache to empty and reserved == allocated.
+struct TpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override { return make_data_ptr(current, nbytes); }
   void copy_data(void*, const void*, std::size_t) const override {
     TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_()");
   }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one ordered stream per device
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    int64_t now = exec::device_bytes(or_current(device)), peak = exec::peak_device_bytes(or_current(device));
+    for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+      auto& all = (*bytes)[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+      all.current = now;
+      all.peak = peak;
+    }
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetPeakStats(c10::DeviceIndex device) override { exec::reset_peak_device_bytes(or_current(device)); }
+  // (free, total) bytes, where the plugin reports its memory size.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    auto stats = exec::device(or_current(device)).memory_stats();
+    TORCH_CHECK(stats && stats->bytes_limit, "the PJRT plugin does not report the memory size of tpu:",
+                int(or_current(device)));
+    return {static_cast<size_t>(*stats->bytes_limit - stats->bytes_in_use), static_cast<size_t>(*stats->bytes_limit)};
+  }
+};
+
+// A recorded event: everything issued to `device` before it. Timing events wait for that work when
+// recorded, so their timestamps mean something.
+struct TpuEvent {
+  c10::DeviceIndex device;
+  std::chrono::steady_clock::time_point at;
+  bool timed;
 };
 
 TpuAllocator allocator;
@@ -49,11 +87,43 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void setDevice(c10::Device d) const override { set_current_device(d.index()); }
   void uncheckedSetDevice(c10::Device d) const noexcept override { current = d.index(); }
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(d.type(), or_current(d.index())));
   }
   c10::Stream exchangeStream(c10::Stream s) const override { return s; }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
   void synchronizeDevice(c10::DeviceIndex index) const override { synchronize_device(index, "synchronize"); }
+
+  // One ordered stream per device (PJRT orders a device's work by data dependencies): every stream
+  // is that stream, and an event is a point in it.
+  c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
+  c10::Stream getNewStream(c10::Device d, int) const override { return getStream(d); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getStream(d); }
+  bool queryStream(const c10::Stream& s) const override {
+    synchronizeStream(s);
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& s) const override { synchronizeDevice(s.device_index()); }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+    bool timed = flag == c10::EventFlag::BACKEND_DEFAULT;
+    if (timed) synchronizeStream(stream);
+    delete static_cast<TpuEvent*>(*event);
+    *event = new TpuEvent{stream.device_index(), std::chrono::steady_clock::now(), timed};
+  }
+  void block(void*, const c10::Stream&) const override {}  // the same stream: already ordered
+  bool queryEvent(void* event) const override {
+    synchronizeEvent(event);
+    return true;
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event) synchronizeDevice(static_cast<TpuEvent*>(event)->device);
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete static_cast<TpuEvent*>(event); }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    auto* a = static_cast<TpuEvent*>(start);
+    auto* b = static_cast<TpuEvent*>(end);
+    TORCH_CHECK(a && b && a->timed && b->timed, "elapsed_time needs two events recorded with enable_timing=True");
+    return std::chrono::duration<double, std::milli>(b->at - a->at).count();
+  }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);

@@ -8,7 +8,15 @@ XLA CUDA plugin on NVIDIA GPUs, the XLA CPU plugin anywhere else).
 import os
 import sys
 
-import torch
+
+def _autoload():
+    """PyTorch's device-extension entry point (``torch.backends`` group): ``import torch`` imports
+    this package, which is all the setup there is. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it off.
+    Defined before ``import torch`` below: when this package is imported first, torch calls it on
+    the partly imported package, and the rest of this file runs once torch's import returns."""
+
+
+import torch  # noqa: E402
 
 # The C++ runtime searches these folders for PJRT plugins (xla_plugins/..., jax_plugins/...).
 os.environ.setdefault(
@@ -63,10 +71,6 @@ if torch.distributed.is_available():
 
 __version__ = "0.1.0"
 
-
-def _autoload():
-    """PyTorch's device-extension entry point (``torch.backends`` group): ``import torch`` imports
-    this package, which is all the setup there is. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it off."""
 
 
 def platform() -> str:

@@ -65,6 +65,7 @@ def report() -> str:
     lines += [
         f"host syncs: {m['host_syncs'] or 'none'}",
         f"bytes moved: host->device {m['bytes_to_device']}, device->host {m['bytes_to_host']}",
+        f"collectives: {m['collectives']}",
         f"CPU fallbacks: {m['cpu_fallbacks'] or 'none'}",
     ]
     return "\n".join(lines)

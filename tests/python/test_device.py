@@ -272,3 +272,29 @@ def test_streams_and_events_are_handles_to_the_devices_ordered_stream():
     assert x[0, 0].item() == 64
     with pytest.raises(RuntimeError, match="enable_timing"):
         torch.tpu.Event().elapsed_time(end)
+
+
+def test_torch_accelerator_api_on_tpu():
+    """The device-generic API PyTorch code uses instead of torch.cuda: current accelerator,
+    synchronization, memory statistics, torch.Stream and torch.Event."""
+    acc = torch.accelerator
+    assert acc.current_accelerator() == torch.device("tpu") and acc.device_count() >= 1
+    acc.reset_peak_memory_stats()
+    before = acc.memory_allocated()
+    t = torch.ones(128, 128, device="tpu")
+    assert acc.memory_allocated() >= before + 128 * 128 * 4
+    assert acc.max_memory_allocated() >= acc.memory_allocated()
+    assert acc.memory_stats()["allocated_bytes.all.current"] == acc.memory_allocated()
+    del t
+    assert acc.memory_allocated() <= before
+    acc.empty_cache()
+    s = torch.Stream("tpu")
+    assert s == acc.current_stream()
+    start, end = torch.Event("tpu", enable_timing=True), torch.Event("tpu", enable_timing=True)
+    start.record(s)
+    y = torch.ones(64, 64, device="tpu") @ torch.ones(64, 64, device="tpu")
+    end.record(s)
+    s.wait_event(end)
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 0 and y[0, 0].item() == 64
+    acc.synchronize()
