@@ -96,7 +96,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         return self
 
     @property
-    def _device_types(self):
+    def _device_types(self):  # c10d picks the device of object collectives from this: CPU first
         return [torch.device("cpu"), torch.device("tpu")]
 
     # ---- collectives (c10d's names and argument orders) ----
@@ -198,7 +198,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self.transport.shutdown()
 
     def _work(self, name, opts, outputs, call):
-        """Issues one collective: ``call(where)`` starts it and returns its finish step (or None)."""
+        """Issues one collective: ``call(where)`` starts it and returns a future of its outputs, a
+        finish step for ``wait()``, or None when it is complete already."""
         timeout = getattr(opts, "timeout", None)
         if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
             timeout = self.timeout
