@@ -71,6 +71,11 @@ def test_training_torchrun(scenario, world):
     _ok(torchrun(world, scenario))
 
 
+@pytest.mark.parametrize("launch", [threads, torchrun])
+def test_ddp_communication_hook_chains_on_the_all_reduce_future(launch):
+    _ok(launch(2, "ddp", "fp16_compress_hook"))
+
+
 def test_distributed_checkpoint_loads_on_cpu_pytorch(tmp_path):
     """FSDP2 shards saved with torch.distributed.checkpoint load in a process that never imports
     torchtpu, equal to the CPU reference training."""

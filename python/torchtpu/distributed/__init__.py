@@ -60,14 +60,20 @@ for _field in (*_ThreadWorld._FIELDS, "group_count"):
 
 
 class _ThreadLocalWorld:
-    """c10d's ``_world`` with one ``_ThreadWorld`` per thread."""
+    """c10d's ``_world`` with one ``_ThreadWorld`` per rank thread. Other threads (autograd's
+    device threads, which run DDP's communication hooks) see the world of the rank whose device
+    they serve: rank r's device is tpu:r."""
 
     def __init__(self):
         object.__setattr__(self, "_local", threading.local())
+        object.__setattr__(self, "_by_device", {})
 
     def _world(self):
         if not hasattr(self._local, "world"):
-            self._local.world = _ThreadWorld()
+            device = torch.tpu.current_device()
+            if getattr(_thread_rank, "active", False):
+                self._by_device[device] = _ThreadWorld()
+            self._local.world = self._by_device.get(device) or _ThreadWorld()
         return self._local.world
 
     def __getattr__(self, name):
