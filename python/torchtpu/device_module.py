@@ -6,7 +6,6 @@ import threading
 import torch
 
 from . import _C
-from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
 
 def is_available() -> bool:
@@ -179,3 +178,7 @@ def precision(name: str):
     finally:
         _C._set_precision_override(previous)
         _precision.name = previous
+
+
+# Last: streams.py uses this module's device-index helper.
+from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: E402,F401

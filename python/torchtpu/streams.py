@@ -13,20 +13,12 @@ import time
 import torch
 
 from . import _C
-
-
-def _index(device) -> int:
-    if device is None:
-        return _C._current_device()
-    if isinstance(device, int):
-        return device
-    device = torch.device(device) if isinstance(device, str) else device
-    return device.index if device.index is not None else _C._current_device()
+from .device_module import _device_index
 
 
 class Stream:
     def __init__(self, device=None, priority=0, **kwargs):
-        self.device = torch.device("tpu", _index(device))
+        self.device = torch.device("tpu", _device_index(device))
         self.priority = priority
 
     def wait_stream(self, stream):

@@ -8,12 +8,10 @@ left to wait for.
 """
 
 import torch
-import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
-_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "product": dist.ReduceOp.PRODUCT,
-               "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND,
-               "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
+from .process_group import REDUCE_OPS, options
+
 
 _lib = None
 
@@ -22,19 +20,12 @@ def _group(name):
     return c10d._resolve_process_group(name)
 
 
-def _options(cls, **fields):
-    opts = cls()
-    for k, v in fields.items():
-        setattr(opts, k, v)
-    return opts
-
-
 def _reduce(op: str):
-    return _REDUCE_OPS[op.lower()]
+    return REDUCE_OPS[op.lower()]
 
 
 def all_reduce_(input, reduce_op, group_name):
-    _group(group_name).allreduce([input], _options(c10d.AllreduceOptions, reduceOp=_reduce(reduce_op))).wait()
+    _group(group_name).allreduce([input], options(c10d.AllreduceOptions, reduceOp=_reduce(reduce_op))).wait()
     return input
 
 
@@ -67,7 +58,7 @@ def all_gather_into_tensor_coalesced(inputs, group_size, group_name):
 
 
 def reduce_scatter_tensor_out(input, reduce_op, group_size, group_name, *, out):
-    opts = _options(c10d.ReduceScatterOptions, reduceOp=_reduce(reduce_op))
+    opts = options(c10d.ReduceScatterOptions, reduceOp=_reduce(reduce_op))
     _group(group_name)._reduce_scatter_base(out, input.contiguous(), opts).wait()
     return out
 
@@ -90,7 +81,7 @@ def all_to_all_single(input, output_split_sizes, input_split_sizes, group_name):
 
 
 def broadcast_(input, src, group_name):
-    _group(group_name).broadcast([input], _options(c10d.BroadcastOptions, rootRank=src)).wait()
+    _group(group_name).broadcast([input], options(c10d.BroadcastOptions, rootRank=src)).wait()
     return input
 
 

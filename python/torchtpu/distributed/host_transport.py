@@ -13,18 +13,10 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
 from .. import _C
+from .process_group import REDUCE_OPS, options
 
 # gloo has no AVG: it runs SUM and the result is divided by the group size afterwards.
-_GLOO_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT,
-             "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND,
-             "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
-
-
-def _options(cls, **fields):
-    opts = cls()
-    for name, value in fields.items():
-        setattr(opts, name, value)
-    return opts
+_GLOO_OPS = {**REDUCE_OPS, "avg": dist.ReduceOp.SUM}
 
 
 class _Staging:
@@ -138,18 +130,18 @@ class HostTransport:
     def allreduce(self, tensors, op, where):
         s = self._start(where)
         host = [s.write(t, read=True) for t in tensors]
-        work = self.gloo.allreduce(host, _options(c10d.AllreduceOptions, reduceOp=_GLOO_OPS[op]))
+        work = self.gloo.allreduce(host, options(c10d.AllreduceOptions, reduceOp=_GLOO_OPS[op]))
         return s.future(work, where, self._divisor(op))
 
     def broadcast(self, tensors, src, where):
         s = self._start(where)
         host = [s.write(t, read=True) for t in tensors]
-        return s.future(self.gloo.broadcast(host, _options(c10d.BroadcastOptions, rootRank=src)), where)
+        return s.future(self.gloo.broadcast(host, options(c10d.BroadcastOptions, rootRank=src)), where)
 
     def reduce(self, tensors, op, dst, where):
         s = self._start(where)
         host = [s.write(t, read=True) if self.rank == dst else s.read(t) for t in tensors]
-        opts = _options(c10d.ReduceOptions, reduceOp=_GLOO_OPS[op], rootRank=dst)
+        opts = options(c10d.ReduceOptions, reduceOp=_GLOO_OPS[op], rootRank=dst)
         return s.future(self.gloo.reduce(host, opts), where, self._divisor(op))
 
     def allgather(self, output_lists, inputs, where):
@@ -170,12 +162,12 @@ class HostTransport:
         s = self._start(where)
         outs = [s.write(t) for t in outputs]
         ins = [[s.read(t) for t in ts] for ts in input_lists]
-        opts = _options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
+        opts = options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
         return s.future(self.gloo.reduce_scatter(outs, ins, opts), where, self._divisor(op))
 
     def reduce_scatter_base(self, output, input, op, where):
         s = self._start(where)
-        opts = _options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
+        opts = options(c10d.ReduceScatterOptions, reduceOp=_GLOO_OPS[op])
         work = self.gloo._reduce_scatter_base(s.write(output), s.give(s.read(input).contiguous()), opts)
         return s.future(work, where, self._divisor(op))
 
@@ -200,13 +192,13 @@ class HostTransport:
     def gather(self, output_lists, inputs, dst, where):
         s = self._start(where)
         outs = [[s.write(t) for t in ts] for ts in output_lists]
-        opts = _options(c10d.GatherOptions, rootRank=dst)
+        opts = options(c10d.GatherOptions, rootRank=dst)
         return s.future(self.gloo.gather(outs, [s.read(t) for t in inputs], opts), where)
 
     def scatter(self, outputs, input_lists, src, where):
         s = self._start(where)
         ins = [[s.read(t) for t in ts] for ts in input_lists]
-        opts = _options(c10d.ScatterOptions, rootRank=src)
+        opts = options(c10d.ScatterOptions, rootRank=src)
         return s.future(self.gloo.scatter([s.write(t) for t in outputs], ins, opts), where)
 
     def send(self, tensors, dst, tag, where):

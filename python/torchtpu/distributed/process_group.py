@@ -37,15 +37,27 @@ def user_line() -> str:
     return "<unknown>"
 
 
+# The reductions by the names the transports and the functional collectives use.
+REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "product": dist.ReduceOp.PRODUCT,
+              "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND,
+              "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
+_REDUCE_NAMES = {op: name for name, op in REDUCE_OPS.items()}
+
+
+def options(cls, **fields):
+    """A c10d options object (``AllreduceOptions``, ...) with ``fields`` set."""
+    opts = cls()
+    for name, value in fields.items():
+        setattr(opts, name, value)
+    return opts
+
+
 def _reduce_name(op) -> str:
     if isinstance(op, dist.ReduceOp):
         op = op.op
-    names = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "product",
-             dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max", dist.ReduceOp.BAND: "band",
-             dist.ReduceOp.BOR: "bor", dist.ReduceOp.BXOR: "bxor"}
-    if op not in names:
+    if op not in _REDUCE_NAMES:
         raise ValueError(f"tpu_dist does not support ReduceOp.{op.name}")
-    return names[op]
+    return _REDUCE_NAMES[op]
 
 
 def _reduce_op(opts):
