@@ -11,7 +11,9 @@
 
 #include "aten/device.h"
 #include "aten/generator.h"
+#include "aten/origin.h"
 #include "aten/tensor_operand.h"
+#include "exec/device_memory.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
@@ -23,41 +25,56 @@ thread_local c10::DeviceIndex current = 0;
 
 void delete_buffer_ref(void* ctx) { delete static_cast<exec::BufferRef*>(ctx); }
 
+// A storage past the device's memory limit is torch.OutOfMemoryError naming the user's line.
 c10::DataPtr make_data_ptr(int device, size_t nbytes) {
-  auto* ref = new exec::BufferRef(device, nbytes);
-  return {ref, ref, &delete_buffer_ref, c10::Device(c10::DeviceType::PrivateUse1, device)};
+  try {
+    auto* ref = new exec::BufferRef(device, nbytes);
+    return {ref, ref, &delete_buffer_ref, c10::Device(c10::DeviceType::PrivateUse1, device)};
+  } catch (const exec::OutOfDeviceMemory& e) {
+    std::string at = origin_of("allocation")->location;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), at.empty() ? "" : "; the allocation is at " + at,
+                     ". Free tensors that are no longer needed (del) or use smaller batches.");
+  }
 }
 
 c10::DeviceIndex or_current(c10::DeviceIndex d) { return d < 0 ? current : d; }
 
 // A DeviceAllocator so that torch.accelerator's memory API works. Storages return their PJRT
-// buffers when they die, so there is no cache to empty and reserved == allocated.
+// buffers when they die, so reserved == allocated.
 struct TpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override { return make_data_ptr(current, nbytes); }
   void copy_data(void*, const void*, std::size_t) const override {
     TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_()");
   }
   bool initialized() override { return true; }
-  void emptyCache(c10::MempoolId_t) override {}
+  // No cache of free blocks: running pending work releases what only pending programs held.
+  void emptyCache(c10::MempoolId_t) override {
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) synchronize_device(d, "empty_cache");
+  }
   void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one ordered stream per device
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    exec::DeviceMemory m = exec::device_memory(or_current(device));
     c10::CachingDeviceAllocator::DeviceStats stats;
-    int64_t now = exec::device_bytes(or_current(device)), peak = exec::peak_device_bytes(or_current(device));
-    for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
-      auto& all = (*bytes)[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-      all.current = now;
-      all.peak = peak;
-    }
+    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes})
+      (*bytes)[all] = {m.allocated, m.peak, m.allocated_total, m.freed_total};
+    stats.allocation[all] = {m.allocations, m.peak_allocations, m.num_allocs, m.num_frees};
+    stats.num_ooms = m.num_ooms;
     return stats;
   }
-  void resetAccumulatedStats(c10::DeviceIndex) override {}
-  void resetPeakStats(c10::DeviceIndex device) override { exec::reset_peak_device_bytes(or_current(device)); }
-  // (free, total) bytes, where the plugin reports its memory size.
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    exec::reset_accumulated_device_memory(or_current(device));
+  }
+  void resetPeakStats(c10::DeviceIndex device) override { exec::reset_peak_device_memory(or_current(device)); }
+  // (free, total) bytes: under the memory limit where one is set, else the device's memory.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    auto stats = exec::device(or_current(device)).memory_stats();
-    TORCH_CHECK(stats && stats->bytes_limit, "the PJRT plugin does not report the memory size of tpu:",
-                int(or_current(device)));
-    return {static_cast<size_t>(*stats->bytes_limit - stats->bytes_in_use), static_cast<size_t>(*stats->bytes_limit)};
+    int index = or_current(device);
+    exec::DeviceMemory m = exec::device_memory(index);
+    if (m.limit) return {static_cast<size_t>(std::max<int64_t>(*m.limit - m.allocated, 0)), static_cast<size_t>(*m.limit)};
+    auto stats = exec::device(index).memory_stats();
+    int64_t total = exec::device_memory_size(index);
+    int64_t used = stats ? stats->bytes_in_use : m.allocated;
+    return {static_cast<size_t>(std::max<int64_t>(total - used, 0)), static_cast<size_t>(total)};
   }
 };
 

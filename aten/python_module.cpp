@@ -13,6 +13,7 @@
 #include "aten/lowering.h"
 #include "aten/tensor_operand.h"
 #include "exec/compile_cache.h"
+#include "exec/device_memory.h"
 #include "exec/diagnostics.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
@@ -38,16 +39,36 @@ py::dict platform_info() {
   return info;
 }
 
+// torch.cuda.memory_stats's keys. Storages return their buffers when they die (no cache), so
+// reserved, active and requested bytes all equal allocated bytes.
 py::dict memory_stats(int index) {
+  exec::DeviceMemory m = exec::device_memory(index);
   py::dict out;
-  out["allocated_bytes.all.current"] = exec::device_bytes(index);
-  out["allocated_bytes.all.peak"] = exec::peak_device_bytes(index);
+  for (const char* kind : {"allocated_bytes", "active_bytes", "reserved_bytes", "requested_bytes"}) {
+    std::string k(kind);
+    out[py::str(k + ".all.current")] = m.allocated;
+    out[py::str(k + ".all.peak")] = m.peak;
+    out[py::str(k + ".all.allocated")] = m.allocated_total;
+    out[py::str(k + ".all.freed")] = m.freed_total;
+  }
+  out["allocation.all.current"] = m.allocations;
+  out["allocation.all.peak"] = m.peak_allocations;
+  out["allocation.all.allocated"] = m.num_allocs;
+  out["allocation.all.freed"] = m.num_frees;
+  out["num_ooms"] = m.num_ooms;
+  out["num_alloc_retries"] = 0;
+  if (m.limit) out["torchtpu.limit_bytes"] = *m.limit;
   if (auto stats = exec::device(index).memory_stats()) {
     out["pjrt.bytes_in_use"] = stats->bytes_in_use;  // what the plugin's allocator reports
     if (stats->peak_bytes_in_use) out["pjrt.peak_bytes_in_use"] = *stats->peak_bytes_in_use;
     if (stats->bytes_limit) out["pjrt.bytes_limit"] = *stats->bytes_limit;
   }
   return out;
+}
+
+void set_memory_limit(int index, std::optional<int64_t> bytes, const std::string& source) {
+  exec::device(index);  // names the valid range for a bad index
+  exec::set_device_memory_limit(index, bytes, source);
 }
 
 // Runs `f` without the GIL, raising PyTorch's errors as the Python exceptions torch raises.
@@ -135,7 +156,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_wait_for_background_compiles", [] { without_gil([] { exec::wait_for_background_compiles(); }); });
   m.def("_stop_background_compiles", [] { without_gil([] { exec::stop_background_compiles(); }); });
   m.def("_memory_stats", &memory_stats);
-  m.def("_reset_peak_memory", &exec::reset_peak_device_bytes);
+  m.def("_reset_peak_memory", &exec::reset_peak_device_memory);
+  m.def("_reset_accumulated_memory", &exec::reset_accumulated_device_memory);
+  m.def("_set_memory_limit", &set_memory_limit);
+  m.def("_memory_size", &exec::device_memory_size);
   // RNG state as plain values; torch.tpu wraps them in PyTorch's API.
   m.def("_manual_seed", [](int device, uint64_t seed) {
     auto gen = aten::default_generator(device);

@@ -8,17 +8,23 @@
 #include <cstddef>
 #include <memory>
 
-#include "exec/metrics.h"
+#include "exec/device_memory.h"
 #include "graph/device_value.h"
 
 namespace torchtpu::exec {
 
 class BufferRef {
  public:
-  BufferRef(int device, size_t nbytes) : device_(device), nbytes_(nbytes) {}
+  // Counts against the device's memory from here on; throws OutOfDeviceMemory past its limit.
+  BufferRef(int device, size_t nbytes) : device_(device), nbytes_(nbytes) {
+    allocate_device_bytes(device, static_cast<int64_t>(nbytes));
+  }
   BufferRef(const BufferRef&) = delete;
   BufferRef& operator=(const BufferRef&) = delete;
-  ~BufferRef() { reset(0); }
+  ~BufferRef() {
+    free_device_bytes(device_, static_cast<int64_t>(nbytes_));
+    if (value_) value_->release();
+  }
 
   int device() const { return device_; }
   size_t nbytes() const { return nbytes_; }
@@ -27,19 +33,9 @@ class BufferRef {
   const graph::ValuePtr& value() const { return value_; }
 
   void swap(graph::ValuePtr value) {
-    if (!value_) track_device_bytes(device_, static_cast<int64_t>(nbytes_));
-    else value_->release();
+    if (value_) value_->release();
     value->hold();
     value_ = std::move(value);
-  }
-  // Resizing drops the old contents; the caller re-materializes what it keeps.
-  void reset(size_t nbytes) {
-    if (value_) {
-      track_device_bytes(device_, -static_cast<int64_t>(nbytes_));
-      value_->release();
-    }
-    nbytes_ = nbytes;
-    value_.reset();
   }
 
  private:

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "exec/byte_size.h"
 #include "exec/diagnostics.h"
 #include "exec/disk_cache.h"
 #include "exec/metrics.h"
@@ -57,6 +58,21 @@ std::string environment_fingerprint() {
   return compile_options().encode() + '\0' + platform;
 }
 
+// The local tier is private to the user; both tiers are bounded and share the optional key that
+// authenticates entries.
+DiskCacheOptions tier_options(bool local) {
+  DiskCacheOptions options;
+  options.private_to_user = local;
+  options.auth_key = env_or("TORCHTPU_CACHE_KEY", "");
+  std::string max = env_or("TORCHTPU_CACHE_MAX_BYTES", "5GB");
+  std::optional<int64_t> bytes = parse_byte_size(max);
+  if (!bytes) throw std::invalid_argument("TORCHTPU_CACHE_MAX_BYTES='" + max + "' is not a byte size (5GB, 512MiB, 0 for no bound)");
+  options.max_bytes = *bytes;
+  return options;
+}
+
+// A digest of the whole program text and everything else that decides the compiled bytes, so a
+// key names one program's entry only.
 std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
 
 // A bounded map of loaded executables, least recently used first out.
@@ -136,8 +152,8 @@ class Cache {
  public:
   Cache()
       : memory_(std::stoul(env_or("TORCHTPU_CACHE_CAPACITY", "4096"))),
-        local_(env_or("TORCHTPU_CACHE_DIR", env_or("HOME", "/tmp") + "/.cache/torchtpu")),
-        shared_(env_or("TORCHTPU_SHARED_CACHE_DIR", "")) {}
+        local_(env_or("TORCHTPU_CACHE_DIR", env_or("HOME", "/tmp") + "/.cache/torchtpu"), tier_options(true)),
+        shared_(env_or("TORCHTPU_SHARED_CACHE_DIR", ""), tier_options(false)) {}
 
   ExecutablePtr get(const std::string& key, const ProgramText& program, const std::string& what,
                     const std::string& identity, bool wait) {
@@ -227,7 +243,7 @@ class Cache {
 
   // From the persistent directory, else the shared one (copied into the persistent one).
   ExecutablePtr load(const std::string& pkey) {
-    for (const DiskCache* tier : {&local_, &shared_}) {
+    for (DiskCache* tier : {&local_, &shared_}) {
       if (tier->dir().empty()) continue;
       std::optional<std::string> bytes = tier->load(pkey);
       if (!bytes) continue;

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "exec/byte_size.h"
 #include "exec/capture.h"
 #include "exec/compile_cache.h"
 #include "exec/metrics.h"
@@ -132,8 +133,8 @@ DeferredChecks& deferred_checks() {
                                        const std::string& what) {
   if (e.code() != PJRT_Error_Code_RESOURCE_EXHAUSTED) throw e;
   throw OutOfDeviceMemory("tpu:" + std::to_string(device) + " is out of memory: tried to allocate " +
-                          std::to_string(bytes) + " bytes for " + what + " (" +
-                          std::to_string(device_bytes(device)) + " bytes held by tensors). " + e.what());
+                          format_bytes(static_cast<int64_t>(bytes)) + " for " + what + " (" +
+                          format_bytes(device_memory(device).allocated) + " held by tensors). " + e.what());
 }
 
 std::string op_of(const graph::Node& node) {

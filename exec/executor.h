@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/device_memory.h"  // OutOfDeviceMemory
 #include "exec/op_call.h"
 #include "runtime/executable.h"
 
@@ -59,12 +60,6 @@ void synchronize(int device, const std::string& reason = "synchronize");
 void defer_check(std::shared_ptr<BufferRef> ok, std::string message);
 
 class CheckFailed : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// The device could not allocate what an execution or transfer needed (PJRT RESOURCE_EXHAUSTED).
-class OutOfDeviceMemory : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

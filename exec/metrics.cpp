@@ -22,33 +22,12 @@ Tables& tables() {
   return *t;
 }
 
-struct DeviceBytes {
-  std::atomic<int64_t> live{0};
-  std::atomic<int64_t> peak{0};
-};
-
-constexpr int kMaxDevices = 64;
-
-DeviceBytes& device_bytes_of(int device) {
-  static DeviceBytes bytes[kMaxDevices];
-  return bytes[device >= 0 && device < kMaxDevices ? device : 0];
-}
-
 void raise_max(std::atomic<int64_t>& max, int64_t value) {
   int64_t prev = max;
   while (value > prev && !max.compare_exchange_weak(prev, value)) {}
 }
 
 }  // namespace
-
-void track_device_bytes(int device, int64_t delta) {
-  DeviceBytes& d = device_bytes_of(device);
-  raise_max(d.peak, d.live += delta);
-}
-
-int64_t device_bytes(int device) { return device_bytes_of(device).live; }
-int64_t peak_device_bytes(int device) { return device_bytes_of(device).peak; }
-void reset_peak_device_bytes(int device) { device_bytes_of(device).peak = device_bytes_of(device).live.load(); }
 
 void record_fallback(const std::string& op) {
   std::lock_guard<std::mutex> lock(tables().mu);

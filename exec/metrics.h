@@ -48,12 +48,6 @@ int64_t recompile_count();
 // Fused/lazy window sizes (ops per window) with how often each was executed.
 std::map<int64_t, int64_t> window_sizes();
 
-// Bytes of device memory held by tensor storages, per device (like torch.cuda.memory_allocated).
-void track_device_bytes(int device, int64_t delta);
-int64_t device_bytes(int device);
-int64_t peak_device_bytes(int device);
-void reset_peak_device_bytes(int device);
-
 // Ops that ran on the CPU because they have no lowering yet, with how often.
 void record_fallback(const std::string& op);
 std::map<std::string, int64_t> fallback_counts();

@@ -1,5 +1,6 @@
 #include "exec/sha256.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -59,14 +60,26 @@ std::string sha256(std::string_view data) {
   return digest;
 }
 
-std::string sha256_hex(std::string_view data) {
+std::string hex(std::string_view bytes) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
-  for (unsigned char c : sha256(data)) {
+  for (unsigned char c : bytes) {
     out += kHex[c >> 4];
     out += kHex[c & 15];
   }
   return out;
+}
+
+std::string sha256_hex(std::string_view data) { return hex(sha256(data)); }
+
+// RFC 2104: H((K ^ opad) || H((K ^ ipad) || message)), K hashed first when longer than a block.
+std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
+  std::string block(64, '\0');
+  std::string short_key = key.size() > 64 ? sha256(key) : std::string(key);
+  std::copy(short_key.begin(), short_key.end(), block.begin());
+  std::string inner(block), outer(block);
+  for (size_t i = 0; i < 64; ++i) inner[i] ^= 0x36, outer[i] ^= 0x5c;
+  return hex(sha256(outer + sha256(inner + std::string(message))));
 }
 
 }  // namespace torchtpu::exec

@@ -1,4 +1,5 @@
-// SHA-256 (FIPS 180-4), for compile-cache keys and entry checksums.
+// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), for compile-cache keys, entry checksums and
+// entry authentication.
 #pragma once
 
 #include <string>
@@ -10,5 +11,9 @@ namespace torchtpu::exec {
 std::string sha256(std::string_view data);
 // The same as 64 lowercase hex characters.
 std::string sha256_hex(std::string_view data);
+// Lowercase hex of `bytes`.
+std::string hex(std::string_view bytes);
+// The HMAC-SHA256 of `message` under `key`, as 64 hex characters.
+std::string hmac_sha256_hex(std::string_view key, std::string_view message);
 
 }  // namespace torchtpu::exec

@@ -46,36 +46,13 @@ def get_device_name(device=None) -> str:
     return _C._platform_info()["device_kinds"][_device_index(device)]
 
 
-def memory_stats(device=None) -> dict:
-    """Bytes held by live tpu tensor storages ("allocated_bytes.all.current"/".peak"), plus what
-    the PJRT plugin's allocator reports where it reports anything ("pjrt.*")."""
-    return dict(_C._memory_stats(_device_index(device)))
-
-
-def memory_allocated(device=None) -> int:
-    return memory_stats(device)["allocated_bytes.all.current"]
-
-
-def max_memory_allocated(device=None) -> int:
-    return memory_stats(device)["allocated_bytes.all.peak"]
-
-
-def reset_peak_memory_stats(device=None) -> None:
-    _C._reset_peak_memory(_device_index(device))
-
-
-def empty_cache() -> None:
-    """Nothing to release: freed tensors return their PJRT buffers immediately."""
-
-
 class _DeviceProperties:
     def __init__(self, index):
         info = _C._platform_info()
         self.name = info["device_kinds"][index]
         self.platform = info["platform"]
         self.index = index
-        stats = _C._memory_stats(index)
-        self.total_memory = stats.get("pjrt.bytes_limit", 0)
+        self.total_memory = _C._memory_size(index)
 
     def __repr__(self):
         return (f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
@@ -180,5 +157,9 @@ def precision(name: str):
         _precision.name = previous
 
 
-# Last: streams.py uses this module's device-index helper.
+# Last: these modules use this module's device-index helper.
+from .memory import (  # noqa: E402,F401
+    empty_cache, get_per_process_memory_fraction, max_memory_allocated, max_memory_reserved, mem_get_info,
+    memory_allocated, memory_reserved, memory_stats, memory_summary, reset_accumulated_memory_stats,
+    reset_max_memory_allocated, reset_peak_memory_stats, set_per_process_memory_fraction)
 from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: E402,F401

@@ -96,13 +96,13 @@ TEST(Executor, SameGeometryHitsTheCache) {
 }
 
 TEST(Executor, TracksBytesHeldByStorages) {
-  int64_t before = device_bytes(0);
+  int64_t before = device_memory(0).allocated;
   {
     auto s = storage_of({1, 2, 3, 4});
-    EXPECT_EQ(device_bytes(0), before + 16);
-    EXPECT_GE(peak_device_bytes(0), before + 16);
+    EXPECT_EQ(device_memory(0).allocated, before + 16);
+    EXPECT_GE(device_memory(0).peak, before + 16);
   }
-  EXPECT_EQ(device_bytes(0), before);
+  EXPECT_EQ(device_memory(0).allocated, before);
 }
 
 TEST(Executor, LoweringArityMismatchIsAnError) {

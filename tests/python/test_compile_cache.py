@@ -1,8 +1,11 @@
 """The persistent compile cache across processes: shared directories, concurrent writers, damaged
-entries and unwritable directories. Each case runs fresh Python processes."""
+entries, unwritable, full and vanishing directories, private and authenticated entries, and the
+size bound. Each case runs fresh Python processes."""
 
 import json
 import os
+import resource
+import stat
 import subprocess
 import sys
 import textwrap
@@ -21,10 +24,11 @@ WORKLOAD = textwrap.dedent("""
 """)
 
 
-def run(env_extra, check=True):
+def run(env_extra, check=True, workload=WORKLOAD, preexec_fn=None):
     env = dict(os.environ, **env_extra)
     env.setdefault("TORCHTPU_SHARED_CACHE_DIR", "")
-    p = subprocess.run([sys.executable, "-W", "always", "-c", WORKLOAD], env=env, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-W", "always", "-c", workload], env=env, capture_output=True, text=True,
+                       preexec_fn=preexec_fn)
     if check:
         assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
@@ -134,3 +138,81 @@ def test_clear_empties_memory_and_the_persistent_directory(tmp_path):
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["left"] == []
     assert out["after"] > out["before"]  # the same op compiled again
+
+
+def test_the_local_directory_is_private_to_the_user(tmp_path):
+    cache = tmp_path / "made-by-torchtpu"
+    run({"TORCHTPU_CACHE_DIR": str(cache)})
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    assert entries(cache) and all(stat.S_IMODE(os.stat(e).st_mode) == 0o600 for e in entries(cache))
+
+
+def test_entries_other_users_can_write_are_refused(tmp_path):
+    cold, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    for path in entries(tmp_path):
+        os.chmod(path, 0o666)
+    again, stderr = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    assert again["cache"]["hits"]["disk"] == 0 and again["cache"]["misses"] == cold["cache"]["misses"]
+    assert "other users can write it" in stderr
+    torch.testing.assert_close(torch.tensor(again["y"]), expected())
+    assert all(stat.S_IMODE(os.stat(e).st_mode) == 0o600 for e in entries(tmp_path))  # replaced by safe ones
+
+
+def test_a_directory_other_users_can_write_is_not_used(tmp_path):
+    os.chmod(tmp_path, 0o777)
+    out, stderr = run({"TORCHTPU_CACHE_DIR": str(tmp_path)})
+    assert "writable by other users" in stderr and not entries(tmp_path)
+    torch.testing.assert_close(torch.tensor(out["y"]), expected())
+
+
+def test_an_authenticated_shared_directory_loads_only_entries_under_its_key(tmp_path):
+    shared = str(tmp_path / "shared")
+
+    def host(name, key):
+        return run({"TORCHTPU_CACHE_DIR": str(tmp_path / name), "TORCHTPU_SHARED_CACHE_DIR": shared,
+                    "TORCHTPU_CACHE_KEY": key})
+
+    first, _ = host("a", "team secret")
+    same_key, _ = host("b", "team secret")
+    assert same_key["cache"]["hits"]["shared"] == first["cache"]["misses"] and same_key["cache"]["misses"] == 0
+    intruder, stderr = host("c", "a guess")
+    assert intruder["cache"]["hits"]["shared"] == 0 and intruder["cache"]["misses"] == first["cache"]["misses"]
+    assert "fails authentication" in stderr
+    torch.testing.assert_close(torch.tensor(intruder["y"]), expected())
+
+
+def test_the_directory_is_bounded_and_evicts_the_least_recently_used(tmp_path):
+    run({"TORCHTPU_CACHE_DIR": str(tmp_path / "unbounded")})
+    sizes = sorted(os.path.getsize(e) for e in entries(tmp_path / "unbounded"))
+    bound = sizes[-1] + sizes[-2]  # room for about two entries
+    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path / "bounded"), "TORCHTPU_CACHE_MAX_BYTES": str(bound)})
+    held = sum(os.path.getsize(e) for e in entries(tmp_path / "bounded"))
+    assert 0 < held <= bound and len(sizes) > len(entries(tmp_path / "bounded"))
+    torch.testing.assert_close(torch.tensor(out["y"]), expected())
+
+
+def test_a_full_disk_warns_and_leaves_no_partial_entries(tmp_path):
+    def small_file_limit():  # what `ulimit -f 1` does: writes past 1 KiB fail (every entry is larger)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    out, stderr = run({"TORCHTPU_CACHE_DIR": str(tmp_path)}, preexec_fn=small_file_limit)
+    torch.testing.assert_close(torch.tensor(out["y"]), expected())
+    assert "not writable (or full)" in stderr
+    assert os.listdir(tmp_path) == []  # no half-written entry, no temporary left behind
+
+
+VANISHING = textwrap.dedent("""
+    import json, os, shutil, torch, torchtpu
+    x = torch.ones(8, device="tpu")
+    (x * 3).cpu()
+    shutil.rmtree(os.environ["TORCHTPU_CACHE_DIR"])
+    y = (x - 5).cpu()
+    print(json.dumps({"y": y.tolist()}))
+""")
+
+
+def test_a_directory_that_vanishes_mid_run_is_made_again(tmp_path):
+    cache = tmp_path / "cache"
+    out, stderr = run({"TORCHTPU_CACHE_DIR": str(cache)}, workload=VANISHING)
+    assert out["y"] == [-4.0] * 8
+    assert entries(cache) and "Warning" not in stderr
