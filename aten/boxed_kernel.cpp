@@ -253,8 +253,11 @@ struct MetaResult {
   torch::jit::Stack returns;
 };
 
+char scalar_kind(const c10::IValue& a) { return a.isDouble() ? 'f' : a.isInt() ? 'i' : a.isBool() ? 'b' : 'c'; }
+
 // A description of everything output metadata depends on: each tensor's dtype, sizes and
-// strides, each Scalar's kind (its value too for shape_from_scalars ops), every other argument's value.
+// strides, each Scalar's (and Scalar list element's) kind, their values too for shape_from_scalars
+// ops, every other argument's value.
 std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
                      const std::vector<c10::IValue>& args, bool scalar_values) {
   std::string key = name;
@@ -275,7 +278,9 @@ std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
     else if (a.isTensorList()) for_each_tensor(a, add_tensor);
     else if (is_tensor_list(schema.arguments()[i]) && a.isList())
       for (const c10::IValue& e : a.toListRef()) e.isTensor() ? add_tensor(e.toTensor()) : void(key += "N,");
-    else if (is_scalar_arg(schema.arguments()[i]) && !a.isNone() && !scalar_values) key += a.isDouble() ? "f" : a.isInt() ? "i" : a.isBool() ? "b" : "c";
+    else if (is_scalar_arg(schema.arguments()[i]) && !a.isNone() && !scalar_values) key += scalar_kind(a);
+    else if (is_scalar_list_arg(schema.arguments()[i]) && a.isList() && !scalar_values)
+      for (const c10::IValue& e : a.toListRef()) key += scalar_kind(e);  // a new lr each step is no new key
     else append_key(key, a);
   }
   return key;
@@ -447,9 +452,14 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
   }
   std::shared_ptr<const graph::Origin> origin = origin_of(name);
   run_on_device({in.key, lower, in.operands, outputs, origin});
-  if (ok)
-    exec::defer_check(ok, std::string(entry.options.device_check) + " (" + origin->describe() +
-                              " on tpu, detected on the device)");
+  if (ok) {
+    std::vector<graph::ValuePtr> results;
+    for (const exec::Operand& out : outputs)
+      if (out.storage != ok.get()) results.push_back(out.storage->value());
+    std::string message = std::string(entry.options.device_check) + " (" + origin->describe() +
+                          " on tpu, detected on the device)";
+    translating_errors([&] { exec::defer_check(ok, message, results); }, name);  // debug mode raises here
+  }
 }
 
 // Aliased returns are the written arguments themselves; the others are the fresh tensors.

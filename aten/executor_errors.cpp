@@ -1,19 +1,50 @@
-// The executor's exceptions as the ones PyTorch raises for the same problem on CPU or CUDA.
+// The executor's exceptions as the ones PyTorch raises for the same problem on CPU or CUDA, and
+// Ctrl-C during a long wait as the exception Python's signal handler raised.
+#include <Python.h>
 #include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
 
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
+#include "exec/interrupt.h"
 
 namespace torchtpu::aten {
 namespace {
 
+// What Python's signal handler raised (KeyboardInterrupt for Ctrl-C) on this thread, held from
+// the wait that noticed it to translating_errors, which hands it back to Python.
+thread_local PyObject *raised_type = nullptr, *raised_value = nullptr, *raised_traceback = nullptr;
+
+// Runs Python's signal handlers (only the main thread has any to run).
+bool python_signal_raised() {
+  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) return false;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  bool raised = PyErr_CheckSignals() != 0;
+  if (raised) PyErr_Fetch(&raised_type, &raised_value, &raised_traceback);
+  PyGILState_Release(gil);
+  return raised;
+}
+
+[[noreturn]] void rethrow_python_signal() {
+  pybind11::gil_scoped_acquire gil;
+  PyErr_Restore(raised_type, raised_value, raised_traceback);
+  raised_type = raised_value = raised_traceback = nullptr;
+  throw pybind11::error_already_set();
+}
+
 }  // namespace
+
+void install_interrupt_check() { exec::set_interrupt_check(python_signal_raised); }
 
 void translating_errors(const std::function<void()>& f, const std::string& what) {
   try {
     f();
   } catch (const c10::Error&) {
     throw;
+  } catch (const pybind11::error_already_set&) {
+    throw;
+  } catch (const exec::Interrupted&) {
+    rethrow_python_signal();
   } catch (const exec::CheckFailed& e) {
     TORCH_CHECK_INDEX(false, e.what());
   } catch (const exec::OutOfDeviceMemory& e) {

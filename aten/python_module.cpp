@@ -135,6 +135,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
   m.def("_set_device", [](int index) { aten::set_current_device(static_cast<c10::DeviceIndex>(index)); });
   exec::set_warning_handler(warn_in_python);
+  aten::install_interrupt_check();
   m.def("_synchronize", [](int device, const std::string& reason) {
     without_gil([&] { aten::synchronize_device(device, reason); });
   });
@@ -150,11 +151,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_metrics", &metrics);
   m.def("_cache_stats", &cache_stats);
   m.def("_cache_reset_stats", &exec::reset_cache_stats);
-  m.def("_cache_clear", [] { without_gil([] { exec::clear_cache(); }); });
+  m.def("_cache_clear", [] { without_gil([] { aten::translating_errors(exec::clear_cache, "clearing the cache"); }); });
   m.def("_allow_excess_precision", &exec::allow_excess_precision);
   m.def("_set_allow_excess_precision", [](bool allow) { without_gil([=] { exec::set_allow_excess_precision(allow); }); });
-  m.def("_wait_for_background_compiles", [] { without_gil([] { exec::wait_for_background_compiles(); }); });
-  m.def("_stop_background_compiles", [] { without_gil([] { exec::stop_background_compiles(); }); });
+  m.def("_wait_for_background_compiles", [] {
+    without_gil([] { aten::translating_errors(exec::wait_for_background_compiles, "waiting for compiles"); });
+  });
+  m.def("_drop_queued_compiles", &exec::drop_queued_compiles);
+  m.def("_running_compiles", &exec::running_compiles);
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory", &exec::reset_peak_device_memory);
   m.def("_reset_accumulated_memory", &exec::reset_accumulated_device_memory);

@@ -2,6 +2,7 @@
 
 #include <complex>
 #include <cstring>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,7 +13,31 @@
 namespace torchtpu::aten {
 namespace {
 
-constexpr size_t kMaxEntries = 4096;  // beyond this, values are not repeating: start over
+using Key = std::tuple<int, DType, std::string>;  // device, dtype, the value's bytes
+
+// The most recently used values' buffers. A training step's constants (1, alpha, lr, eps) stay;
+// values that change every step (Adam's bias corrections) pass through without accumulating.
+class RecentScalars {
+ public:
+  std::shared_ptr<exec::BufferRef> find(const Key& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second);
+    return it->second->second;
+  }
+  void insert(const Key& key, std::shared_ptr<exec::BufferRef> ref) {
+    order_.emplace_front(key, std::move(ref));
+    index_[key] = order_.begin();
+    if (order_.size() <= kCapacity) return;
+    index_.erase(order_.back().first);
+    order_.pop_back();
+  }
+
+ private:
+  static constexpr size_t kCapacity = 128;
+  std::list<std::pair<Key, std::shared_ptr<exec::BufferRef>>> order_;
+  std::map<Key, decltype(order_)::iterator> index_;
+};
 
 }  // namespace
 
@@ -33,16 +58,14 @@ std::shared_ptr<exec::BufferRef> device_scalar(const c10::Scalar& s, int device)
     default: { double v = s.toDouble(); std::memcpy(bytes, &v, 8); break; }
   }
   size_t size = element_size(dtype);
-  using Key = std::tuple<int, DType, std::string>;
   static std::mutex mu;
-  static auto& cache = *new std::map<Key, std::shared_ptr<exec::BufferRef>>;  // never destroyed: see exec
+  static auto& cache = *new RecentScalars;  // never destroyed: see exec
   std::lock_guard<std::mutex> lock(mu);
   Key key{device, dtype, std::string(reinterpret_cast<char*>(bytes), size)};
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= kMaxEntries) cache.clear();
+  if (auto ref = cache.find(key)) return ref;
   auto ref = std::make_shared<exec::BufferRef>(device, size);
   exec::upload(*ref, bytes, dtype);
-  cache.emplace(key, ref);
+  cache.insert(key, ref);
   return ref;
 }
 

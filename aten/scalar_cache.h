@@ -2,8 +2,8 @@
 //
 // Scalars are passed to programs as 0-d inputs rather than baked in as constants, so that a
 // changing learning rate or step count does not compile a new program every step. The values
-// training code uses are few (1, 0, alpha, lr, eps), so caching their buffers makes the upload a
-// one-time cost.
+// training code uses are few (1, 0, alpha, lr, eps), so keeping the most recently used values'
+// buffers makes their upload a one-time cost.
 #pragma once
 
 #include <c10/core/Scalar.h>

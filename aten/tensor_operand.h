@@ -27,6 +27,8 @@ void synchronize_device(int device, const std::string& reason);
 void flush_pending(const std::string& reason);
 // Runs `f`, turning the executor's exceptions into PyTorch's (`what` prefixes unexpected ones).
 void translating_errors(const std::function<void()>& f, const std::string& what);
+// Makes the executor's long waits (compiles) end in KeyboardInterrupt on Ctrl-C.
+void install_interrupt_check();
 
 // Checks that `t` lives on the tpu device; `what` names the argument in the message.
 void check_tpu(const at::Tensor& t, const char* what);

@@ -7,6 +7,7 @@
 #include "exec/compile_cache.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
+#include "exec/op_record.h"
 #include "graph/pending_graph.h"
 
 namespace torchtpu::exec {
@@ -190,21 +191,25 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
   std::vector<int64_t> keep;
   for (size_t p : plan_.donatable)
     if (args[p].use_count() != 2 || args[p]->buffer().use_count() != 1) keep.push_back(static_cast<int64_t>(p));
+  std::vector<graph::CheckPtr> inherited = unsettled_checks(args);
   auto buffers = execute_program(*exe_, plan_.device, args, output_bytes(plan_), plan_.what, keep);
   std::vector<ValuePtr> results;
   for (size_t k = 0; k < buffers.size(); ++k) {
     results.push_back(std::make_shared<graph::DeviceValue>(plan_.device, plan_.result_dtypes[k], plan_.result_lengths[k]));
     results.back()->materialize(std::move(buffers[k]));
+    for (const graph::CheckPtr& c : inherited) results.back()->depend_on(c);
   }
   counters().compiled_graph_runs++;
   counters().donated_buffers += static_cast<int64_t>(plan_.donatable.size() - keep.size());
   std::vector<ValuePtr> outputs;
   for (const ValueSource& o : plan_.outputs) outputs.push_back(value_of(o, inputs, results));
   for (const auto& [input, source] : plan_.writebacks) inputs[input].storage->swap(value_of(source, inputs, results));
+  std::vector<ValuePtr> produced = outputs;  // what a failed check makes unreadable
+  for (const auto& [input, source] : plan_.writebacks) produced.push_back(inputs[input].storage->value());
   for (const auto& [result, message] : plan_.checks) {
     auto ok = std::make_shared<BufferRef>(plan_.device, 1);
     ok->swap(results[result]);
-    defer_check(std::move(ok), message);
+    defer_check(std::move(ok), message, produced);
   }
   return outputs;
 }

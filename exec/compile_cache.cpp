@@ -18,6 +18,7 @@
 #include "exec/byte_size.h"
 #include "exec/diagnostics.h"
 #include "exec/disk_cache.h"
+#include "exec/interrupt.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
 #include "exec/sha256.h"
@@ -178,22 +179,24 @@ class Cache {
       wakeup_.notify_one();
       return nullptr;
     }
-    return remember(key, compile_and_store(text, pkey, what));
+    return compile_on_a_thread(key, std::move(text), pkey, what);
   }
 
   void wait_for_background() {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [&] { return queue_.empty() && !worker_busy_; });
+    wait_interruptibly(lock, idle_, [&] { return queue_.empty() && !worker_busy_ && waited_compiles_ == 0; });
   }
 
-  void stop_background() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const Job& job : queue_) compiling_.erase(job.key);
-      stats_.background_pending -= static_cast<int64_t>(queue_.size());
-      queue_.clear();
-    }
-    wait_for_background();
+  void drop_queued() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Job& job : queue_) compiling_.erase(job.key);
+    stats_.background_pending -= static_cast<int64_t>(queue_.size());
+    queue_.clear();
+  }
+
+  int running() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return (worker_busy_ ? 1 : 0) + waited_compiles_;
   }
 
   CacheStats stats() {
@@ -288,6 +291,41 @@ class Cache {
     return exe;
   }
 
+  // Compiles on a thread of its own while the caller waits, so that Ctrl-C interrupts the wait;
+  // an abandoned compile still finishes and lands in the memory tier.
+  ExecutablePtr compile_on_a_thread(const std::string& key, std::string text, const std::string& pkey,
+                                    const std::string& what) {
+    struct Outcome {
+      ExecutablePtr exe;
+      std::exception_ptr error;
+      bool done = false;
+    };
+    auto outcome = std::make_shared<Outcome>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waited_compiles_++;
+    }
+    std::thread([this, outcome, key, text = std::move(text), pkey, what] {
+      ExecutablePtr exe;
+      std::exception_ptr error;
+      try {
+        exe = compile_and_store(text, pkey, what);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (exe) memory_.insert(key, exe);
+      *outcome = {exe, error, true};
+      waited_compiles_--;
+      compiled_.notify_all();
+      idle_.notify_all();
+    }).detach();  // waited for at exit (running()), like the background worker
+    std::unique_lock<std::mutex> lock(mu_);
+    wait_interruptibly(lock, compiled_, [&] { return outcome->done; });
+    if (outcome->error) std::rethrow_exception(outcome->error);
+    return outcome->exe;
+  }
+
   void ensure_worker() {  // with mu_ held
     if (worker_started_) return;
     worker_started_ = true;
@@ -327,8 +365,9 @@ class Cache {
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
   std::unordered_set<std::string> compiling_;
   std::deque<Job> queue_;
-  std::condition_variable wakeup_, idle_;
+  std::condition_variable wakeup_, idle_, compiled_;
   bool worker_started_ = false, worker_busy_ = false;
+  int waited_compiles_ = 0;
 };
 
 Cache& cache() {
@@ -355,7 +394,8 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
 }
 
 void wait_for_background_compiles() { cache().wait_for_background(); }
-void stop_background_compiles() { cache().stop_background(); }
+void drop_queued_compiles() { cache().drop_queued(); }
+int running_compiles() { return cache().running(); }
 CacheStats cache_stats() { return cache().stats(); }
 void reset_cache_stats() { cache().reset_stats(); }
 void clear_cache() { cache().clear(); }

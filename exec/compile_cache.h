@@ -31,7 +31,8 @@ struct CacheStats {
 
 using ProgramText = std::function<std::string()>;
 
-// The executable for `key`, from the first tier that has it, else compiled now. `what` names the
+// The executable for `key`, from the first tier that has it, else compiled now (on a thread of
+// its own: Ctrl-C during the wait throws Interrupted, see exec/interrupt.h). `what` names the
 // op or window (errors, metrics) and `identity` what counts as "the same op" for recompile
 // tracking (the op and its user line).
 std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, const ProgramText& program,
@@ -46,9 +47,10 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
 
 // Blocks until no background compile is running.
 void wait_for_background_compiles();
-// Drops the queued background compiles and waits for the running one: at exit, before the plugin's
-// static state is destroyed under a compiling thread.
-void stop_background_compiles();
+// At exit: drop the queued background compiles, then wait while compiles run (the plugin's static
+// state must not be destroyed under a compiling thread).
+void drop_queued_compiles();
+int running_compiles();
 
 CacheStats cache_stats();
 void reset_cache_stats();

@@ -19,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr const char* kFormatName = "torchtpu-executable ";
 constexpr const char* kMagic = "torchtpu-executable 2";
 constexpr const char* kSuffix = ".xlaexe";
 constexpr const char* kTempPrefix = ".tmp-";
@@ -34,10 +35,12 @@ std::string header(const std::string& key, const std::string& payload, const std
   return std::string(kMagic) + "\n" + key + "\n" + size + "\n" + checksum + "\n" + tag + "\n";
 }
 
-// A failed check: `damaged` entries are deleted, others (unauthenticated) only refused.
+// A failed check: `damaged` entries are deleted, others (unauthenticated) only refused. An entry
+// an older torchtpu wrote is deleted without a warning: upgrading is not damage.
 struct Problem {
   std::string what;
   bool damaged = true;
+  bool expected = false;
 };
 
 // The payload of a well-formed, authentic entry for `key`, else what is wrong with it.
@@ -45,7 +48,8 @@ std::optional<std::string> parse(const std::string& key, const std::string& file
                                  Problem& problem) {
   std::istringstream in(file);
   std::string magic, stored_key, size, checksum, tag;
-  if (!std::getline(in, magic) || magic != kMagic) return problem = {"unknown format"}, std::nullopt;
+  if (!std::getline(in, magic) || magic != kMagic)
+    return problem = {"unknown format", true, magic.rfind(kFormatName, 0) == 0}, std::nullopt;
   if (!std::getline(in, stored_key) || stored_key != key) return problem = {"wrong key"}, std::nullopt;
   if (!std::getline(in, size) || !std::getline(in, checksum) || !std::getline(in, tag))
     return problem = {"truncated header"}, std::nullopt;
@@ -146,7 +150,8 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
   Problem problem;
   std::optional<std::string> payload = parse(key, *file, options_.auth_key, problem);
   if (!payload && problem.damaged) {
-    warn("compile cache entry " + path_of(key) + " is damaged (" + problem.what + "); dropped, recompiling");
+    if (!problem.expected)
+      warn("compile cache entry " + path_of(key) + " is damaged (" + problem.what + "); dropped, recompiling");
     std::error_code ignored;
     fs::remove(path_of(key), ignored);
   } else if (!payload) {

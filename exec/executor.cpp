@@ -93,7 +93,7 @@ PendingWork& pending_work() {
 
 struct DeferredCheck {
   std::shared_ptr<BufferRef> ok;
-  std::string message;
+  graph::CheckPtr check;
 };
 
 class DeferredChecks {
@@ -102,20 +102,23 @@ class DeferredChecks {
     std::lock_guard<std::mutex> lock(mu_);
     checks_.push_back(std::move(check));
   }
-  // Reads every pending check; throws for the first that failed (all are consumed).
+  // Reads every pending check, so the values carrying them know; throws for the first that failed.
   void verify() {
     std::vector<DeferredCheck> checks;
     {
       std::lock_guard<std::mutex> lock(mu_);
       checks.swap(checks_);
     }
+    const graph::DeviceCheck* failed = nullptr;
     for (const DeferredCheck& c : checks) {
       const ValuePtr& v = c.ok->value();
       if (!v || !v->is_materialized()) continue;  // the checking op itself failed and said so
       bool ok = true;
       v->buffer()->copy_to_host(&ok, 1);
-      if (!ok) throw CheckFailed(c.message);
+      c.check->state = ok ? graph::DeviceCheck::kPassed : graph::DeviceCheck::kFailed;
+      if (!ok && !failed) failed = c.check.get();
     }
+    if (failed) throw CheckFailed(failed->message);
   }
 
  private:
@@ -366,9 +369,18 @@ void synchronize(int device, const std::string& reason) {
   deferred_checks().verify();
 }
 
-void defer_check(std::shared_ptr<BufferRef> ok, std::string message) {
+void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<ValuePtr>& guarded) {
   if (capturing()) capture_check(ok->value(), message);
-  deferred_checks().add({std::move(ok), std::move(message)});
+  auto check = std::make_shared<graph::DeviceCheck>(std::move(message));
+  for (const ValuePtr& v : guarded)
+    if (v) v->depend_on(check);
+  deferred_checks().add({std::move(ok), std::move(check)});
+  if (mode() == Mode::kDebug && !capturing()) deferred_checks().verify();  // debug: fail at the op
+}
+
+void raise_if_failed(const graph::DeviceValue& value) {
+  for (const graph::CheckPtr& c : value.checks())
+    if (c->state == graph::DeviceCheck::kFailed) throw CheckFailed(c->message);
 }
 
 void upload(BufferRef& storage, const void* data, DType dtype) {
@@ -393,6 +405,7 @@ void download(const BufferRef& storage, void* dst, const std::string& reason) {
   record_sync(reason);
   flush(reason);
   deferred_checks().verify();  // a failed check means this data may be garbage: say so first
+  if (value) raise_if_failed(*value);
   if (!value) {
     std::memset(dst, 0, storage.nbytes());
     return;

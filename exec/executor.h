@@ -56,8 +56,14 @@ void synchronize(int device, const std::string& reason = "synchronize");
 
 // A condition a program computed on the device (a 0-d bool storage: true = fine), such as
 // "every index is in range". It is read when the host next waits for data, so checking costs no
-// extra synchronization; a false one raises CheckFailed with `message` there.
-void defer_check(std::shared_ptr<BufferRef> ok, std::string message);
+// extra synchronization; a false one raises CheckFailed with `message` there. The `guarded`
+// values (the checked op's results) and every value later computed from them carry the check:
+// once it has failed, reading or computing from them raises CheckFailed again, so a result of a
+// failed op never passes for data.
+void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<graph::ValuePtr>& guarded);
+
+// Throws CheckFailed when a check `value` depends on is known to have failed.
+void raise_if_failed(const graph::DeviceValue& value);
 
 class CheckFailed : public std::runtime_error {
  public:

@@ -1,5 +1,6 @@
 #include "exec/op_record.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -114,6 +115,17 @@ graph::ValuePtr current_value(BufferRef& storage, DType dtype) {
 
 }  // namespace
 
+std::vector<graph::CheckPtr> unsettled_checks(const std::vector<graph::ValuePtr>& inputs) {
+  std::vector<graph::CheckPtr> checks;
+  for (const graph::ValuePtr& v : inputs) {
+    raise_if_failed(*v);
+    for (const graph::CheckPtr& c : v->checks())
+      if (c->state != graph::DeviceCheck::kPassed && std::find(checks.begin(), checks.end(), c) == checks.end())
+        checks.push_back(c);
+  }
+  return checks;
+}
+
 graph::NodePtr record_op(const OpCall& call) {
   SlotPlan plan(call);
   auto node = std::make_shared<graph::Node>();
@@ -126,6 +138,7 @@ graph::NodePtr record_op(const OpCall& call) {
                                   std::to_string(device) + " and tpu:" + std::to_string(s.storage->device()) + ")");
     if (s.read) node->inputs.push_back(current_value(*s.storage, s.flat_dtype));
   }
+  std::vector<graph::CheckPtr> inherited = unsettled_checks(node->inputs);
   Fragment fragment{node->key, call.lower, plan.slots, plan.input_slot, plan.output_slot, {}, {}};
   for (const Operand& in : call.inputs) fragment.input_views.push_back(in.view);
   for (const Operand& out : call.outputs) fragment.output_views.push_back(out.view);
@@ -134,6 +147,7 @@ graph::NodePtr record_op(const OpCall& call) {
   for (const Slot& s : plan.slots)
     if (s.written) {
       auto value = std::make_shared<graph::DeviceValue>(device, s.flat_dtype, s.flat_length);
+      for (const graph::CheckPtr& c : inherited) value->depend_on(c);
       node->outputs.push_back(value);
       s.storage->swap(std::move(value));
     }

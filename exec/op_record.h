@@ -5,11 +5,17 @@
 // (debug, strict) or joins the pending graph (fused, lazy) is the executor's choice.
 #pragma once
 
+#include <vector>
+
 #include "exec/op_call.h"
 #include "graph/node.h"
 
 namespace torchtpu::exec {
 
 graph::NodePtr record_op(const OpCall& call);
+
+// The device-side checks `inputs` carry that have not passed, which values computed from them
+// inherit. Computing from a value whose check failed throws CheckFailed here, at the user's op.
+std::vector<graph::CheckPtr> unsettled_checks(const std::vector<graph::ValuePtr>& inputs);
 
 }  // namespace torchtpu::exec

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "runtime/buffer.h"
 #include "runtime/dtype.h"
@@ -16,6 +18,17 @@
 namespace torchtpu::graph {
 
 struct Node;
+
+// A condition a program computed on the device, such as "every index is in range", whose outcome
+// the host learns when it next waits for data. Values computed from the checked op's results
+// carry it, so that once it has failed, reading them (or computing from them) raises its message.
+struct DeviceCheck {
+  enum State { kUnknown, kPassed, kFailed };
+  explicit DeviceCheck(std::string message) : message(std::move(message)) {}
+  const std::string message;
+  std::atomic<int> state{kUnknown};
+};
+using CheckPtr = std::shared_ptr<DeviceCheck>;
 
 class DeviceValue {
  public:
@@ -47,6 +60,14 @@ class DeviceValue {
   void release() { holders_--; }
   bool is_held() const { return holders_ > 0; }
 
+  // The checks this value depends on that had not passed when it was made.
+  const std::vector<CheckPtr>& checks() const { return checks_; }
+  void depend_on(const CheckPtr& check) {
+    for (const CheckPtr& c : checks_)
+      if (c == check) return;
+    checks_.push_back(check);
+  }
+
  private:
   int device_;
   DType dtype_;
@@ -55,6 +76,7 @@ class DeviceValue {
   Node* producer_ = nullptr;
   size_t output_index_ = 0;
   std::atomic<int> holders_{0};
+  std::vector<CheckPtr> checks_;
 };
 
 using ValuePtr = std::shared_ptr<DeviceValue>;

@@ -1,10 +1,14 @@
 #include "runtime/plugin.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -111,6 +115,33 @@ std::string Plugin::attribute(const std::string& name) const {
   return it == attributes_.end() ? "" : it->second;
 }
 
+namespace {
+
+// Why `path` is not a whole 64-bit ELF shared object, or "". dlopen maps a truncated library
+// and then faults (SIGBUS) reading past its end, so a cut-off download must be caught before.
+std::string elf_problem(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  Elf64_Ehdr header{};
+  if (!f.read(reinterpret_cast<char*>(&header), sizeof(header)) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0)
+    return "not an ELF file";
+  if (header.e_ident[EI_CLASS] != ELFCLASS64) return "not a 64-bit ELF file";
+  uint64_t size = fs::file_size(path);
+  uint64_t tables_end = std::max<uint64_t>(header.e_phoff + uint64_t(header.e_phnum) * header.e_phentsize,
+                                           header.e_shoff + uint64_t(header.e_shnum) * header.e_shentsize);
+  if (tables_end > size) return "truncated (its headers end past its " + std::to_string(size) + " bytes)";
+  for (int i = 0; i < header.e_phnum; ++i) {
+    Elf64_Phdr segment{};
+    f.seekg(static_cast<std::streamoff>(header.e_phoff + uint64_t(i) * header.e_phentsize));
+    if (!f.read(reinterpret_cast<char*>(&segment), sizeof(segment))) return "unreadable program headers";
+    if (segment.p_offset + segment.p_filesz > size)
+      return "truncated (" + std::to_string(size) + " bytes; a segment ends at byte " +
+             std::to_string(segment.p_offset + segment.p_filesz) + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
 const Plugin& Plugin::load(const std::string& path) {
   static std::mutex mu;
   static std::map<std::string, std::unique_ptr<Plugin>> loaded;  // never unloaded
@@ -119,6 +150,8 @@ const Plugin& Plugin::load(const std::string& path) {
   if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
 
   if (!fs::exists(path)) throw std::runtime_error("PJRT plugin not found: " + path);
+  if (std::string problem = elf_problem(path); !problem.empty())
+    throw std::runtime_error("cannot load PJRT plugin " + path + ": " + problem);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle)
     throw std::runtime_error("cannot load PJRT plugin " + path + ": " + std::string(dlerror()));

@@ -2,11 +2,32 @@
 ``~/.cache/torchtpu``; empty turns it off) and ``TORCHTPU_SHARED_CACHE_DIR`` (many hosts)."""
 
 import atexit
+import os
+import sys
+import time
 
 from . import _C
 
-# A compile still running when the process exits would race the plugin's own teardown.
-atexit.register(_C._stop_background_compiles)
+
+@atexit.register
+def _finish_compiles_before_exit():
+    """A compile still running when the process exits would race the plugin's own teardown, so exit
+    waits for it (queued ones are dropped). The wait says so after a second, and Ctrl-C ends it at
+    once: the process then leaves without tearing anything down (exit status 130)."""
+    _C._drop_queued_compiles()
+    started = time.monotonic()
+    announced = False
+    try:
+        while _C._running_compiles():
+            if not announced and time.monotonic() - started > 1:
+                print("torchtpu: waiting for a compile to finish before exiting (Ctrl-C to exit now)",
+                      file=sys.stderr, flush=True)
+                announced = True
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def stats() -> dict:

@@ -110,10 +110,9 @@ def line_of(marker):
 def test_device_side_errors_name_the_op_and_the_users_line(mode):
     t = torch.randn(4, 3, device="tpu")
     bad = torch.tensor([1, 7], device="tpu")
-    with torchtpu.eager_mode(mode):
-        picked = t.index_select(0, bad)  # marker: index_select
-        with pytest.raises(IndexError) as info:
-            picked.cpu()
+    with torchtpu.eager_mode(mode), pytest.raises(IndexError) as info:
+        picked = t.index_select(0, bad)  # marker: index_select (debug mode raises here)
+        picked.cpu()
     line = line_of("marker: index_select")
     assert "aten::index_select" in str(info.value)
     assert f"test_modes.py:{line}" in str(info.value)

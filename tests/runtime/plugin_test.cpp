@@ -1,8 +1,11 @@
 // Plugin discovery, versions, client and device enumeration.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -65,6 +68,25 @@ TEST(Plugin, NotAPluginIsAnError) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("GetPjrtApi"), std::string::npos);
   }
+}
+
+// A cut-off copy of the real plugin: dlopen would map it and fault past its end.
+TEST(Plugin, TruncatedPluginIsAnErrorNotACrash) {
+  std::string real = runtime::Plugin::discover().path();
+  std::string cut = "/tmp/torchtpu-truncated-plugin-" + std::to_string(getpid()) + ".so";
+  {
+    std::ifstream in(real, std::ios::binary);
+    std::string head(1 << 20, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    std::ofstream(cut, std::ios::binary).write(head.data(), in.gcount());
+  }
+  try {
+    runtime::Plugin::load(cut);
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  std::remove(cut.c_str());
 }
 
 TEST(Plugin, NothingFoundListsWhatWasSearched) {
