@@ -1,4 +1,5 @@
 // The one kernel behind every lowered op (see aten/lowering.h).
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
@@ -477,6 +478,20 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
   }
 }
 
+// CPU refuses a write whose destination overlaps itself (an expanded tensor) or partly overlaps an
+// input (a.add_(a.t()), a[1:].copy_(a[:-1])): the result would depend on the order of the writes.
+// A destination that is exactly an input (x.add_(x)) is fine. Tensor lists (foreach) are not checked.
+void check_no_overlap(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  for (size_t w = 0; w < args.size(); ++w) {
+    if (!is_written(schema.arguments()[w]) || !args[w].isTensor()) continue;
+    const at::Tensor& out = args[w].toTensor();
+    at::assert_no_internal_overlap(out);
+    for (size_t i = 0; i < args.size(); ++i)
+      if (i != w && args[i].isTensor() && args[i].toTensor().defined())
+        at::assert_no_partial_overlap(out, args[i].toTensor());
+  }
+}
+
 void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   if (expand_mask_indices(op, stack)) return;
@@ -489,6 +504,7 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
   std::shared_ptr<const MetaResult> meta = output_metadata(op, entry, name, args);
+  check_no_overlap(schema, args);
   int device = device_of(args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   Destinations d = destinations(schema, args, *meta, device);

@@ -182,7 +182,9 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
       std::vector<char> bytes(ref.nbytes());
       download_to_host(ref, bytes.data(), "storage resize");
       bytes.resize(newsize, 0);
-      exec::upload(fresh_ref, bytes.data(), DType::kU8);
+      // Keep the element type the storage's users read it as (an out= grown by an op, resize_).
+      DType dtype = ref.value()->dtype();
+      exec::upload(fresh_ref, bytes.data(), newsize % element_size(dtype) == 0 ? dtype : DType::kU8);
     }
     const_cast<c10::Storage&>(storage).set_data_ptr_noswap(std::move(fresh));
     const_cast<c10::Storage&>(storage).set_nbytes(newsize);

@@ -152,6 +152,18 @@ inline LoweringOptions with_meta(MetaFn meta) {
   o.meta = std::move(meta);
   return o;
 }
+// PyTorch's own meta kernel, after `check`: the argument checks CPU makes that the meta kernel
+// skips (it would otherwise compute something where CPU raises).
+inline MetaFn checked_meta(std::function<void(const std::vector<c10::IValue>& args)> check) {
+  return [check](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    check(args);
+    std::vector<c10::IValue> stack(args);
+    c10::Dispatcher::singleton()
+        .findSchemaOrThrow(schema.name().c_str(), schema.overload_name().c_str())
+        .callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);
+    return stack;
+  };
+}
 // Ops that only write arguments PyTorch allocated for them (no returns, no meta kernel).
 inline LoweringOptions written_only() {
   return with_meta([](const c10::FunctionSchema&, const std::vector<c10::IValue>&) { return std::vector<c10::IValue>{}; });

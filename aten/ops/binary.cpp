@@ -3,6 +3,7 @@
 // and are broadcast here with in_b().
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -20,12 +21,35 @@ Value scaled(LoweringContext& c, size_t i, size_t alpha_index) {
 
 Value is_nan(LoweringContext& c, const Value& x) { return c.b.compare(Compare::kNE, x, x); }
 
+// Integer a / b (truncating) and a % b with XLA's answers where x86 would trap (b == 0: -1 and a;
+// INT_MIN / -1: INT_MIN and 0), computed without ever dividing by 0 or -1: XLA folds divisions of
+// constants at compile time, and a trapping one there kills the process (SIGFPE). CUDA, too,
+// returns a value rather than raising; CPU PyTorch raises ZeroDivisionError.
+std::pair<Value, Value> int_div_rem(LoweringContext& c, const Value& a, const Value& b) {
+  Value zero = c.b.compare(Compare::kEQ, b, c.full(0, b));
+  Value minus_one = is_unsigned(b.type.dtype) || b.type.dtype == DType::kBool
+                        ? c.b.constant(0, {DType::kBool, b.type.dims})
+                        : c.b.compare(Compare::kEQ, b, c.full(-1, b));
+  Value safe = c.b.select(c.b.binary(BinaryOp::kOr, zero, minus_one), c.full(1, b), b);
+  Value q = c.b.select(minus_one, c.b.unary(UnaryOp::kNegate, a), bin(c, BinaryOp::kDivide, a, safe));
+  Value r = c.b.select(minus_one, c.full(0, a), bin(c, BinaryOp::kRemainder, a, safe));
+  return {c.b.select(zero, c.full(-1, q), q), c.b.select(zero, a, r)};
+}
+
+Value divide(LoweringContext& c, const Value& a, const Value& b) {
+  return is_floating(a.type.dtype) || is_complex(a.type.dtype) ? bin(c, BinaryOp::kDivide, a, b)
+                                                                : int_div_rem(c, a, b).first;
+}
+
+Value remainder(LoweringContext& c, const Value& a, const Value& b) {
+  return is_floating(a.type.dtype) ? bin(c, BinaryOp::kRemainder, a, b) : int_div_rem(c, a, b).second;
+}
+
 // Python-style floor division: rounds toward negative infinity for floats and integers.
 Value floor_div(LoweringContext& c, const Value& a, const Value& b) {
   if (is_floating(a.type.dtype))
     return c.b.unary(UnaryOp::kFloor, bin(c, BinaryOp::kDivide, a, b));
-  Value q = bin(c, BinaryOp::kDivide, a, b);
-  Value r = bin(c, BinaryOp::kRemainder, a, b);
+  auto [q, r] = int_div_rem(c, a, b);
   Value zero = c.full(0, a);
   Value signs_differ = c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, r, zero),
                                    c.b.compare(Compare::kLT, b, zero));
@@ -41,7 +65,7 @@ Value trunc(LoweringContext& c, const Value& x) {
 
 // Python-style remainder: the result has the divisor's sign.
 Value py_remainder(LoweringContext& c, const Value& a, const Value& b) {
-  Value r = bin(c, BinaryOp::kRemainder, a, b);
+  Value r = remainder(c, a, b);
   Value zero = c.full(0, r);
   Value fix = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kNE, r, zero),
                          c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, r, zero),
@@ -51,6 +75,10 @@ Value py_remainder(LoweringContext& c, const Value& a, const Value& b) {
 
 Lowering simple(BinaryOp op) {
   return [op](LoweringContext& c) { return V{bin(c, op, c.in_b(0), c.in_b(1))}; };
+}
+
+Lowering nan_propagating(BinaryOp op) {
+  return [op](LoweringContext& c) { return V{nan_extreme(c.b, op, c.in_b(0), c.in_b(1))}; };
 }
 
 // Comparisons run in the promoted dtype of the operands, then yield bool.
@@ -98,13 +126,15 @@ TORCHTPU_LOWERINGS(binary) {
     return V{bin(c, BinaryOp::kSubtract, c.in_b(1), scaled(c, 0, 2))};
   });
   register_with_variants("mul", {"Tensor", "Scalar"}, simple(BinaryOp::kMultiply));
-  register_with_variants("div", {"Tensor", "Scalar"}, simple(BinaryOp::kDivide));
+  register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    return V{divide(c, c.in_b(0), c.in_b(1))};
+  });
   register_with_variants("div", {"Tensor_mode", "Scalar_mode"}, [](LoweringContext& c) {
     Value a = c.in_b(0), b = c.in_b(1);
     const c10::IValue& mode = c.arg(2);
     if (mode.isNone()) return V{bin(c, BinaryOp::kDivide, a, b)};
     if (mode.toStringRef() == "floor") return V{floor_div(c, a, b)};
-    Value q = bin(c, BinaryOp::kDivide, a, b);  // integer divide truncates already
+    Value q = divide(c, a, b);  // integer divide truncates already
     return V{is_floating(q.type.dtype) ? trunc(c, q) : q};
   });
   register_with_variants("floor_divide", {"", "Scalar"}, [](LoweringContext& c) {
@@ -116,11 +146,13 @@ TORCHTPU_LOWERINGS(binary) {
   register_lowering({"remainder.Scalar_Tensor"}, [](LoweringContext& c) {
     return V{py_remainder(c, c.in_b(0), c.in_b(1))};
   });
-  register_with_variants("fmod", {"Tensor", "Scalar"}, simple(BinaryOp::kRemainder));
+  register_with_variants("fmod", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    return V{remainder(c, c.in_b(0), c.in_b(1))};
+  });
   register_with_variants("pow", {"Tensor_Tensor", "Tensor_Scalar"}, simple(BinaryOp::kPower));
   register_lowering({"pow.Scalar", "pow.Scalar_out"}, simple(BinaryOp::kPower));
-  register_with_variants("maximum", {""}, simple(BinaryOp::kMaximum));
-  register_with_variants("minimum", {""}, simple(BinaryOp::kMinimum));
+  register_with_variants("maximum", {""}, nan_propagating(BinaryOp::kMaximum));
+  register_with_variants("minimum", {""}, nan_propagating(BinaryOp::kMinimum));
   register_with_variants("fmax", {""}, [](LoweringContext& c) {
     Value a = c.in_b(0), b = c.in_b(1);
     Value m = bin(c, BinaryOp::kMaximum, a, b);
@@ -185,12 +217,12 @@ TORCHTPU_LOWERINGS(binary) {
                     });
   register_with_variants("clamp", {"", "Tensor"}, [](LoweringContext& c) {
     Value x = c.in_b(0);
-    if (c.has(1)) x = bin(c, BinaryOp::kMaximum, x, c.in_b(1));
-    if (c.has(2)) x = bin(c, BinaryOp::kMinimum, x, c.in_b(2));
+    if (c.has(1)) x = nan_extreme(c.b, BinaryOp::kMaximum, x, c.in_b(1));
+    if (c.has(2)) x = nan_extreme(c.b, BinaryOp::kMinimum, x, c.in_b(2));
     return V{x};
   });
-  register_with_variants("clamp_min", {"", "Tensor"}, simple(BinaryOp::kMaximum));
-  register_with_variants("clamp_max", {"", "Tensor"}, simple(BinaryOp::kMinimum));
+  register_with_variants("clamp_min", {"", "Tensor"}, nan_propagating(BinaryOp::kMaximum));
+  register_with_variants("clamp_max", {"", "Tensor"}, nan_propagating(BinaryOp::kMinimum));
   // PyTorch's lerp: weight < 0.5 ? start + w * (end - start) : end - (end - start) * (1 - w).
   register_with_variants("lerp", {"Scalar", "Tensor"}, [](LoweringContext& c) {
     Value start = c.in_b(0), end = c.in_b(1), w = c.in_b(2);

@@ -1,4 +1,5 @@
 // Moving data between the host and tpu, and between tpu tensors: _copy_from, _local_scalar_dense.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -79,6 +80,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst) {
   if (is_tpu(self) && is_tpu(dst)) {
     if (self.device() == dst.device()) {
+      at::assert_no_internal_overlap(dst);  // as CPU's copy_: the result would depend on write order
+      at::assert_no_partial_overlap(dst, self);
       copy_on_device(self, dst);
     } else {  // between two tpu devices: through the host for now
       copy_on_device(upload_contiguous(download_contiguous(self), dst.device()), dst);

@@ -344,8 +344,12 @@ TORCHTPU_LOWERINGS(indexing) {
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
   }, checked("index out of range in self"));
   register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, checked("index out of range in self"));
-  register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put,
-                    checked("index out of range in self"));
+  LoweringOptions index_put_options = checked("index out of range in self");
+  index_put_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+    int64_t dims = args[0].toTensor().dim(), indices = static_cast<int64_t>(args[1].toListRef().size());
+    TORCH_CHECK_INDEX(indices <= dims, "too many indices for tensor of dimension ", dims, " (got ", indices, ")");
+  });
+  register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put, index_put_options);
   // Low-precision floats accumulate in f32, as on CPU.
   register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
     Value x = c.in_as(0, accumulator(c.compute_dtype()));

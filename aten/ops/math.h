@@ -94,4 +94,19 @@ inline hlo::RegionBody extreme_with_index(bool is_max, DType dtype, bool later_w
   };
 }
 
+// max or min of two values where a NaN in either operand wins, as PyTorch's maximum, clamp and
+// amax (XLA's maximum may return the other operand).
+inline hlo::Value nan_extreme(hlo::Builder& b, hlo::BinaryOp op, const hlo::Value& x, const hlo::Value& y) {
+  hlo::Value m = b.binary(op, x, y);
+  if (!is_floating(x.type.dtype)) return m;
+  m = b.select(b.compare(hlo::Compare::kNE, y, y), y, m);
+  return b.select(b.compare(hlo::Compare::kNE, x, x), x, m);
+}
+
+inline hlo::RegionBody nan_extreme_with(hlo::BinaryOp op) {
+  return [op](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+    return std::vector<hlo::Value>{nan_extreme(b, op, a[0], a[1])};
+  };
+}
+
 }  // namespace torchtpu::aten

@@ -1,5 +1,7 @@
 // Reductions: sum, mean, prod, amax/amin, max/min (with indices), argmax/argmin, var/std, any/all,
 // logsumexp, vector norms. Low-precision floats accumulate in f32, as PyTorch does on CPU.
+#include <ATen/ops/empty.h>
+
 #include <cmath>
 #include <cstdint>
 
@@ -46,14 +48,60 @@ Value sum_of(LoweringContext& c, const Value& x, const std::vector<int64_t>& dim
   return reduce(c, cast(c.b, x, accumulator(c.out().dtype)), dims, BinaryOp::kAdd, 0);
 }
 
+// Where a max (min) reduction starts: the lowest (highest) value of the type; constants saturate
+// to the type's range, except bools, where any nonzero constant is true.
+Value extreme_identity(LoweringContext& c, DType t, bool is_max) {
+  if (t == DType::kBool) return c.scalar(is_max ? 0 : 1, t);
+  return c.scalar(is_max ? -INFINITY : INFINITY, t);
+}
+
 // Index and value of the max (or min) along one dimension; NaN wins, ties take the first index.
 std::pair<Value, Value> arg_extreme(LoweringContext& c, const Value& x, int64_t dim, bool is_max) {
   DType t = x.type.dtype;
   Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
-  double init = is_max ? -INFINITY : INFINITY;  // constants saturate to t's range
   auto body = extreme_with_index(is_max, t);
-  auto r = c.b.reduce({x, idx}, {c.scalar(init, t), c.scalar(0, DType::kS64)}, {dim}, body);
+  auto r = c.b.reduce({x, idx}, {extreme_identity(c, t, is_max), c.scalar(0, DType::kS64)}, {dim}, body);
   return {r[0], r[1]};
+}
+
+// CPU checks what PyTorch's meta kernels do not: a max or min over an empty dimension has no
+// answer. `dims_arg` is the argument naming the dimension(s), or kAll; `flat_is_index_error` says
+// which class CPU raises when every dimension of an empty tensor is reduced.
+MetaFn nonempty_reduction(const char* op, size_t dims_arg, bool flat_is_index_error) {
+  return checked_meta([=](const std::vector<c10::IValue>& args) {
+    const at::Tensor& x = args[0].toTensor();
+    std::vector<int64_t> dims;
+    if (dims_arg != kAll && args[dims_arg].isInt()) dims = {args[dims_arg].toInt()};
+    if (dims_arg != kAll && args[dims_arg].isIntList()) dims = args[dims_arg].toIntVector();
+    if (dims.empty() && x.numel() == 0) {
+      std::string message = std::string(op) + "(): Expected reduction dim to be specified for input.numel() == 0.";
+      if (flat_is_index_error) TORCH_CHECK_INDEX(false, message);
+      TORCH_CHECK(false, message, " Specify the reduction dim with the 'dim' argument.");
+    }
+    for (int64_t d : dims)
+      if (x.dim() > 0)
+        TORCH_CHECK_INDEX(x.size(c10::maybe_wrap_dim(d, x.dim())) != 0, op, "(): Expected reduction dim ",
+                          c10::maybe_wrap_dim(d, x.dim()), " to have non-zero size.");
+  });
+}
+
+// PyTorch's meta kernel keeps a reduced dimension of size 1 (CPU drops it, as for any other size).
+std::vector<c10::IValue> vector_norm_meta(const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+  const at::Tensor& x = args[0].toTensor();
+  std::vector<int64_t> dims = args[2].isNone() ? std::vector<int64_t>{} : args[2].toIntVector();
+  bool keepdim = args[3].toBool();
+  std::vector<bool> reduced(x.dim(), dims.empty());
+  for (int64_t d : dims) reduced[c10::maybe_wrap_dim(d, x.dim())] = true;
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!reduced[d] || keepdim) sizes.push_back(reduced[d] ? 1 : x.size(d));
+  c10::ScalarType dtype = args[4].isNone() ? c10::toRealValueType(x.scalar_type()) : args[4].toScalarType();
+  if (args.size() > 5 && args[5].isTensor()) {  // out=: resized to the result
+    at::Tensor out = args[5].toTensor();
+    out.resize_(sizes);
+    return {out};
+  }
+  return {at::empty(sizes, x.options().dtype(dtype))};
 }
 
 Lowering sum_lowering(size_t dims_arg) {
@@ -77,7 +125,7 @@ Lowering extreme(bool is_max, size_t dims_arg) {
     Value x = c.raw(0);
     auto dims = reduced_dims(c, dims_arg, x.type.rank());
     BinaryOp op = is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum;
-    return V{finish(c, reduce(c, x, dims, op, is_max ? -INFINITY : INFINITY))};
+    return V{finish(c, c.b.reduce({x}, {extreme_identity(c, x.type.dtype, is_max)}, dims, nan_extreme_with(op))[0])};
   };
 }
 
@@ -173,14 +221,14 @@ TORCHTPU_LOWERINGS(reduction) {
     Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
     return V{finish(c, reduce(c, x, reduced_dims(c, 1, x.type.rank()), BinaryOp::kMultiply, 1))};
   });
-  register_lowering({"amax", "amax.out"}, extreme(true, 1));
-  register_lowering({"amin", "amin.out"}, extreme(false, 1));
-  register_lowering({"max", "max.unary_out"}, extreme(true, kAll));
-  register_lowering({"min", "min.unary_out"}, extreme(false, kAll));
-  register_lowering({"max.dim", "max.dim_max"}, extreme_with_index(true));
-  register_lowering({"min.dim", "min.dim_min"}, extreme_with_index(false));
-  register_lowering({"argmax", "argmax.out"}, arg_lowering(true));
-  register_lowering({"argmin", "argmin.out"}, arg_lowering(false));
+  register_lowering({"amax", "amax.out"}, extreme(true, 1), with_meta(nonempty_reduction("amax", 1, false)));
+  register_lowering({"amin", "amin.out"}, extreme(false, 1), with_meta(nonempty_reduction("amin", 1, false)));
+  register_lowering({"max", "max.unary_out"}, extreme(true, kAll), with_meta(nonempty_reduction("max", kAll, false)));
+  register_lowering({"min", "min.unary_out"}, extreme(false, kAll), with_meta(nonempty_reduction("min", kAll, false)));
+  register_lowering({"max.dim", "max.dim_max"}, extreme_with_index(true), with_meta(nonempty_reduction("max", 1, true)));
+  register_lowering({"min.dim", "min.dim_min"}, extreme_with_index(false), with_meta(nonempty_reduction("min", 1, true)));
+  register_lowering({"argmax", "argmax.out"}, arg_lowering(true), with_meta(nonempty_reduction("argmax", 1, true)));
+  register_lowering({"argmin", "argmin.out"}, arg_lowering(false), with_meta(nonempty_reduction("argmin", 1, true)));
   register_lowering({"var.correction", "var.correction_out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     return V{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};
@@ -211,7 +259,11 @@ TORCHTPU_LOWERINGS(reduction) {
     Value x = c.raw(0);
     double ord = c.arg(1).toScalar().toDouble();
     return V{finish(c, Math{c.b}.vector_norm(x, reduced_dims(c, 2, x.type.rank()), ord, accumulator(c.out().dtype)))};
-  }, {{1}});
+  }, [] {
+    LoweringOptions o = with_meta(vector_norm_meta);
+    o.static_scalars = {1};
+    return o;
+  }());
 }
 
 }  // namespace torchtpu::aten

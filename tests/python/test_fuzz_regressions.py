@@ -1,0 +1,111 @@
+"""Regression tests for what the differential fuzzer (test_fuzz.py) found, each against CPU
+PyTorch in every eager mode. See docs/reliability.md."""
+
+import pytest
+import torch
+
+import torchtpu
+
+MODES = ["strict", "debug", "lazy", "fused"]
+nan, inf = float("nan"), float("inf")
+
+
+def same_as_cpu(fn, *inputs, mode):
+    """fn's result on tpu in `mode` equals its result on CPU (NaNs where CPU has them), or raises
+    the exception class CPU raises."""
+    try:
+        want = fn(*inputs)
+    except Exception as e:  # noqa: BLE001 - the class is what is compared
+        with torchtpu.eager_mode(mode), pytest.raises(type(e)):
+            fn(*[t.to("tpu") for t in inputs]).cpu()
+        return
+    with torchtpu.eager_mode(mode):
+        got = fn(*[t.to("tpu") for t in inputs])
+        got = got.cpu() if isinstance(got, torch.Tensor) else [g.cpu() for g in got]
+    for g, w in zip([got] if isinstance(got, torch.Tensor) else got, [want] if isinstance(want, torch.Tensor) else want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda a, b: torch.maximum(a, b), lambda a, b: torch.minimum(a, b),
+    lambda a, b: torch.clamp(a, min=b), lambda a, b: torch.clamp(a, max=b),
+    lambda a, b: a.amax(), lambda a, b: b.amin(0), lambda a, b: a.max(), lambda a, b: b.min(),
+], ids=["maximum", "minimum", "clamp_min", "clamp_max", "amax", "amin", "max", "min"])
+def test_nan_in_either_operand_propagates(case, mode):
+    same_as_cpu(case, torch.tensor([nan, 1.0, 2.0]), torch.tensor([1.0, nan, inf]), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_and_min_of_bools_start_from_the_right_end(mode):
+    x = torch.tensor([[False, False], [False, True]])
+    for fn in (lambda t: t.amax(0), lambda t: t.amin(1), lambda t: torch.max(t, 1), lambda t: torch.min(t, 0),
+               lambda t: t.max(), lambda t: t.flatten().max(0)):
+        same_as_cpu(fn, x, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda t: torch.max(t, 1), lambda t: torch.min(t, 1), lambda t: t.amax(1), lambda t: t.argmax(1),
+    lambda t: t.flatten().amax(), lambda t: t.flatten().max(), lambda t: t.argmax(), lambda t: t.amax(0),
+], ids=["max.dim", "min.dim", "amax.dim", "argmax.dim", "amax.all", "max.all", "argmax.all", "amax.nonempty"])
+def test_extremes_over_an_empty_dimension_raise_as_on_cpu(case, mode):
+    same_as_cpu(case, torch.ones(4, 0), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_vector_norm_drops_a_reduced_dimension_of_size_one(mode):
+    same_as_cpu(lambda t: torch.linalg.vector_norm(t, dim=-1), torch.ones(2, 1), mode=mode)
+    same_as_cpu(lambda t: torch.linalg.vector_norm(t, dim=(0, 1), keepdim=True), torch.ones(2, 1), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_out_argument_grows_to_the_result(mode):
+    def add_into_small(x):
+        out = torch.zeros(1, device=x.device)
+        torch.add(x, x, out=out)
+        return out
+
+    same_as_cpu(add_into_small, torch.arange(6.0).reshape(2, 3), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_index_put_with_more_indices_than_dimensions_raises(mode):
+    def put(t):
+        return t.index_put_((torch.zeros(0, dtype=torch.long, device=t.device),), torch.tensor(2.0, device=t.device))
+
+    same_as_cpu(put, torch.tensor(1.5), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda a: a.add_(a.t()), lambda a: a.copy_(a.t()), lambda a: a[1:].copy_(a[:3]),
+    lambda a: torch.add(a.t(), 1, out=a), lambda a: a.expand(2, 4, 4).mul_(2), lambda a: a.add_(a),
+], ids=["add_", "copy_ transposed", "copy_ shifted", "out=", "expanded", "the same view"])
+def test_writes_that_overlap_their_inputs_raise_as_on_cpu(case, mode):
+    same_as_cpu(lambda a: case(a.clone()), torch.arange(16.0).reshape(4, 4), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_integer_division_by_zero_in_a_window_does_not_kill_the_process(mode):
+    # CPU raises ZeroDivisionError; tpu gives XLA's values, as CUDA gives values: x // 0 = -1, x % 0 = x.
+    with torchtpu.eager_mode(mode):
+        ones, zeros = torch.ones(3, dtype=torch.int32, device="tpu"), torch.zeros(3, dtype=torch.int32, device="tpu")
+        results = [torch.floor_divide(ones, zeros), torch.remainder(ones, zeros), torch.fmod(ones, zeros),
+                   torch.div(ones, zeros, rounding_mode="trunc")]
+        assert [r.tolist() for r in results] == [[-1] * 3, [1] * 3, [1] * 3, [-1] * 3]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_most_negative_integer_divided_by_minus_one_wraps(mode):
+    # CPU PyTorch itself dies of SIGFPE on torch.floor_divide(INT_MIN, -1): the expected values
+    # are written out (two's complement wraps -INT_MIN to INT_MIN; Python's rules otherwise).
+    low = -2**31
+    with torchtpu.eager_mode(mode):
+        a = torch.tensor([low, 7, -7], dtype=torch.int32, device="tpu")
+        b = torch.tensor([-1, -1, 2], dtype=torch.int32, device="tpu")
+        assert torch.floor_divide(a, b).tolist() == [low, -7, -4]
+        assert torch.remainder(a, b).tolist() == [0, 0, 1]
+        assert torch.fmod(a, b).tolist() == [0, 0, -1]
+        assert torch.div(a, b, rounding_mode="trunc").tolist() == [low, -7, -3]
