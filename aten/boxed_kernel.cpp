@@ -406,6 +406,12 @@ std::vector<c10::IValue> lowering_args(const std::vector<c10::IValue>& args, con
 void run_program(const Entry& entry, const std::string& name, const c10::FunctionSchema& schema,
                  const std::vector<c10::IValue>& args, const MetaResult& meta, const Destinations& d,
                  int device) {
+  // Empty results are all there is to compute (and XLA rejects some ops on empty operands, such
+  // as a gather from a dimension of size 0).
+  if (!d.tensors.empty() && std::all_of(d.tensors.begin(), d.tensors.end(), [](const at::Tensor& t) {
+        return t.numel() == 0;
+      }))
+    return;
   Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
   if (entry.options.random) add_rng_state(in, args, device);
   hlo::Builder::Precision precision = hlo::Builder::Precision::kHighest;
@@ -459,7 +465,8 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
       if (out.storage != ok.get()) results.push_back(out.storage->value());
     std::string message = std::string(entry.options.device_check) + " (" + origin->describe() +
                           " on tpu, detected on the device)";
-    translating_errors([&] { exec::defer_check(ok, message, results); }, name);  // debug mode raises here
+    translating_errors([&] { exec::defer_check(ok, message, results, !entry.options.device_check_runtime_error); },
+                       name);  // debug mode raises here
   }
 }
 
@@ -566,13 +573,18 @@ void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
 }
 
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
-                            Lowering fn) {
+                            Lowering fn, LoweringOptions options) {
   for (std::string ov : overloads) {
     std::string suffix = ov.empty() ? "" : "." + ov;
-    std::string out = ov.empty() || ov == "Tensor" ? "out" : ov + "_out";
-    for (const std::string& op : {name + suffix, std::string(name) + "_" + suffix,
-                                  std::string(name) + "." + out})
-      registry()["aten::" + op] = {fn, {}};
+    std::vector<std::string> ops = {name + suffix, std::string(name) + "_" + suffix};
+    if (ov.empty() || ov == "Tensor") {
+      // The Tensor form's out= and the in-place form are spelled either way (add.out, eq.Tensor_out;
+      // add_.Tensor, floor_divide_.Tensor for a functional floor_divide with no overload name).
+      for (const char* form : {".out", ".Tensor_out", "_.Tensor"}) ops.push_back(name + std::string(form));
+    } else {
+      ops.push_back(std::string(name) + "." + ov + "_out");
+    }
+    for (const std::string& op : ops) registry()["aten::" + op] = {fn, options};
   }
 }
 

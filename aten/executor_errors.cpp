@@ -46,6 +46,7 @@ void translating_errors(const std::function<void()>& f, const std::string& what)
   } catch (const exec::Interrupted&) {
     rethrow_python_signal();
   } catch (const exec::CheckFailed& e) {
+    if (!e.index_error()) TORCH_CHECK(false, e.what());
     TORCH_CHECK_INDEX(false, e.what());
   } catch (const exec::OutOfDeviceMemory& e) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());

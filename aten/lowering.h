@@ -121,8 +121,10 @@ struct LoweringOptions {
   bool random = false;
   // The op checks its input on the device (indices in range): the program gets an extra bool
   // output, the AND of the lowering's check_on_device() calls, read at the next host sync; false
-  // raises IndexError with this message. Asynchronous, like CUDA's device-side asserts.
+  // raises IndexError with this message (RuntimeError when device_check_runtime_error, as CPU's
+  // gather and scatter). Asynchronous, like CUDA's device-side asserts.
   const char* device_check = nullptr;
+  bool device_check_runtime_error = false;
   // The output shape depends on Scalar values (arange): they join the output-metadata cache key
   // but stay runtime inputs of the program.
   bool shape_from_scalars = false;
@@ -145,6 +147,12 @@ inline LoweringOptions matmul_op() {
 inline LoweringOptions checked(const char* message) {
   LoweringOptions o;
   o.device_check = message;
+  return o;
+}
+// gather/scatter-style: CPU raises RuntimeError for their out-of-range indices.
+inline LoweringOptions checked_runtime(const char* message) {
+  LoweringOptions o = checked(message);
+  o.device_check_runtime_error = true;
   return o;
 }
 inline LoweringOptions with_meta(MetaFn meta) {
@@ -174,10 +182,10 @@ void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
                        LoweringOptions options = {});
 
 // Registers `fn` for `name.overload`, its in-place form `name_.overload` and its out= form
-// (`name.out` for the "Tensor" or empty overload, `name.<overload>_out` otherwise), for each
-// overload. Forms PyTorch does not define are skipped at install time.
+// (`name.out` or `name.Tensor_out` for the "Tensor" or empty overload, `name.<overload>_out`
+// otherwise), for each overload. Forms PyTorch does not define are skipped at install time.
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
-                            Lowering fn);
+                            Lowering fn, LoweringOptions options = {});
 
 // Runs the op on the CPU (copying in and out), counted in torchtpu.metrics.cpu_fallbacks();
 // raises instead when TORCHTPU_FALLBACK=error.

@@ -118,7 +118,7 @@ class DeferredChecks {
       c.check->state = ok ? graph::DeviceCheck::kPassed : graph::DeviceCheck::kFailed;
       if (!ok && !failed) failed = c.check.get();
     }
-    if (failed) throw CheckFailed(failed->message);
+    if (failed) throw CheckFailed(failed->message, failed->index_error);
   }
 
  private:
@@ -369,9 +369,10 @@ void synchronize(int device, const std::string& reason) {
   deferred_checks().verify();
 }
 
-void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<ValuePtr>& guarded) {
+void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<ValuePtr>& guarded,
+                 bool index_error) {
   if (capturing()) capture_check(ok->value(), message);
-  auto check = std::make_shared<graph::DeviceCheck>(std::move(message));
+  auto check = std::make_shared<graph::DeviceCheck>(std::move(message), index_error);
   for (const ValuePtr& v : guarded)
     if (v) v->depend_on(check);
   deferred_checks().add({std::move(ok), std::move(check)});
@@ -380,7 +381,7 @@ void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::
 
 void raise_if_failed(const graph::DeviceValue& value) {
   for (const graph::CheckPtr& c : value.checks())
-    if (c->state == graph::DeviceCheck::kFailed) throw CheckFailed(c->message);
+    if (c->state == graph::DeviceCheck::kFailed) throw CheckFailed(c->message, c->index_error);
 }
 
 void upload(BufferRef& storage, const void* data, DType dtype) {

@@ -60,14 +60,20 @@ void synchronize(int device, const std::string& reason = "synchronize");
 // values (the checked op's results) and every value later computed from them carry the check:
 // once it has failed, reading or computing from them raises CheckFailed again, so a result of a
 // failed op never passes for data.
-void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<graph::ValuePtr>& guarded);
+void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<graph::ValuePtr>& guarded,
+                 bool index_error = true);
 
 // Throws CheckFailed when a check `value` depends on is known to have failed.
 void raise_if_failed(const graph::DeviceValue& value);
 
 class CheckFailed : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  CheckFailed(const std::string& message, bool index_error) : std::runtime_error(message), index_error_(index_error) {}
+  // IndexError (an index out of range, as CPU's index ops), else RuntimeError (gather, scatter).
+  bool index_error() const { return index_error_; }
+
+ private:
+  bool index_error_;
 };
 
 // An asynchronous execution failed; the message names the op (or window) and the user's line.

@@ -24,8 +24,9 @@ struct Node;
 // carry it, so that once it has failed, reading them (or computing from them) raises its message.
 struct DeviceCheck {
   enum State { kUnknown, kPassed, kFailed };
-  explicit DeviceCheck(std::string message) : message(std::move(message)) {}
+  DeviceCheck(std::string message, bool index_error) : message(std::move(message)), index_error(index_error) {}
   const std::string message;
+  const bool index_error;  // the class CPU raises for it: IndexError, else RuntimeError
   std::atomic<int> state{kUnknown};
 };
 using CheckPtr = std::shared_ptr<DeviceCheck>;

@@ -1,6 +1,11 @@
 // Element-wise ops of two or more operands: arithmetic, comparisons, logic, where, clamp, lerp.
 // Operands arrive cast to the output dtype (PyTorch's promotion, computed by the meta kernel)
 // and are broadcast here with in_b().
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/result_type.h>
+
+#include <cmath>
+
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
@@ -45,10 +50,32 @@ Value remainder(LoweringContext& c, const Value& a, const Value& b) {
   return is_floating(a.type.dtype) ? bin(c, BinaryOp::kRemainder, a, b) : int_div_rem(c, a, b).second;
 }
 
+Value is_negative(LoweringContext& c, const Value& x) {  // -0.0 included: 1 / -0.0 = -inf
+  return c.b.compare(Compare::kLT, bin(c, BinaryOp::kDivide, c.full(1, x), x), c.full(0, x));
+}
+
+// PyTorch's floor division of floats (div_floor_floating): from fmod rather than floor(a / b),
+// so that a / b rounding up to an integer does not overshoot, and infinities give what CPU gives
+// (inf // 1 is NaN, 5 // -inf is -1).
+Value floor_div_floating(LoweringContext& c, const Value& a, const Value& b) {
+  Value zero = c.full(0, a), one = c.full(1, a);
+  Value mod = bin(c, BinaryOp::kRemainder, a, b);
+  Value div = bin(c, BinaryOp::kDivide, bin(c, BinaryOp::kSubtract, a, mod), b);
+  Value signs_differ = c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, b, zero), c.b.compare(Compare::kLT, mod, zero));
+  div = c.b.select(c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kNE, mod, zero), signs_differ),
+                   bin(c, BinaryOp::kSubtract, div, one), div);
+  Value floored = c.b.unary(UnaryOp::kFloor, div);
+  floored = c.b.select(c.b.compare(Compare::kGT, bin(c, BinaryOp::kSubtract, div, floored), c.full(0.5, a)),
+                       bin(c, BinaryOp::kAdd, floored, one), floored);
+  Value quotient = bin(c, BinaryOp::kDivide, a, b);
+  Value signed_zero = c.b.select(is_negative(c, quotient), c.full(-0.0, a), zero);
+  Value result = c.b.select(c.b.compare(Compare::kNE, div, zero), floored, signed_zero);
+  return c.b.select(c.b.compare(Compare::kEQ, b, zero), quotient, result);
+}
+
 // Python-style floor division: rounds toward negative infinity for floats and integers.
 Value floor_div(LoweringContext& c, const Value& a, const Value& b) {
-  if (is_floating(a.type.dtype))
-    return c.b.unary(UnaryOp::kFloor, bin(c, BinaryOp::kDivide, a, b));
+  if (is_floating(a.type.dtype)) return floor_div_floating(c, a, b);
   auto [q, r] = int_div_rem(c, a, b);
   Value zero = c.full(0, a);
   Value signs_differ = c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, r, zero),
@@ -77,6 +104,43 @@ Lowering simple(BinaryOp op) {
   return [op](LoweringContext& c) { return V{bin(c, op, c.in_b(0), c.in_b(1))}; };
 }
 
+// CPU refuses to subtract bools (the meta kernels compute something).
+MetaFn no_bool_subtraction() {
+  return checked_meta([](const std::vector<c10::IValue>& args) {
+    auto is_bool = [](const c10::IValue& v) {
+      return v.isTensor() ? v.toTensor().scalar_type() == at::kBool : v.isScalar() && v.toScalar().isBoolean();
+    };
+    TORCH_CHECK(!is_bool(args[0]) || !is_bool(args[1]),
+                "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                "`logical_xor()` operator instead.");
+    TORCH_CHECK(!is_bool(args[0]) && !is_bool(args[1]),
+                "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
+                "a mask, use the `~` or `logical_not()` operator instead.");
+  });
+}
+
+// x ** e; for bools (CPU keeps them bools) that is x or not e.
+V power(LoweringContext& c) {
+  Value x = c.in_b(0), e = c.in_b(1);
+  if (x.type.dtype == DType::kBool) return {bin(c, BinaryOp::kOr, x, c.b.unary(UnaryOp::kNot, e))};
+  return {bin(c, BinaryOp::kPower, x, e)};
+}
+
+// PyTorch's meta kernels give pow(bool tensor, bool) an int64 result (and so refuse pow_) where
+// CPU keeps bools, as the promotion of the tensor and the scalar says.
+std::vector<c10::IValue> pow_scalar_meta(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  const at::Tensor& self = args[0].toTensor();
+  if (at::result_type(self, args[1].toScalar()) != at::kBool)
+    return checked_meta([](const std::vector<c10::IValue>&) {})(schema, args);
+  if (schema.name() == "aten::pow_") return {self};
+  if (args.size() == 3) {  // out=
+    at::Tensor out = args[2].toTensor();
+    out.resize_(self.sizes());
+    return {out};
+  }
+  return {at::empty_like(self)};
+}
+
 Lowering nan_propagating(BinaryOp op) {
   return [op](LoweringContext& c) { return V{nan_extreme(c.b, op, c.in_b(0), c.in_b(1))}; };
 }
@@ -86,6 +150,15 @@ Lowering comparison(Compare dir) {
   return [dir](LoweringContext& c) {
     DType t = c.promoted(0, 1);
     return V{c.b.compare(dir, c.bcast(c.in_as(0, t)), c.bcast(c.in_as(1, t)))};
+  };
+}
+
+// Bit operations run in the operands' promoted (integer) dtype; an out= of another dtype (a
+// float one, say) receives the result converted, as on CPU.
+Lowering bitwise(BinaryOp op) {
+  return [op](LoweringContext& c) {
+    DType t = c.promoted(0, 1);
+    return V{bin(c, op, c.bcast(c.in_as(0, t)), c.bcast(c.in_as(1, t)))};
   };
 }
 
@@ -121,10 +194,10 @@ TORCHTPU_LOWERINGS(binary) {
   });
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{bin(c, BinaryOp::kSubtract, c.in_b(0), scaled(c, 1, 2))};
-  });
+  }, with_meta(no_bool_subtraction()));
   register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{bin(c, BinaryOp::kSubtract, c.in_b(1), scaled(c, 0, 2))};
-  });
+  }, with_meta(no_bool_subtraction()));
   register_with_variants("mul", {"Tensor", "Scalar"}, simple(BinaryOp::kMultiply));
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{divide(c, c.in_b(0), c.in_b(1))};
@@ -149,10 +222,13 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("fmod", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{remainder(c, c.in_b(0), c.in_b(1))};
   });
-  register_with_variants("pow", {"Tensor_Tensor", "Tensor_Scalar"}, simple(BinaryOp::kPower));
-  register_lowering({"pow.Scalar", "pow.Scalar_out"}, simple(BinaryOp::kPower));
+  register_with_variants("pow", {"Tensor_Tensor"}, power);
+  register_with_variants("pow", {"Tensor_Scalar"}, power, with_meta(pow_scalar_meta));
+  register_lowering({"pow.Scalar", "pow.Scalar_out"}, power);
   register_with_variants("maximum", {""}, nan_propagating(BinaryOp::kMaximum));
   register_with_variants("minimum", {""}, nan_propagating(BinaryOp::kMinimum));
+  register_lowering({"max.other", "max.out"}, nan_propagating(BinaryOp::kMaximum));
+  register_lowering({"min.other", "min.out"}, nan_propagating(BinaryOp::kMinimum));
   register_with_variants("fmax", {""}, [](LoweringContext& c) {
     Value a = c.in_b(0), b = c.in_b(1);
     Value m = bin(c, BinaryOp::kMaximum, a, b);
@@ -163,7 +239,14 @@ TORCHTPU_LOWERINGS(binary) {
     Value m = bin(c, BinaryOp::kMinimum, a, b);
     return V{c.b.select(is_nan(c, a), b, c.b.select(is_nan(c, b), a, m))};
   });
-  register_with_variants("atan2", {""}, simple(BinaryOp::kAtan2));
+  // atan2(±0, ±0) spelled out: XLA's constant folding gives NaN for it (a lazy window of constants).
+  register_with_variants("atan2", {""}, [](LoweringContext& c) {
+    Value y = c.in_b(0), x = c.in_b(1);
+    Value both_zero = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kEQ, y, c.full(0, y)),
+                                 c.b.compare(Compare::kEQ, x, c.full(0, x)));
+    Value pi = c.b.select(is_negative(c, y), c.full(-M_PI, y), c.full(M_PI, y));
+    return V{c.b.select(both_zero, c.b.select(is_negative(c, x), pi, y), bin(c, BinaryOp::kAtan2, y, x))};
+  });
   register_with_variants("hypot", {""}, [](LoweringContext& c) {
     Value a = c.in_b(0), b = c.in_b(1);
     Value s = bin(c, BinaryOp::kAdd, bin(c, BinaryOp::kMultiply, a, a), bin(c, BinaryOp::kMultiply, b, b));
@@ -191,11 +274,11 @@ TORCHTPU_LOWERINGS(binary) {
     return V{bin(c, BinaryOp::kAdd, m, c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kExponential, d)))};
   });
 
-  register_with_variants("bitwise_and", {"Tensor", "Scalar"}, simple(BinaryOp::kAnd));
-  register_with_variants("bitwise_or", {"Tensor", "Scalar"}, simple(BinaryOp::kOr));
-  register_with_variants("bitwise_xor", {"Tensor", "Scalar"}, simple(BinaryOp::kXor));
-  register_with_variants("bitwise_left_shift", {"Tensor"}, simple(BinaryOp::kShiftLeft));
-  register_with_variants("bitwise_right_shift", {"Tensor"}, simple(BinaryOp::kShiftRightArithmetic));
+  register_with_variants("bitwise_and", {"Tensor", "Scalar"}, bitwise(BinaryOp::kAnd));
+  register_with_variants("bitwise_or", {"Tensor", "Scalar"}, bitwise(BinaryOp::kOr));
+  register_with_variants("bitwise_xor", {"Tensor", "Scalar"}, bitwise(BinaryOp::kXor));
+  register_with_variants("bitwise_left_shift", {"Tensor"}, bitwise(BinaryOp::kShiftLeft));
+  register_with_variants("bitwise_right_shift", {"Tensor"}, bitwise(BinaryOp::kShiftRightArithmetic));
   register_with_variants("logical_and", {""}, logical(BinaryOp::kAnd));
   register_with_variants("logical_or", {""}, logical(BinaryOp::kOr));
   register_with_variants("logical_xor", {""}, logical(BinaryOp::kXor));

@@ -66,7 +66,9 @@ Unique unique_consecutive(const at::Tensor& self, bool return_inverse, bool retu
 // The elements where the (broadcast) mask is true: boolean indexing, which finds the true
 // positions on the device.
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
   std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
+  if (shape.empty()) shape = {1};  // 0-d: a mask needs a dimension to select along
   c10::List<std::optional<at::Tensor>> indices;
   indices.push_back(mask.expand(shape));
   return at::index(self.expand(shape), indices);

@@ -141,6 +141,45 @@ V index_tensor(LoweringContext& c) {
                      slice, dims)};
 }
 
+// No index selects from a dimension of size 0: there it is out of range whatever its value, which
+// is known before anything runs (and XLA cannot build such a gather).
+// `index_error`: the class CPU raises, IndexError (advanced indexing) or RuntimeError (gather).
+void check_not_empty_dim(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool index_error) {
+  if (self.dim() == 0 || index.numel() == 0) return;
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  if (self.size(dim) > 0) return;
+  std::string message = "index is out of bounds for dimension " + std::to_string(dim) + " with size 0";
+  if (index_error) TORCH_CHECK_INDEX(false, message);
+  TORCH_CHECK(false, message);
+}
+
+// As CPU: index tensors are integers or masks.
+void check_indices(const at::Tensor& self, const c10::IValue& indices) {
+  const auto& list = indices.toListRef();
+  for (size_t d = 0; d < list.size(); ++d) {
+    if (!list[d].isTensor() || !list[d].toTensor().defined()) continue;  // a full slice (None)
+    const at::Tensor& i = list[d].toTensor();
+    c10::ScalarType t = i.scalar_type();
+    TORCH_CHECK_INDEX(t == at::kLong || t == at::kInt || t == at::kByte || t == at::kBool,
+                      "tensors used as indices must be long, int, byte or bool tensors");
+    if (t != at::kBool && t != at::kByte && static_cast<int64_t>(d) < self.dim())
+      check_not_empty_dim(self, static_cast<int64_t>(d), i, true);
+  }
+}
+
+
+// index_select of a 0-d tensor takes exactly one index, as CPU checks.
+LoweringOptions index_select_options() {
+  LoweringOptions o = checked("index out of range in self");
+  o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+    int64_t n = args[2].toTensor().numel();
+    check_not_empty_dim(args[0].toTensor(), args[1].toInt(), args[2].toTensor(), false);
+    TORCH_CHECK(args[0].toTensor().dim() > 0 || n == 1, "index_select(): Index to scalar can have only 1 value, got ",
+                      n, " value(s)");
+  });
+  return o;
+}
+
 V index_put(LoweringContext& c) {
   // (self, indices, values, accumulate)
   Value self = c.in(0);
@@ -284,7 +323,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("nonzero", nonzero); }
 
 TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"scatter_reduce.two", "scatter_reduce_.two", "scatter_reduce.two_out"}, scatter_reduce,
-                    checked("index out of range in self"));
+                    checked_runtime("index out of range in self"));
   register_lowering({"masked_scatter", "masked_scatter_", "masked_scatter.out"}, masked_scatter);
   register_lowering({"cat", "cat.out"}, [](LoweringContext& c) {
     std::vector<Value> parts;
@@ -293,16 +332,21 @@ TORCHTPU_LOWERINGS(indexing) {
     for (const Value& v : c.list(0))
       if (!(v.type.rank() == 1 && v.type.dims[0] == 0 && rank != 1))  // legacy: skip empty 1-D
         parts.push_back(cast(c.b, v, c.out().dtype));
-    if (parts.empty()) return V{c.b.constant(0, c.out())};
+    if (parts.empty() || c.out().element_count() == 0) return V{c.b.constant(0, c.out())};
     return V{c.b.concatenate(parts, dim)};
-  });
+  }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
+    const auto& tensors = args[0].toListRef();
+    for (size_t i = 0; i < tensors.size(); ++i)
+      TORCH_CHECK(tensors[i].toTensor().dim() > 0, "zero-dimensional tensor (at position ", i,
+                  ") cannot be concatenated");
+  })));
   register_lowering({"index_select", "index_select.out"}, [](LoweringContext& c) {
     Value self = c.raw(0);
     int64_t rank = self.type.rank();
+    Value idx = cast(c.b, c.b.reshape(c.raw(2), {c.raw(2).type.element_count(), 1}), DType::kS64);
+    c.check_on_device(all_in_range(c.b, idx, rank == 0 ? 1 : self.type.dims[wrap_dim(c.arg(1).toInt(), rank)]));
     if (rank == 0) return V{self};
     int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
-    Value idx = cast(c.b, c.b.reshape(c.raw(2), {c.raw(2).type.element_count(), 1}), DType::kS64);
-    c.check_on_device(all_in_range(c.b, idx, self.type.dims[dim]));
     std::vector<int64_t> slice = self.type.dims, out = self.type.dims;
     slice[dim] = 1;
     out[dim] = idx.type.dims[0];
@@ -310,44 +354,59 @@ TORCHTPU_LOWERINGS(indexing) {
     for (int64_t d = 0; d < rank; ++d)
       if (d != dim) offset.push_back(d);
     return V{c.b.gather(self, idx, {offset, {dim}, {dim}, 1}, slice, out)};
-  }, checked("index out of range in self"));
+  }, index_select_options());
   register_lowering({"gather", "gather.out"}, [](LoweringContext& c) {
     Value self = c.raw(0), index = c.raw(2);
     int64_t rank = self.type.rank();
     int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
+    c.check_on_device(all_in_range(c.b, cast(c.b, index, DType::kS64), rank == 0 ? 1 : self.type.dims[dim]));
     if (rank == 0) return V{self};
-    c.check_on_device(all_in_range(c.b, cast(c.b, index, DType::kS64), self.type.dims[dim]));
     Value coords = coordinates(c.b, index, dim, rank, self.type.dims[dim]);
     auto all = range(0, rank);
     return V{c.b.gather(self, coords, {{}, all, all, index.type.rank()},
                         std::vector<int64_t>(rank, 1), index.type.dims)};
-  }, checked("index out of range in self"));
+  }, [] {
+    LoweringOptions o = checked_runtime("index out of range in self");
+    o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+      check_not_empty_dim(args[0].toTensor(), args[1].toInt(), args[2].toTensor(), false);
+    });
+    return o;
+  }());
   register_lowering({"scatter.src", "scatter_.src", "scatter.src_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), replace())};
-  }, checked("index out of range in self"));
+  }, checked_runtime("index out of range in self"));
   register_lowering({"scatter.value", "scatter_.value", "scatter.value_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     Value updates = c.b.broadcast_in_dim(c.in(3), index.type.dims, {});
     return V{scatter_along(c, self, dim, index, updates, replace())};
-  }, checked("index out of range in self"));
+  }, checked_runtime("index out of range in self"));
   register_lowering({"scatter.reduce", "scatter_.reduce", "scatter.reduce_out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), reduce_named(c.arg(4).toStringRef()))};
-  }, checked("index out of range in self"));
+  }, checked_runtime("index out of range in self"));
   register_lowering({"scatter_add", "scatter_add_", "scatter_add.out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
-  }, checked("index out of range in self"));
-  register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, checked("index out of range in self"));
+  }, checked_runtime("index out of range in self"));
+  LoweringOptions index_options = checked("index out of range in self");
+  index_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+    check_indices(args[0].toTensor(), args[1]);
+  });
+  register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, index_options);
   LoweringOptions index_put_options = checked("index out of range in self");
   index_put_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {
-    int64_t dims = args[0].toTensor().dim(), indices = static_cast<int64_t>(args[1].toListRef().size());
+    const at::Tensor& self = args[0].toTensor();
+    int64_t dims = self.dim(), indices = static_cast<int64_t>(args[1].toListRef().size());
     TORCH_CHECK_INDEX(indices <= dims, "too many indices for tensor of dimension ", dims, " (got ", indices, ")");
+    check_indices(self, args[1]);
+    const at::Tensor& values = args[2].toTensor();
+    TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes ",
+                "match, got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
   });
   register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put, index_put_options);
   // Low-precision floats accumulate in f32, as on CPU.

@@ -40,6 +40,21 @@ V triangle(LoweringContext& c, bool lower) {
   return {c.b.select(keep, x, c.full(0, x))};
 }
 
+// A matmul whose tensor operands (from `first` on) have one dtype: CPU has no mixed-dtype kernels
+// and raises, while PyTorch's meta kernels would promote. CPU's batched and matrix-vector kernels
+// return before checking when an operand is empty (`empty_ok`), and so does this check.
+LoweringOptions same_dtype_matmul(size_t first, bool empty_ok = false) {
+  LoweringOptions o = matmul_op();
+  o.meta = checked_meta([first, empty_ok](const std::vector<c10::IValue>& args) {
+    const at::Tensor& a = args[first].toTensor();
+    const at::Tensor& b = args[first + 1].toTensor();
+    if (empty_ok && (a.numel() == 0 || b.numel() == 0)) return;
+    TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
+                a.scalar_type(), " != ", b.scalar_type());
+  });
+  return o;
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(linalg) {
@@ -47,26 +62,26 @@ TORCHTPU_LOWERINGS(linalg) {
   register_lowering({"triu", "triu_", "triu.out"}, [](LoweringContext& c) { return triangle(c, false); });
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
-  }, matmul_op());
+  }, same_dtype_matmul(0));
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 1, 1)};
-  }, matmul_op());
+  }, same_dtype_matmul(0, true));
   register_lowering({"dot", "dot.out", "vdot", "vdot.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
-  }, matmul_op());
+  }, same_dtype_matmul(0));
   register_lowering({"mv", "mv.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
-  }, matmul_op());
+  }, same_dtype_matmul(0, true));
   // addmm(self, mat1, mat2, *, beta, alpha)
   register_lowering({"addmm", "addmm_", "addmm.out"}, [](LoweringContext& c) {
     return V{affine(c, matmul(c, c.in(1), c.in(2), 0, 0), 0, 3, 4)};
-  }, matmul_op());
+  }, same_dtype_matmul(1));
   register_lowering({"baddbmm", "baddbmm_", "baddbmm.out"}, [](LoweringContext& c) {
     return V{affine(c, matmul(c, c.in(1), c.in(2), 1, 1), 0, 3, 4)};
-  }, matmul_op());
+  }, same_dtype_matmul(1, true));
   register_lowering({"addmv", "addmv_", "addmv.out"}, [](LoweringContext& c) {
     return V{affine(c, matmul(c, c.in(1), c.in(2), 0, 0), 0, 3, 4)};
-  }, matmul_op());
+  }, same_dtype_matmul(1, true));
 }
 
 }  // namespace torchtpu::aten

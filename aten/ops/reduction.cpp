@@ -85,13 +85,28 @@ MetaFn nonempty_reduction(const char* op, size_t dims_arg, bool flat_is_index_er
   });
 }
 
+// var and std: the correction is static, and CPU takes only floating and complex inputs.
+LoweringOptions floating_moments() {
+  LoweringOptions o;
+  o.static_scalars = {2};
+  o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+    c10::ScalarType t = args[0].toTensor().scalar_type();
+    TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t),
+                "std and var only support floating point and complex dtypes");
+  });
+  return o;
+}
+
 // PyTorch's meta kernel keeps a reduced dimension of size 1 (CPU drops it, as for any other size).
 std::vector<c10::IValue> vector_norm_meta(const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
   const at::Tensor& x = args[0].toTensor();
   std::vector<int64_t> dims = args[2].isNone() ? std::vector<int64_t>{} : args[2].toIntVector();
   bool keepdim = args[3].toBool();
   std::vector<bool> reduced(x.dim(), dims.empty());
-  for (int64_t d : dims) reduced[c10::maybe_wrap_dim(d, x.dim())] = true;
+  for (int64_t d : dims) {
+    int64_t wrapped = c10::maybe_wrap_dim(d, x.dim());  // raises IndexError as CPU (0-d: [-1, 0])
+    if (x.dim() > 0) reduced[wrapped] = true;
+  }
   std::vector<int64_t> sizes;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (!reduced[d] || keepdim) sizes.push_back(reduced[d] ? 1 : x.size(d));
@@ -232,12 +247,12 @@ TORCHTPU_LOWERINGS(reduction) {
   register_lowering({"var.correction", "var.correction_out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     return V{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};
-  }, {{2}});
+  }, floating_moments());
   register_lowering({"std.correction", "std.correction_out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     Value v = variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2));
     return V{finish(c, c.b.unary(UnaryOp::kSqrt, v))};
-  }, {{2}});
+  }, floating_moments());
   register_lowering({"any", "any.all_out"}, boolean_reduce(BinaryOp::kOr, kAll));
   register_lowering({"any.dim", "any.out", "any.dims", "any.dims_out"}, boolean_reduce(BinaryOp::kOr, 1));
   register_lowering({"all", "all.all_out"}, boolean_reduce(BinaryOp::kAnd, kAll));

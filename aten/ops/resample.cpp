@@ -303,7 +303,7 @@ TORCHTPU_LOWERINGS(resample) {
     Value x = c.in(0);
     std::vector<int64_t> dims;
     for (int64_t d : c.int_list(1)) dims.push_back(d < 0 ? d + x.type.rank() : d);
-    return V{dims.empty() ? x : c.b.reverse(x, dims)};
+    return V{dims.empty() || x.type.rank() == 0 ? x : c.b.reverse(x, dims)};  // a 0-d tensor is its own flip
   });
   register_lowering({"reflection_pad1d", "reflection_pad1d.out", "reflection_pad2d", "reflection_pad2d.out",
                      "reflection_pad3d", "reflection_pad3d.out"}, reflection_pad);

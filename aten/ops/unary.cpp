@@ -163,7 +163,7 @@ TORCHTPU_LOWERINGS(unary) {
                       return V{c.b.binary(BinaryOp::kComplex, re, c.b.unary(UnaryOp::kNegate, im))};
                     },
                     same_as_input);
-  register_lowering({"isnan"}, [](LoweringContext& c) {
+  register_lowering({"isnan", "isnan.out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     return V{c.b.compare(Compare::kNE, x, x)};
   });

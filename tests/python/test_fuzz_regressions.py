@@ -109,3 +109,72 @@ def test_the_most_negative_integer_divided_by_minus_one_wraps(mode):
         assert torch.remainder(a, b).tolist() == [0, 0, 1]
         assert torch.fmod(a, b).tolist() == [0, 0, -1]
         assert torch.div(a, b, rounding_mode="trunc").tolist() == [low, -7, -3]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda a, b: a - b.bool(), lambda a, b: a.bool() - True, lambda a, b: a @ b.long(),
+    lambda a, b: a.long().var(), lambda a, b: torch.masked_select(a, b.long()), lambda a, b: a[b],
+    lambda a, b: a.index_put_((b.long(),), b.long()),
+], ids=["sub bool", "sub True", "matmul dtypes", "var of ints", "int mask", "float index", "put dtype"])
+def test_argument_errors_cpu_raises(case, mode):
+    same_as_cpu(case, torch.ones(2, 2), torch.tensor([0.0, 1.0]), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda x, i: x.flip(0), lambda x, i: torch.masked_select(x, x > 0), lambda x, i: torch.cat([x, x]),
+    lambda x, i: x.index_select(0, i), lambda x, i: x.index_select(0, torch.cat([i, i])),
+    lambda x, i: torch.gather(x, 0, i + 1),
+], ids=["flip", "masked_select", "cat", "index_select", "index_select twice", "gather out of range"])
+def test_zero_dimensional_tensors(case, mode):
+    same_as_cpu(case, torch.tensor(5.0), torch.tensor(0), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda x: x[torch.zeros(0, dtype=torch.bool, device=x.device)], lambda x: x[torch.zeros(0, dtype=torch.long, device=x.device)],
+    lambda x: x[torch.zeros(2, dtype=torch.long, device=x.device)], lambda x: torch.cat([x, x], dim=-2),
+    lambda x: torch.gather(x.reshape(0, 1), 0, torch.zeros(0, 1, dtype=torch.long, device=x.device)),
+    lambda x: torch.gather(x.reshape(0, 1), 0, torch.zeros(1, 1, dtype=torch.long, device=x.device)),
+], ids=["empty mask", "no indices", "indices into size 0", "cat of legacy empties", "empty gather", "gather from size 0"])
+def test_empty_tensors(case, mode):
+    same_as_cpu(case, torch.ones(0), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gather_and_scatter_out_of_range_raise_runtime_error_as_on_cpu(mode):
+    x, bad = torch.arange(4.0).reshape(2, 2), torch.tensor([[0, 2]])
+    same_as_cpu(lambda x, i: torch.gather(x, 0, i), x, bad, mode=mode)
+    same_as_cpu(lambda x, i: x.clone().scatter_(0, i, 1.0), x, bad, mode=mode)
+    same_as_cpu(lambda x, i: x.clone().scatter_add_(0, i, x[:1]), x, bad, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_special_values(mode):
+    same_as_cpu(lambda a, b: torch.floor_divide(a, b), torch.tensor([inf, 5.0, -7.5, 7.0, 0.0]),
+                torch.tensor([1.0, -inf, 2.0, 0.0, -3.0]), mode=mode)
+    same_as_cpu(lambda a, b: torch.atan2(a, b), torch.tensor([0.0, -0.0, 0.0, -0.0]),
+                torch.tensor([0.0, 0.0, -0.0, -0.0]), mode=mode)
+    same_as_cpu(lambda a: torch.pow(a, True), torch.tensor([True, False]), mode=mode)
+    same_as_cpu(lambda a: a.clone().pow_(False), torch.tensor([True, False]), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_out_forms_run_on_the_device(mode, monkeypatch):
+    """The Tensor_out spellings of binary ops, isnan.out, the binary max/min and floor_divide_ have
+    lowerings: with fallbacks forbidden they still run (and an int result converts into a float out=)."""
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
+    a, b = torch.tensor([6, 3, -4]), torch.tensor([4, 2, 3])
+
+    def forms(a, b):
+        outs = [torch.empty(3, device=a.device) for _ in range(6)]
+        torch.bitwise_and(a, b, out=outs[0])
+        torch.eq(a, b, out=outs[1])
+        torch.fmod(a, b, out=outs[2])
+        torch.remainder(a, b, out=outs[3])
+        torch.isnan(a.float(), out=outs[4])
+        torch.max(a.float(), b.float(), out=outs[5])
+        return torch.stack(outs + [a.clone().floor_divide_(b).float(), torch.min(a, b).float()])
+
+    same_as_cpu(forms, a, b, mode=mode)
