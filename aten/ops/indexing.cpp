@@ -2,7 +2,9 @@
 // (index / index_put), cumulative sums, sort/topk, arange, constant padding.
 #include <cmath>
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index.h>
 #include <torch/library.h>
 
 #include "aten/lowering.h"
@@ -151,6 +153,14 @@ void check_not_empty_dim(const at::Tensor& self, int64_t dim, const at::Tensor& 
   std::string message = "index is out of bounds for dimension " + std::to_string(dim) + " with size 0";
   if (index_error) TORCH_CHECK_INDEX(false, message);
   TORCH_CHECK(false, message);
+}
+
+// The shape self[indices] has, from index's meta kernel (masks are integer indices by now).
+std::vector<int64_t> index_result_sizes(const at::Tensor& self, const c10::IValue& indices) {
+  c10::List<std::optional<at::Tensor>> list;
+  for (const c10::IValue& i : indices.toListRef())
+    list.push_back(i.isTensor() && i.toTensor().defined() ? std::optional<at::Tensor>(i.toTensor()) : std::nullopt);
+  return at::index(self, list).sizes().vec();
 }
 
 // As CPU: index tensors are integers or masks.
@@ -407,6 +417,9 @@ TORCHTPU_LOWERINGS(indexing) {
     const at::Tensor& values = args[2].toTensor();
     TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes ",
                 "match, got ", self.scalar_type(), " for the destination and ", values.scalar_type(), " for the source.");
+    std::vector<int64_t> indexed = index_result_sizes(self, args[1]);
+    TORCH_CHECK(at::is_expandable_to(values.sizes(), indexed), "shape mismatch: value tensor of shape ", values.sizes(),
+                " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(indexed));
   });
   register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put, index_put_options);
   // Low-precision floats accumulate in f32, as on CPU.

@@ -178,3 +178,13 @@ def test_out_forms_run_on_the_device(mode, monkeypatch):
         return torch.stack(outs + [a.clone().floor_divide_(b).float(), torch.min(a, b).float()])
 
     same_as_cpu(forms, a, b, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_index_put_values_must_broadcast_to_the_indexed_shape(mode):
+    def put(x, v):
+        x[torch.zeros(0, dtype=torch.long, device=x.device)] = v
+        return x
+
+    same_as_cpu(put, torch.ones(0, dtype=torch.long), torch.tensor([1, 2]), mode=mode)
+    same_as_cpu(put, torch.ones(3, 2), torch.ones(2), mode=mode)
