@@ -360,7 +360,13 @@ Destinations destinations(const c10::FunctionSchema& schema, const std::vector<c
     for_each_tensor(meta.args[i], [&](const at::Tensor& t) { metas.push_back(t); });
     size_t k = 0;
     for_each_tensor(args[i], [&](const at::Tensor& t) {
-      if (t.sizes() != metas[k].sizes()) t.resize_(metas[k].sizes());
+      if (t.sizes() != metas[k].sizes()) {
+        // As CPU's TensorIterator: an out= that is also an input cannot grow to the result.
+        for (size_t j = 0; j < args.size(); ++j)
+          TORCH_CHECK(j == i || !args[j].isTensor() || !args[j].toTensor().is_same(t), "output with shape ",
+                      t.sizes(), " doesn't match the broadcast shape ", metas[k].sizes());
+        t.resize_(metas[k].sizes());
+      }
       d.tensors.push_back(t);
       d.wanted.push_back(true);
       ++k;
@@ -407,11 +413,15 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
                  const std::vector<c10::IValue>& args, const MetaResult& meta, const Destinations& d,
                  int device) {
   // Empty results are all there is to compute (and XLA rejects some ops on empty operands, such
-  // as a gather from a dimension of size 0).
-  if (!d.tensors.empty() && std::all_of(d.tensors.begin(), d.tensors.end(), [](const at::Tensor& t) {
-        return t.numel() == 0;
-      }))
-    return;
+  // as a gather from a dimension of size 0), unless the op checks indices that are there.
+  auto empty = [](const at::Tensor& t) { return t.numel() == 0; };
+  bool indices_to_check = false;
+  if (entry.options.device_check)
+    for (const c10::IValue& a : args)
+      for_each_tensor(a, [&](const at::Tensor& t) {
+        indices_to_check |= t.defined() && !t.is_floating_point() && !t.is_complex() && !empty(t);
+      });
+  if (!d.tensors.empty() && std::all_of(d.tensors.begin(), d.tensors.end(), empty) && !indices_to_check) return;
   Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
   if (entry.options.random) add_rng_state(in, args, device);
   hlo::Builder::Precision precision = hlo::Builder::Precision::kHighest;
@@ -487,15 +497,21 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
 
 // CPU refuses a write whose destination overlaps itself (an expanded tensor) or partly overlaps an
 // input (a.add_(a.t()), a[1:].copy_(a[:-1])): the result would depend on the order of the writes.
-// A destination that is exactly an input (x.add_(x)) is fine. Tensor lists (foreach) are not checked.
-void check_no_overlap(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+// A destination that is exactly an input (x.add_(x)) is fine, except for ops that are `no_aliasing`
+// (indexing ops), whose tensor-list inputs (cat's) are checked too. Written lists (foreach) are not.
+void check_no_overlap(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args, bool no_aliasing) {
   for (size_t w = 0; w < args.size(); ++w) {
     if (!is_written(schema.arguments()[w]) || !args[w].isTensor()) continue;
     const at::Tensor& out = args[w].toTensor();
     at::assert_no_internal_overlap(out);
-    for (size_t i = 0; i < args.size(); ++i)
-      if (i != w && args[i].isTensor() && args[i].toTensor().defined())
-        at::assert_no_partial_overlap(out, args[i].toTensor());
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (i == w) continue;
+      for_each_tensor(args[i], [&](const at::Tensor& in) {
+        if (!in.defined()) return;
+        if (no_aliasing) at::assert_no_overlap(out, in);
+        else if (args[i].isTensor()) at::assert_no_partial_overlap(out, in);
+      });
+    }
   }
 }
 
@@ -511,7 +527,7 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
   std::shared_ptr<const MetaResult> meta = output_metadata(op, entry, name, args);
-  check_no_overlap(schema, args);
+  check_no_overlap(schema, args, entry.options.no_aliasing);
   int device = device_of(args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   Destinations d = destinations(schema, args, *meta, device);

@@ -128,6 +128,9 @@ struct LoweringOptions {
   // The output shape depends on Scalar values (arange): they join the output-metadata cache key
   // but stay runtime inputs of the program.
   bool shape_from_scalars = false;
+  // Written arguments may not share memory with any input, not even as the same view (CPU's cat,
+  // gather, index_select, index_put and scatter raise; element-wise ops only refuse partial overlap).
+  bool no_aliasing = false;
   // A matmul or convolution: the float32 precision in force when it is called
   // (torch.set_float32_matmul_precision, torch.tpu.precision) joins its key; see precision().
   bool matmul = false;
@@ -149,10 +152,12 @@ inline LoweringOptions checked(const char* message) {
   o.device_check = message;
   return o;
 }
-// gather/scatter-style: CPU raises RuntimeError for their out-of-range indices.
+// gather/scatter-style: CPU raises RuntimeError for their out-of-range indices, and refuses any
+// sharing of memory between the destination and the inputs.
 inline LoweringOptions checked_runtime(const char* message) {
   LoweringOptions o = checked(message);
   o.device_check_runtime_error = true;
+  o.no_aliasing = true;
   return o;
 }
 inline LoweringOptions with_meta(MetaFn meta) {

@@ -303,7 +303,9 @@ TORCHTPU_LOWERINGS(binary) {
     if (c.has(1)) x = nan_extreme(c.b, BinaryOp::kMaximum, x, c.in_b(1));
     if (c.has(2)) x = nan_extreme(c.b, BinaryOp::kMinimum, x, c.in_b(2));
     return V{x};
-  });
+  }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
+    TORCH_CHECK(!args[1].isNone() || !args[2].isNone(), "torch.clamp: At least one of 'min' or 'max' must not be None");
+  })));
   register_with_variants("clamp_min", {"", "Tensor"}, nan_propagating(BinaryOp::kMaximum));
   register_with_variants("clamp_max", {"", "Tensor"}, nan_propagating(BinaryOp::kMinimum));
   // PyTorch's lerp: weight < 0.5 ? start + w * (end - start) : end - (end - start) * (1 - w).

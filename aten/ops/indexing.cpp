@@ -155,6 +155,14 @@ void check_not_empty_dim(const at::Tensor& self, int64_t dim, const at::Tensor& 
   TORCH_CHECK(false, message);
 }
 
+// The op's dimension argument `i` checked as CPU checks it (IndexError out of range), before
+// PyTorch's meta kernel (some assert instead, some skip the check).
+MetaFn dim_checked(size_t i) {
+  return checked_meta([i](const std::vector<c10::IValue>& args) {
+    if (args[i].isInt()) c10::maybe_wrap_dim(args[i].toInt(), args[0].toTensor().dim());
+  });
+}
+
 // The shape self[indices] has, from index's meta kernel (masks are integer indices by now).
 std::vector<int64_t> index_result_sizes(const at::Tensor& self, const c10::IValue& indices) {
   c10::List<std::optional<at::Tensor>> list;
@@ -181,9 +189,16 @@ void check_indices(const at::Tensor& self, const c10::IValue& indices) {
 // index_select of a 0-d tensor takes exactly one index, as CPU checks.
 LoweringOptions index_select_options() {
   LoweringOptions o = checked("index out of range in self");
+  o.no_aliasing = true;
   o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     int64_t n = args[2].toTensor().numel();
-    check_not_empty_dim(args[0].toTensor(), args[1].toInt(), args[2].toTensor(), false);
+    const at::Tensor& self = args[0].toTensor();
+    int64_t dim = c10::maybe_wrap_dim(args[1].toInt(), self.dim());  // IndexError first, as CPU
+    if (n > 0 && self.dim() > 0 && self.size(dim) == 0) {
+      // CPU's two kernels word (and class) this differently
+      TORCH_CHECK_INDEX(self.dim() > 1, "index out of range in self");
+      TORCH_CHECK(false, "index_select(): self indexing axis dim should be positive");
+    }
     TORCH_CHECK(args[0].toTensor().dim() > 0 || n == 1, "index_select(): Index to scalar can have only 1 value, got ",
                       n, " value(s)");
   });
@@ -344,12 +359,16 @@ TORCHTPU_LOWERINGS(indexing) {
         parts.push_back(cast(c.b, v, c.out().dtype));
     if (parts.empty() || c.out().element_count() == 0) return V{c.b.constant(0, c.out())};
     return V{c.b.concatenate(parts, dim)};
-  }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
-    const auto& tensors = args[0].toListRef();
-    for (size_t i = 0; i < tensors.size(); ++i)
-      TORCH_CHECK(tensors[i].toTensor().dim() > 0, "zero-dimensional tensor (at position ", i,
-                  ") cannot be concatenated");
-  })));
+  }, [] {
+    LoweringOptions o = with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
+      const auto& tensors = args[0].toListRef();
+      for (size_t i = 0; i < tensors.size(); ++i)
+        TORCH_CHECK(tensors[i].toTensor().dim() > 0, "zero-dimensional tensor (at position ", i,
+                    ") cannot be concatenated");
+    }));
+    o.no_aliasing = true;
+    return o;
+  }());
   register_lowering({"index_select", "index_select.out"}, [](LoweringContext& c) {
     Value self = c.raw(0);
     int64_t rank = self.type.rank();
@@ -409,6 +428,7 @@ TORCHTPU_LOWERINGS(indexing) {
   });
   register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, index_options);
   LoweringOptions index_put_options = checked("index out of range in self");
+  index_put_options.no_aliasing = true;
   index_put_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     const at::Tensor& self = args[0].toTensor();
     int64_t dims = self.dim(), indices = static_cast<int64_t>(args[1].toListRef().size());
@@ -438,13 +458,13 @@ TORCHTPU_LOWERINGS(indexing) {
     if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
     auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(2).toInt(), x.type.rank()), c.arg(3).toBool());
     return V{values, indices};
-  });
+  }, with_meta(dim_checked(2)));
   register_lowering({"sort", "sort.values"}, [](LoweringContext& c) {
     Value x = c.raw(0);  // (self, dim, descending)
     if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
     auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), c.arg(2).toBool());
     return V{values, indices};
-  });
+  }, with_meta(dim_checked(1)));
   register_lowering({"topk", "topk.values"}, [](LoweringContext& c) {
     Value x = c.raw(0);  // (self, k, dim, largest, sorted)
     if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
@@ -453,7 +473,7 @@ TORCHTPU_LOWERINGS(indexing) {
     std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
     limit[dim] = k;
     return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
-  });
+  }, with_meta(dim_checked(2)));
   // linspace(start, end, steps): both halves count from their own end, as PyTorch does, with
   // start and end in the output dtype and the arithmetic in it too (double for integer outputs).
   register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {

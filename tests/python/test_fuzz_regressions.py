@@ -188,3 +188,21 @@ def test_index_put_values_must_broadcast_to_the_indexed_shape(mode):
 
     same_as_cpu(put, torch.ones(0, dtype=torch.long), torch.tensor([1, 2]), mode=mode)
     same_as_cpu(put, torch.ones(3, 2), torch.ones(2), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda x, i: torch.cat([x, x], out=x), lambda x, i: torch.gather(x, 0, i, out=x),
+    lambda x, i: x.index_put_((i,), x), lambda x, i: x.scatter_add_(0, i, x),
+    lambda x, i: torch.index_select(x, 0, i, out=x), lambda x, i: torch.add(x[:1], x, out=x[:1]),
+], ids=["cat", "gather", "index_put_", "scatter_add_", "index_select", "out= that must grow"])
+def test_indexing_ops_refuse_a_destination_that_is_an_input(case, mode):
+    same_as_cpu(lambda x, i: case(x.clone(), i), torch.arange(3.0), torch.tensor([2, 0, 1]), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    lambda x: torch.topk(x, 1, dim=2), lambda x: torch.sort(x, dim=2), lambda x: torch.clamp(x),
+], ids=["topk", "sort", "clamp without bounds"])
+def test_bad_dimensions_and_bounds_raise_what_cpu_raises(case, mode):
+    same_as_cpu(case, torch.ones(3), mode=mode)
