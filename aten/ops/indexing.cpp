@@ -50,6 +50,7 @@ hlo::RegionBody replace() {
 // Scatters `updates` (shaped like index) into self at coordinates(index, dim).
 Value scatter_along(LoweringContext& c, const Value& self, int64_t dim, const Value& index,
                     const Value& updates, const hlo::RegionBody& combine) {
+  if (index.type.element_count() == 0) return self;  // nothing to scatter (CPU checks no shapes then)
   if (self.type.rank() == 0) {  // a 0-d tensor behaves as a 1-element vector
     Value r = scatter_along(c, c.b.reshape(self, {1}), 0, c.b.reshape(index, {index.type.element_count()}),
                             c.b.reshape(updates, {updates.type.element_count()}), combine);
@@ -65,6 +66,7 @@ Value scatter_along(LoweringContext& c, const Value& self, int64_t dim, const Va
 // src restricted to the index's shape (scatter only reads that corner of src).
 Value corner(LoweringContext& c, const Value& src, const Value& index) {
   if (src.type.dims == index.type.dims) return src;
+  if (index.type.element_count() == 0) return c.b.constant(0, {src.type.dtype, index.type.dims});
   return c.b.slice(src, std::vector<int64_t>(src.type.rank(), 0), index.type.dims,
                    std::vector<int64_t>(src.type.rank(), 1));
 }

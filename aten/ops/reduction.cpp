@@ -78,10 +78,11 @@ MetaFn nonempty_reduction(const char* op, size_t dims_arg, bool flat_is_index_er
       if (flat_is_index_error) TORCH_CHECK_INDEX(false, message);
       TORCH_CHECK(false, message, " Specify the reduction dim with the 'dim' argument.");
     }
-    for (int64_t d : dims)
-      if (x.dim() > 0)
-        TORCH_CHECK_INDEX(x.size(c10::maybe_wrap_dim(d, x.dim())) != 0, op, "(): Expected reduction dim ",
-                          c10::maybe_wrap_dim(d, x.dim()), " to have non-zero size.");
+    for (int64_t d : dims) {
+      int64_t wrapped = c10::maybe_wrap_dim(d, x.dim());  // IndexError for a bad dim, as CPU
+      TORCH_CHECK_INDEX(x.dim() == 0 || x.size(wrapped) != 0, op, "(): Expected reduction dim ", wrapped,
+                        " to have non-zero size.");
+    }
   });
 }
 
@@ -100,6 +101,8 @@ LoweringOptions floating_moments() {
 // PyTorch's meta kernel keeps a reduced dimension of size 1 (CPU drops it, as for any other size).
 std::vector<c10::IValue> vector_norm_meta(const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
   const at::Tensor& x = args[0].toTensor();
+  TORCH_CHECK(at::isFloatingType(x.scalar_type()) || at::isComplexType(x.scalar_type()),
+              "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ", x.scalar_type());
   std::vector<int64_t> dims = args[2].isNone() ? std::vector<int64_t>{} : args[2].toIntVector();
   bool keepdim = args[3].toBool();
   std::vector<bool> reduced(x.dim(), dims.empty());

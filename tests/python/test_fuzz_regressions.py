@@ -206,3 +206,11 @@ def test_indexing_ops_refuse_a_destination_that_is_an_input(case, mode):
 ], ids=["topk", "sort", "clamp without bounds"])
 def test_bad_dimensions_and_bounds_raise_what_cpu_raises(case, mode):
     same_as_cpu(case, torch.ones(3), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scatter_with_no_indices_and_norms_of_integers(mode):
+    same_as_cpu(lambda x, src: x.clone().scatter_add_(0, torch.zeros(0, dtype=torch.long, device=x.device), src),
+                torch.ones(2), torch.ones(2, 2), mode=mode)
+    same_as_cpu(lambda x: torch.linalg.vector_norm(x, dim=0), torch.tensor(3), mode=mode)
+    same_as_cpu(lambda x: x.argmax(1), torch.tensor(3.0), mode=mode)
