@@ -199,6 +199,14 @@ class Cache {
     return (worker_busy_ ? 1 : 0) + waited_compiles_;
   }
 
+  // The last word at exit(): compiles started after Python's exit handlers (a process group's
+  // shutdown, say) still run on their threads, and the plugin's static state must outlive them.
+  void finish_at_exit() {
+    drop_queued();
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return !worker_busy_ && waited_compiles_ == 0; });
+  }
+
   CacheStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
@@ -371,7 +379,12 @@ class Cache {
 };
 
 Cache& cache() {
-  static auto* c = new Cache;  // never destroyed: the background worker may still use it at exit
+  static auto* c = [] {
+    auto* created = new Cache;  // never destroyed: the background worker may still use it at exit
+    // Registered after the plugin was loaded, so it runs before the plugin's static destructors.
+    std::atexit([] { cache().finish_at_exit(); });
+    return created;
+  }();
   return *c;
 }
 

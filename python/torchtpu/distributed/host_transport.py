@@ -23,9 +23,9 @@ class _Staging:
     """Host copies of one collective's tensors: inputs read now, outputs written back when gloo
     is done (on gloo's thread, through the Work's future: backward goes on meanwhile)."""
 
-    def __init__(self, give):
+    def __init__(self, handed):
         self.writes = []  # (output tensor, the host tensor gloo writes; the same for CPU tensors)
-        self.give = give  # registers a tensor handed to gloo (see _Handed)
+        self.give, self.give_future = handed.give, handed.give_future  # see _Handed
 
     def read(self, t):
         return self.give(t if t.device.type == "cpu" else t.detach().cpu())
@@ -55,7 +55,7 @@ class _Staging:
             done.wait()  # raises gloo's error; Work.wait() names the collective
             self._copy_back(divide_by)
             return [t for t, _ in self.writes]
-        return done.then(copy_back)
+        return self.give_future(done.then(copy_back))
 
     def finish(self, work, where, divide_by=None):
         """Completion at wait(), for gloo work without a future."""
@@ -74,23 +74,33 @@ class _Handed:
     gloo drops its references on its own thread after a collective; if that is the last
     reference to a tensor made in Python, freeing it takes the GIL, which kills the thread (and the
     process, with "terminate called without an active exception") when the interpreter is exiting.
-    Holding them until gloo is done makes the last release ours; ``drain`` runs at group shutdown
-    and at exit."""
+    Holding them until gloo is done makes the last release ours; the same goes for the result
+    callbacks gloo's thread runs (and then frees): ``drain`` waits for both, at group shutdown and
+    at exit."""
 
     def __init__(self):
         self.tensors = []  # (tensor, its use count before gloo took it)
+        self.futures = []  # results copied back by callbacks on gloo's thread
 
     def give(self, t):
         self.tensors.append((t, t._use_count()))
         return t
+
+    def give_future(self, f):
+        """A callback gloo's thread runs; its Python objects are freed there too, after it ran."""
+        self.futures = [g for g in self.futures if not g.done()] + [f]
+        return f
 
     def prune(self):
         self.tensors = [(t, n) for t, n in self.tensors if t._use_count() > n]
 
     def drain(self, seconds=5.0):
         deadline = time.monotonic() + seconds
-        while self.tensors and time.monotonic() < deadline:
+        while (self.tensors or self.futures) and time.monotonic() < deadline:
             self.prune()
+            if self.futures and all(f.done() for f in self.futures):
+                time.sleep(0.01)  # gloo's thread frees the callbacks right after running them
+                self.futures = []
             time.sleep(0.001)
 
 
@@ -106,7 +116,7 @@ class HostTransport:
         self.handed.prune()
         if where.name not in ("send", "recv") and dist.get_debug_level() == dist.DebugLevel.DETAIL:
             self._check_same_call(where)
-        return _Staging(self.handed.give)
+        return _Staging(self.handed)
 
     def _check_same_call(self, where, width=512):
         """TORCH_DISTRIBUTED_DEBUG=DETAIL: every rank's call must match, as PyTorch's debug wrapper checks."""
