@@ -506,12 +506,16 @@ void check_no_overlap(const c10::FunctionSchema& schema, const std::vector<c10::
     at::assert_no_internal_overlap(out);
     for (size_t i = 0; i < args.size(); ++i) {
       if (i == w) continue;
+      if (!no_aliasing) {  // the common case: one cheap test per tensor argument
+        if (args[i].isTensor() && args[i].toTensor().defined()) at::assert_no_partial_overlap(out, args[i].toTensor());
+        continue;
+      }
+      const std::string& name = schema.arguments()[i].name();
+      bool index = name == "index" || name == "indices";  // CPU lets an index be the out= (gather)
       for_each_tensor(args[i], [&](const at::Tensor& in) {
         bool legacy_empty = !args[i].isTensor() && in.dim() == 1 && in.numel() == 0;  // cat skips these
         if (!in.defined() || legacy_empty) return;
-        const std::string& name = schema.arguments()[i].name();
-        bool index = name == "index" || name == "indices";  // CPU lets an index be the out= (gather)
-        if (no_aliasing && !index) at::assert_no_overlap(out, in);
+        if (!index) at::assert_no_overlap(out, in);
         else if (args[i].isTensor()) at::assert_no_partial_overlap(out, in);
       });
     }
