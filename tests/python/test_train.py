@@ -201,3 +201,26 @@ def test_command_line_config_error_exits_2(tmp_path):
     done = run_cli(str(config))
     assert done.returncode == 2
     assert "unknown key 'train.evel_every'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ddp_and_fsdp_under_torchrun_match_cpu(tmp_path):
+    """Two ranks under torchrun: DDP on tpu (tpu_dist) gives the losses DDP on CPU (gloo) gives,
+    and FSDP2 on tpu the same again; gradient accumulation uses no_sync."""
+    import os
+    config = tmp_path / "tiny.yaml"
+    raw = {**TINY, "train": {**TINY["train"], "steps": 3, "grad_accum": 2, "eval_every": 3},
+           "sample": {"tokens": 2}}
+    config.write_text(yaml.safe_dump(raw))
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    runs = {"ddp": ("ddp", "tpu"), "ddp_cpu": ("ddp", "cpu"), "fsdp": ("fsdp", "tpu")}
+    for name, (strategy, device) in runs.items():
+        done = subprocess.run(
+            [torchrun, "--standalone", "--nproc_per_node=2", "-m", "torchtpu.train", str(config),
+             "--set", f"train.strategy={strategy}", "--set", f"device={device}",
+             "--set", f"run_dir={tmp_path / name}"],
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("ddp", "fsdp"):
+        torch.testing.assert_close(losses(tmp_path / name), losses(tmp_path / "ddp_cpu"), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(losses(tmp_path / name, "eval/loss"),
+                                   losses(tmp_path / "ddp_cpu", "eval/loss"), rtol=1e-4, atol=1e-5)

@@ -123,8 +123,9 @@ class Trainer:
             if end < c.train.steps:
                 return result
             log.end_progress()
-            if self.dist.is_main:
+            if self.dist.is_main or self.dist.strategy == "fsdp":  # FSDP: every rank's shards take part
                 result["sample"] = self.sample(self.dist.unwrap(wrapped).eval())
+            if self.dist.is_main:
                 if result["sample"] is not None:
                     log.write(f"\nsample after {c.train.steps} steps:\n{result['sample']}\n")
                 result["plot"] = log.plot(self.run_dir / "loss.png", self._history(log))
