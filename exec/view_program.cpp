@@ -29,10 +29,23 @@ Value as_dtype(Builder& b, const Value& v, DType to) {
     Value im = b.reshape(b.slice(pairs, {0, 1}, {n / 2, 2}, {1, 1}), {n / 2});
     return b.binary(hlo::BinaryOp::kComplex, re, im);
   }
-  if (element_size(from) != element_size(to) || is_complex(from) || is_complex(to))
-    throw std::invalid_argument(std::string("cannot view ") + std::string(dtype_name(from)) +
-                                " storage as " + std::string(dtype_name(to)));
-  return b.bitcast_convert(v, to);
+  // Complex and another type: through the complex type's interleaved real parts.
+  if (is_complex(from)) return as_dtype(b, as_dtype(b, v, complex_part(from)), to);
+  if (is_complex(to)) return as_dtype(b, as_dtype(b, v, complex_part(to)), to);
+  if (from == DType::kBool || to == DType::kBool) return b.convert(v, to);  // bools are 0/1 bytes
+  int64_t from_size = static_cast<int64_t>(element_size(from));
+  int64_t to_size = static_cast<int64_t>(element_size(to));
+  if (from_size >= to_size) return b.reshape(b.bitcast_convert(v, to), {n * (from_size / to_size)});
+  // A wider view of narrower storage (bytes seen as float32, as torch.load rebuilds storages).
+  int64_t parts = to_size / from_size;
+  if (n % parts != 0)
+    throw std::invalid_argument(std::string("cannot view ") + std::to_string(n) + " " +
+                                std::string(dtype_name(from)) + " elements as " + std::string(dtype_name(to)));
+  return b.bitcast_convert(b.reshape(v, {n / parts, parts}), to);
+}
+
+bool same_layout(DType a, DType b) {
+  return is_complex(a) == is_complex(b) && element_size(a) == element_size(b);
 }
 
 // Flat storage index of every view element, as a [numel, 1] s64 tensor (row-major view order).
@@ -120,7 +133,7 @@ Value read_view(Builder& b, const Value& flat, const View& view) {
 Value write_view(Builder& b, const Value& flat, const View& view, const Value& value) {
   int64_t numel = view.numel();
   if (numel == 0) return flat;
-  if (is_complex(flat.type.dtype) != is_complex(view.dtype)) {  // write through view_as_real/complex
+  if (!same_layout(flat.type.dtype, view.dtype)) {  // through view_as_real/complex, or bytes
     Value as_view_type = as_dtype(b, flat, view.dtype);
     return as_dtype(b, write_view(b, as_view_type, view, value), flat.type.dtype);
   }

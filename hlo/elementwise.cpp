@@ -85,10 +85,18 @@ Value Builder::convert(const Value& x, DType to) {
 }
 
 Value Builder::bitcast_convert(const Value& x, DType to) {
-  // Only same-width bitcasts: the result keeps the operand's shape.
-  require(element_size(x.type.dtype) == element_size(to),
-          "bitcast_convert between element types of different width");
-  return emit1("stablehlo.bitcast_convert", {x}, x.type.with_dtype(to));
+  // Between widths, as StableHLO defines it: to a narrower type the result gains a last dimension
+  // of (wide / narrow) parts; to a wider type the operand's last dimension holds those parts.
+  size_t from_size = element_size(x.type.dtype), to_size = element_size(to);
+  std::vector<int64_t> dims = x.type.dims;
+  if (from_size > to_size) {
+    dims.push_back(static_cast<int64_t>(from_size / to_size));
+  } else if (from_size < to_size) {
+    require(!dims.empty() && dims.back() == static_cast<int64_t>(to_size / from_size),
+            "bitcast_convert to a wider type needs a last dimension of (wide / narrow) parts");
+    dims.pop_back();
+  }
+  return emit1("stablehlo.bitcast_convert", {x}, TensorType{to, dims});
 }
 
 }  // namespace torchtpu::hlo

@@ -45,26 +45,14 @@ if [ "$WITH_TORCH_XLA" = 1 ] && [ ! -x .venv-torch-xla/bin/python ]; then
   python3 -m venv .venv-torch-xla
   .venv-torch-xla/bin/python -m pip install -q -r benchmarks/requirements-torch-xla.txt
 fi
-# Make `import torchtpu` work from anywhere inside the environment (an in-tree, editable install).
+# torchtpu itself, as an editable install (pyproject.toml: scikit-build-core runs CMake and Ninja
+# in build/, which also holds the C++ tests): `import torch` then loads it (autoload entry point),
+# torch.compile finds backend="tpu", and `torchtpu-train` is on the PATH. Python edits take effect
+# at once; C++ edits need this again (or `cmake --build build`).
+step "building and installing torchtpu (pip install -e .)"
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$ROOT/python" > "$site/torchtpu.pth"
-# Its package metadata: the entry point through which torch.compile finds backend="tpu". The
-# autoload entry point (`import torch` imports torchtpu) is added once the extension is built:
-# until then importing torch would fail on it.
-meta="$site/torchtpu-0.1.0.dist-info"
-mkdir -p "$meta"
-printf 'Metadata-Version: 2.1\nName: torchtpu\nVersion: 0.1.0\n' > "$meta/METADATA"
-dynamo_entry='[torch_dynamo_backends]\ntpu = torchtpu.compile:backend\n'
-printf "$dynamo_entry" > "$meta/entry_points.txt"
-
-# C++ build: runtime, emitter, executor, tests, and the torchtpu._C extension.
-if [ ! -f build/build.ninja ]; then
-  step "configuring the build"
-  cmake -S . -B build -G Ninja -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
-fi
-step "building"
-cmake --build build
-printf "$dynamo_entry"'[torch.backends]\ntorchtpu = torchtpu:_autoload\n' > "$meta/entry_points.txt"
+rm -rf "$site/torchtpu.pth" "$site/torchtpu-0.1.0.dist-info"  # what earlier versions of this script wrote
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
 
 step "running examples/quickstart.py"
 .venv/bin/python examples/quickstart.py

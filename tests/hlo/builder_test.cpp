@@ -118,6 +118,15 @@ TEST(Builder, IntegerConstantsSaturate) {
   EXPECT_THROW(b.constant(NAN, {DType::kS32, {}}), std::invalid_argument);
 }
 
+TEST(Builder, BitcastBetweenWidthsAddsOrTakesTheLastDimension) {
+  Builder b;
+  Value words = b.parameter({DType::kF32, {3}});
+  EXPECT_EQ(b.bitcast_convert(words, DType::kU8).type.dims, (std::vector<int64_t>{3, 4}));
+  Value bytes = b.parameter({DType::kU8, {3, 4}});
+  EXPECT_EQ(b.bitcast_convert(bytes, DType::kF32).type.dims, (std::vector<int64_t>{3}));
+  EXPECT_THROW(b.bitcast_convert(b.parameter({DType::kU8, {3, 2}}), DType::kF32), std::exception);
+}
+
 TEST(Builder, ComplexAndUnsignedTypes) {
   EXPECT_EQ((TensorType{DType::kC64, {2}}.str()), "tensor<2xcomplex<f32>>");
   EXPECT_EQ((TensorType{DType::kU8, {}}.str()), "tensor<ui8>");

@@ -541,3 +541,30 @@ def test_inplace_result_that_does_not_fit_self_raises_as_on_cpu():
     x = torch.tensor([3, 4], dtype=torch.int16, device="tpu")
     x.add_(1)
     assert x.cpu().tolist() == [4, 5]
+
+
+# ---- storages seen as bytes: copy.deepcopy, storage clones, views of another width ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64,
+                                   torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128])
+def test_deepcopy_and_storage_bytes_match_cpu(dtype, no_fallbacks):
+    """copy.deepcopy copies a tensor's storage as bytes (Lightning's checkpoint callback deep-copies
+    logged tensors): a float32 storage seen as uint8 must give the CPU's bytes."""
+    cpu = (torch.arange(6).reshape(2, 3) % 3).to(dtype)
+    copied = copy.deepcopy(cpu.to("tpu"))
+    assert copied.device.type == "tpu" and copied.dtype == dtype
+    assert torch.equal(copied.cpu(), cpu)
+    assert bytes(cpu.to("tpu").untyped_storage().clone().cpu()) == bytes(cpu.untyped_storage())
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.float16, torch.int32, torch.float64])
+def test_views_of_another_width_read_and_write_like_cpu(dtype, no_fallbacks):
+    cpu = torch.randn(8)
+    tpu = cpu.to("tpu")
+    assert torch.equal(tpu.view(dtype).cpu(), cpu.view(dtype))
+    expected = cpu.clone()
+    expected.view(dtype)[1] = 3
+    tpu.view(dtype)[1] = 3
+    assert torch.equal(tpu.cpu().view(torch.int32), expected.view(torch.int32))
+    complex_cpu = torch.randn(3, dtype=torch.complex64)
+    assert torch.equal(complex_cpu.to("tpu").view(torch.uint8).cpu(), complex_cpu.view(torch.uint8))
