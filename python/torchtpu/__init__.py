@@ -39,7 +39,7 @@ from .modes import eager_mode, get_eager_mode, mark_step, optimizer_step, set_ea
 get_eager_mode()  # a bad TORCHTPU_EAGER_MODE fails here, at import
 
 torch._register_device_module("tpu", device_module)
-from . import amp, backends, data, tensor_repr  # noqa: E402,F401  (torch.tpu.amp as torch.cuda.amp; torch.backends.tpu)
+from . import amp, backends, checkpoint, data, tensor_repr  # noqa: E402,F401  (torch.tpu.amp as torch.cuda.amp; torch.backends.tpu)
 
 backends.register()
 tensor_repr.register()
