@@ -28,9 +28,9 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    # "python-stdlib" builds a corpus from the Python standard library's source on this machine;
-    # otherwise a text file, or a glob of them. Text is tokenized as bytes (a vocabulary of 256).
-    text: str = "python-stdlib"
+    # "python-docstrings" or "python-stdlib": the Python standard library's docstrings or source
+    # on this machine; otherwise a text file, or a glob of them. Text is tokenized as bytes.
+    text: str = "python-docstrings"
     max_bytes: int = Field(4_000_000, gt=0)
     seq_len: int = Field(128, gt=1)
     batch_size: int = Field(16, gt=0)
@@ -66,7 +66,7 @@ class TrainConfig(_Section):
 
 
 class SampleConfig(_Section):
-    prompt: str = "def "
+    prompt: str = "The "
     tokens: int = Field(200, ge=0)
     temperature: float = Field(0.8, gt=0)
     top_k: Optional[int] = Field(None, gt=0)

@@ -4,6 +4,7 @@ Batches are a pure function of (seed, step, micro-batch, rank): a resumed run dr
 batches the uninterrupted run would have, with no data-loader state in the checkpoint.
 """
 
+import ast
 import glob
 import sysconfig
 from pathlib import Path
@@ -14,19 +15,34 @@ VOCAB_SIZE = 256  # byte-level: every text is its UTF-8 bytes
 
 
 def read_corpus(text: str, max_bytes: int) -> torch.Tensor:
-    """The corpus as a uint8 tensor: "python-stdlib" (the standard library's sources, present on
-    every machine with Python) or the files matching a path or glob."""
-    files = _stdlib_files() if text == "python-stdlib" else sorted(glob.glob(text, recursive=True))
-    if not files:
-        raise FileNotFoundError(f"data.text: no files match '{text}'")
+    """The corpus as a uint8 tensor. Two corpora are on every machine with Python:
+    "python-docstrings" (the English prose of the standard library's docstrings) and
+    "python-stdlib" (its source code); anything else is a path or glob of text files."""
+    if text == "python-docstrings":
+        documents = (_docstrings(path) for path in _stdlib_files())
+    else:
+        files = _stdlib_files() if text == "python-stdlib" else sorted(glob.glob(text, recursive=True))
+        if not files:
+            raise FileNotFoundError(f"data.text: no files match '{text}'")
+        documents = (Path(path).read_bytes() for path in files)
     chunks, size = [], 0
-    for path in files:
-        data = Path(path).read_bytes()
+    for data in documents:
         chunks.append(data[: max_bytes - size])
         size += len(chunks[-1])
         if size >= max_bytes:
             break
     return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8)
+
+
+def _docstrings(path: str) -> bytes:
+    """Every docstring of a module (its own, its classes' and functions'), dedented."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return b""
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = [ast.get_docstring(node) for node in ast.walk(tree) if isinstance(node, kinds)]
+    return "".join(doc + "\n\n" for doc in docs if doc).encode()
 
 
 def _stdlib_files():
