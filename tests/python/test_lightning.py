@@ -64,11 +64,11 @@ class Regression(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.02, momentum=0.9)
 
 
-def _fit(accelerator, precision="32-true"):
+def _fit(accelerator, precision="32-true", **options):
     model = Regression()
+    options = {"logger": False, "enable_checkpointing": False, **options}
     trainer = pl.Trainer(max_steps=STEPS, accelerator=accelerator, devices=1, precision=precision,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+                         enable_progress_bar=False, enable_model_summary=False, **options)
     trainer.fit(model, _loader())
     return model, trainer
 
@@ -83,6 +83,17 @@ def test_trainer_matches_cpu():
     # Lightning moves the model back to the CPU at teardown; the trained weights agree too.
     for pt, pc in zip(tpu.parameters(), cpu.parameters()):
         torch.testing.assert_close(pt, pc, rtol=RTOL, atol=ATOL)
+
+
+def test_default_checkpointing_with_logged_metrics(tmp_path):
+    """ModelCheckpoint (on by default) deep-copies the logged tpu metrics; the checkpoint holds the
+    trained weights and loads on the CPU."""
+    model, _ = _fit("torchtpu", enable_checkpointing=True, default_root_dir=str(tmp_path))
+    saved, = tmp_path.rglob("*.ckpt")
+    state = torch.load(saved, map_location="cpu", weights_only=False)
+    assert state["global_step"] == STEPS
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(state["state_dict"][name], value.cpu(), rtol=0, atol=0)
 
 
 def test_trainer_bf16_mixed_autocasts_on_tpu():
