@@ -422,6 +422,8 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
         indices_to_check |= t.defined() && !t.is_floating_point() && !t.is_complex() && !empty(t);
       });
   if (!d.tensors.empty() && std::all_of(d.tensors.begin(), d.tensors.end(), empty) && !indices_to_check) return;
+  std::shared_ptr<const graph::Origin> origin = origin_of(name);
+  exec::TraceCause cause(origin.get());  // the scalar and RNG-state uploads below name the op's line
   Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
   if (entry.options.random) add_rng_state(in, args, device);
   hlo::Builder::Precision precision = hlo::Builder::Precision::kHighest;
@@ -467,7 +469,6 @@ void run_program(const Entry& entry, const std::string& name, const c10::Functio
     ok = std::make_shared<exec::BufferRef>(device, 1);
     outputs.push_back({ok.get(), {DType::kBool, {}, {}, 0}});
   }
-  std::shared_ptr<const graph::Origin> origin = origin_of(name);
   run_on_device({in.key, lower, in.operands, outputs, origin});
   if (ok) {
     std::vector<graph::ValuePtr> results;

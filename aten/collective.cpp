@@ -10,6 +10,7 @@
 
 #include "aten/collective.h"
 #include "aten/device.h"
+#include "aten/origin.h"
 #include "aten/tensor_operand.h"
 #include "exec/collective.h"
 
@@ -74,6 +75,7 @@ std::vector<at::Tensor> collective(const std::string& kind, const std::string& r
   std::vector<graph::ValuePtr> results;
   DType dtype = to_dtype(inputs[0].scalar_type());
   {
+    TracedLine line(what);  // a profiler's event names the user's line
     py::gil_scoped_release no_gil;
     translating_errors([&] { results = exec::run_collective(c, storages, dtype, what); }, what);
   }

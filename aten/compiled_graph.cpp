@@ -10,6 +10,7 @@
 
 #include "aten/compiled_graph.h"
 #include "aten/device.h"
+#include "aten/origin.h"
 #include "aten/tensor_operand.h"
 #include "exec/capture.h"
 
@@ -53,6 +54,7 @@ class CompiledGraph {
     std::vector<graph::ValuePtr> contents;
     std::vector<exec::GraphInput> bound = graph_inputs(inputs);
     {
+      TracedLine line(graph_->what());  // a profiler's event names the user's line
       py::gil_scoped_release no_gil;
       translating_errors([&] { contents = graph_->run(bound); }, graph_->what());
     }

@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "aten/origin.h"
 #include "exec/capture.h"
 #include "exec/metrics.h"
+#include "exec/trace.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -27,6 +29,20 @@ bool fallback_is_error() {
   return mode && std::strcmp(mode, "error") == 0;
 }
 
+// The fallback as a profiler sees it: its time on the host and the user's line, which its copies
+// to and from the CPU name too.
+void run_traced(const std::string& name, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  TracedLine line(name);
+  exec::TraceEvent event(exec::TraceEvent::Kind::kCpuFallback, "cpu fallback (" + name + ")");
+  event.location = exec::TraceCause::location();
+  event.correlation = exec::trace_correlation();
+  event.text = {{"op", name}};
+  event.start_ns = exec::trace_clock_ns();
+  at::native::cpu_fallback(op, stack);
+  event.end_ns = exec::trace_clock_ns();
+  exec::emit(std::move(event));
+}
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -42,6 +58,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               " has no tpu lowering and no CPU kernel to fall back to (PyTorch implements it for "
                               "CUDA only)");
   exec::record_fallback(name);
+  if (exec::tracing()) return run_traced(name, op, stack);
   at::native::cpu_fallback(op, stack);
 }
 

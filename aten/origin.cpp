@@ -99,6 +99,38 @@ std::string location_of(PyFrameObject* frame, std::string_view file) {
   return location;
 }
 
+bool is_named(PyFrameObject* frame, const char* name) {
+  PyCodeObject* code = PyFrame_GetCode(frame);
+  bool same = PyUnicode_CompareWithASCIIString(code->co_name, name) == 0;
+  Py_DECREF(code);
+  return same;
+}
+
+// The user's line on a thread waiting in autograd's backward() (or grad()): the innermost frame
+// outside torch on a stack that passes through _engine_run_backward. "" when none waits.
+std::string backward_caller() {
+  if (!Py_IsInitialized()) return "";
+  PyGILState_STATE gil = PyGILState_Ensure();
+  std::string caller;
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); t && caller.empty();
+       t = PyThreadState_Next(t)) {
+    std::string user;
+    bool in_backward = false;
+    PyFrameObject* frame = PyThreadState_GetFrame(t);
+    while (frame) {
+      std::string_view file = filename_of(frame);
+      if (user.empty() && !file.empty() && !is_internal(file)) user = location_of(frame, file);
+      in_backward = in_backward || is_named(frame, "_engine_run_backward");
+      PyFrameObject* back = PyFrame_GetBack(frame);
+      Py_DECREF(frame);
+      frame = back;
+    }
+    if (in_backward) caller = user;
+  }
+  PyGILState_Release(gil);
+  return caller;
+}
+
 }  // namespace
 
 std::shared_ptr<const graph::Origin> origin_of(const std::string& op) {
@@ -110,7 +142,16 @@ std::shared_ptr<const graph::Origin> origin_of(const std::string& op) {
     origin->location = location_of(frame, file);
     return true;
   });
+  // The autograd engine runs backward ops on a thread of its own, with no user frame. A profiler
+  // names the backward() call that caused them; finding it takes the GIL, so only then.
+  if (origin->location.empty() && exec::tracing()) origin->location = backward_caller();
   return origin;
+}
+
+TracedLine::TracedLine(const std::string& op) {
+  if (!exec::tracing()) return;
+  origin_ = origin_of(op);
+  cause_.emplace(origin_.get());
 }
 
 std::string sync_reason(const char* kind) {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "exec/trace.h"
 #include "graph/node.h"
 
 namespace torchtpu::aten {
@@ -14,5 +16,17 @@ std::shared_ptr<const graph::Origin> origin_of(const std::string& op);
 // Why the host is waiting for device data, from the Python stack: "print" (tensor printing),
 // "control flow" (a tensor used as a condition), else `kind` ("item", "cpu").
 std::string sync_reason(const char* kind);
+
+// While a profiler records, makes the user's line the cause of what this thread does until the
+// scope ends (copies, host reads, compiled graphs: see exec::TraceCause). Otherwise it does
+// nothing, since finding the line walks the Python stack.
+class TracedLine {
+ public:
+  explicit TracedLine(const std::string& op);
+
+ private:
+  std::shared_ptr<const graph::Origin> origin_;
+  std::optional<exec::TraceCause> cause_;
+};
 
 }  // namespace torchtpu::aten

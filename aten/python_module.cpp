@@ -11,6 +11,7 @@
 #include "aten/generator.h"
 #include "aten/kernel_call.h"
 #include "aten/lowering.h"
+#include "aten/profiler.h"
 #include "aten/tensor_operand.h"
 #include "exec/compile_cache.h"
 #include "exec/device_memory.h"
@@ -18,6 +19,7 @@
 #include "exec/executor.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
+#include "exec/trace.h"
 
 namespace py = pybind11;
 using namespace torchtpu;
@@ -132,10 +134,14 @@ PYBIND11_MODULE(_C, m) {
   aten::install_lowerings();
   m.def("_platform_info", &platform_info, "What the PJRT plugin reports about itself");
   m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
+  m.def("_is_available", &aten::is_available);
+  m.def("_is_initialized", &exec::client_started);
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
   m.def("_set_device", [](int index) { aten::set_current_device(static_cast<c10::DeviceIndex>(index)); });
   exec::set_warning_handler(warn_in_python);
   aten::install_interrupt_check();
+  aten::register_profiler();
+  m.def("_trace_events_emitted", &exec::trace_events_emitted, "Events handed to torch.profiler so far");
   m.def("_synchronize", [](int device, const std::string& reason) {
     without_gil([&] { aten::synchronize_device(device, reason); });
   });

@@ -192,7 +192,8 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
   for (size_t p : plan_.donatable)
     if (args[p].use_count() != 2 || args[p]->buffer().use_count() != 1) keep.push_back(static_cast<int64_t>(p));
   std::vector<graph::CheckPtr> inherited = unsettled_checks(args);
-  auto buffers = execute_program(*exe_, plan_.device, args, output_bytes(plan_), plan_.what, keep);
+  auto buffers = execute_program(*exe_, plan_.device, args, output_bytes(plan_), plan_.what, keep,
+                                 {"compiled graph", nullptr, nullptr, static_cast<int64_t>(plan_.num_ops)});
   std::vector<ValuePtr> results;
   for (size_t k = 0; k < buffers.size(); ++k) {
     results.push_back(std::make_shared<graph::DeviceValue>(plan_.device, plan_.result_dtypes[k], plan_.result_lengths[k]));
@@ -286,7 +287,8 @@ std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& output
     // This call's results (the storages already hold the window's pending values); the capture
     // still holds the inputs' old contents, so nothing is donated.
     std::vector<int64_t> keep(plan.donatable.begin(), plan.donatable.end());
-    produced = execute_program(*exe, plan.device, w.parameters(), output_bytes(plan), what, keep);
+    produced = execute_program(*exe, plan.device, w.parameters(), output_bytes(plan), what, keep,
+                               {"compiled graph", nullptr, nullptr, static_cast<int64_t>(plan.num_ops)});
   } catch (...) {
     restore_inputs(*c);
     throw;

@@ -22,6 +22,7 @@
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
 #include "exec/sha256.h"
+#include "exec/trace.h"
 #include "runtime/compile_options.h"
 
 #ifndef TORCHTPU_VERSION
@@ -169,17 +170,22 @@ class Cache {
     lock.unlock();
     std::string text = program();
     std::string pkey = persistent_key(text);
-    if (ExecutablePtr exe = load(pkey)) return remember(key, exe);
+    Job job{key, std::move(text), pkey, what};
+    if (tracing()) {
+      job.location = TraceCause::location();
+      job.correlation = trace_correlation();
+    }
+    if (ExecutablePtr exe = load(job)) return remember(key, exe);
     if (!wait) {
       lock.lock();
       compiling_.insert(key);
       stats_.background_pending++;
-      queue_.push_back({key, std::move(text), pkey, what});
+      queue_.push_back(std::move(job));
       ensure_worker();
       wakeup_.notify_one();
       return nullptr;
     }
-    return compile_on_a_thread(key, std::move(text), pkey, what);
+    return compile_on_a_thread(std::move(job));
   }
 
   void wait_for_background() {
@@ -235,7 +241,21 @@ class Cache {
  private:
   struct Job {
     std::string key, text, pkey, what;
+    std::string location;     // the user's line that needed the program, for a profiler,
+    int64_t correlation = 0;  // and the host op
   };
+
+  // Tells a profiler what the cache did for `job` from `start_ns` until now.
+  static void trace(TraceEvent::Kind kind, const Job& job, int64_t start_ns, const char* cache, const char* how) {
+    TraceEvent e(kind, kind == TraceEvent::Kind::kCompile ? "compile" : "load compiled program");
+    e.start_ns = start_ns;
+    e.end_ns = trace_clock_ns();
+    e.location = job.location;
+    e.correlation = job.correlation;
+    e.text = {{"cache", cache}, {"program", job.what}};
+    if (how) e.text.emplace_back("how", how);
+    emit(std::move(e));
+  }
 
   // A different key for an identity seen before is a recompilation: record what changed.
   void note_recompile(const std::string& key, const std::string& what, const std::string& identity) {
@@ -253,18 +273,22 @@ class Cache {
   }
 
   // From the persistent directory, else the shared one (copied into the persistent one).
-  ExecutablePtr load(const std::string& pkey) {
+  ExecutablePtr load(const Job& job) {
+    const std::string& pkey = job.pkey;
     for (DiskCache* tier : {&local_, &shared_}) {
       if (tier->dir().empty()) continue;
+      int64_t start = tracing() ? trace_clock_ns() : 0;
       std::optional<std::string> bytes = tier->load(pkey);
       if (!bytes) continue;
       try {
         auto exe = std::make_shared<runtime::Executable>(client().deserialize(*bytes));
+        const char* name = tier == &local_ ? "disk" : "shared";
         {
           std::lock_guard<std::mutex> lock(mu_);
-          stats_.hits[tier == &local_ ? "disk" : "shared"]++;
+          stats_.hits[name]++;
         }
         if (tier == &shared_) store(pkey, *bytes, /*shared_too=*/false);
+        if (start) trace(TraceEvent::Kind::kCacheLoad, job, start, name, nullptr);
         return exe;
       } catch (const std::exception& e) {
         warn("compile cache entry " + pkey + " in " + tier->dir() + " does not load (" + e.what() + "); recompiling");
@@ -279,15 +303,19 @@ class Cache {
     if (shared_too && !shared_.dir().empty()) shared_.store(pkey, bytes);
   }
 
-  ExecutablePtr compile_and_store(const std::string& text, const std::string& pkey, const std::string& what) {
+  // `how`: "background" (nobody waits) or "caller waits", for a profiler.
+  ExecutablePtr compile_and_store(const Job& job, const char* how) {
+    const std::string &text = job.text, &pkey = job.pkey, &what = job.what;
     if (const char* dump = std::getenv("TORCHTPU_DUMP_PROGRAMS"); dump && *dump) {
       std::error_code ignored;
       std::filesystem::create_directories(dump, ignored);
       std::ofstream(std::string(dump) + "/" + pkey + ".mlir") << "// " << what << "\n" << text;
     }
+    int64_t traced_start = tracing() ? trace_clock_ns() : 0;
     auto start = std::chrono::steady_clock::now();
     auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options()));
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (traced_start) trace(TraceEvent::Kind::kCompile, job, traced_start, "miss", how);
     record_compile(static_cast<int64_t>(seconds * 1e9));
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -301,8 +329,7 @@ class Cache {
 
   // Compiles on a thread of its own while the caller waits, so that Ctrl-C interrupts the wait;
   // an abandoned compile still finishes and lands in the memory tier.
-  ExecutablePtr compile_on_a_thread(const std::string& key, std::string text, const std::string& pkey,
-                                    const std::string& what) {
+  ExecutablePtr compile_on_a_thread(Job job) {
     struct Outcome {
       ExecutablePtr exe;
       std::exception_ptr error;
@@ -313,16 +340,16 @@ class Cache {
       std::lock_guard<std::mutex> lock(mu_);
       waited_compiles_++;
     }
-    std::thread([this, outcome, key, text = std::move(text), pkey, what] {
+    std::thread([this, outcome, job = std::move(job)] {
       ExecutablePtr exe;
       std::exception_ptr error;
       try {
-        exe = compile_and_store(text, pkey, what);
+        exe = compile_and_store(job, "caller waits");
       } catch (...) {
         error = std::current_exception();
       }
       std::lock_guard<std::mutex> lock(mu_);
-      if (exe) memory_.insert(key, exe);
+      if (exe) memory_.insert(job.key, exe);
       *outcome = {exe, error, true};
       waited_compiles_--;
       compiled_.notify_all();
@@ -352,7 +379,7 @@ class Cache {
       }
       ExecutablePtr exe;
       try {
-        exe = compile_and_store(job.text, job.pkey, job.what);
+        exe = compile_and_store(job, "background");
       } catch (const std::exception& e) {
         // The op-by-op path keeps working; the failure shows when the window runs synchronously.
         warn("background compile of " + job.what + " failed: " + e.what());

@@ -14,6 +14,7 @@
 #include "exec/metrics.h"
 #include "exec/op_record.h"
 #include "exec/runtime_context.h"
+#include "exec/trace.h"
 #include "graph/pending_graph.h"
 #include "runtime/error.h"
 
@@ -173,21 +174,22 @@ class DiscardUnmaterialized {
   const std::vector<NodePtr>& nodes_;
 };
 
-void execute(const Window& w, runtime::Executable& exe, const std::string& what) {
+void execute(const Window& w, runtime::Executable& exe, const std::string& what, const RunInfo& info) {
   int device = w.results().empty() ? 0 : w.results()[0]->device();
   size_t output_bytes = 0;
   for (const ValuePtr& r : w.results()) output_bytes += r->length() * element_size(r->dtype());
-  auto produced = execute_program(exe, device, w.parameters(), output_bytes, what);
+  auto produced = execute_program(exe, device, w.parameters(), output_bytes, what, {}, info);
   for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
 }
 
-// One node as its own program, from the single-op cache.
-void execute_single(const NodePtr& node) {
+// One node as its own program, from the single-op cache. `kind` tells a profiler why it runs alone.
+void execute_single(const NodePtr& node, const char* kind = "op") {
   Window w({node}, Window::Keep::kAlive);
   if (w.results().empty()) return;
+  TraceCause cause(node->origin.get());  // a compile it needs names the op's line
   std::string what = op_of(*node);
   auto exe = cached_executable(w.key(), [&] { return w.program_text(); }, what, identity_of({node}));
-  execute(w, *exe, what);
+  execute(w, *exe, what, {kind, node.get(), node.get()});
 }
 
 // True when a debug-mode NaN/Inf check finds a non-finite element in the flat value.
@@ -230,29 +232,34 @@ Deferred& deferred() {
 }
 
 // Runs a cut window: one program from the cache; in fused mode, on a miss, op by op from the
-// single-op cache while the window's program compiles in the background.
-void execute_window(std::vector<NodePtr> nodes, Mode m) {
+// single-op cache while the window's program compiles in the background. `reason`: why the
+// pending graph was cut here.
+void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reason) {
   DiscardUnmaterialized discard(nodes);
   if (nodes.size() == 1) return execute_single(nodes[0]);
   Window w(nodes, Window::Keep::kHeld);
   if (w.results().empty()) return;  // nothing anyone can observe
+  const graph::Origin* cut_at = TraceCause::current();  // the host read or op that cut the window
+  TraceCause cause(nodes.front()->origin.get());
   std::string what = describe(nodes);
   auto text = [&] { return w.program_text(); };
   std::shared_ptr<runtime::Executable> exe =
       m == Mode::kFused ? cached_executable_or_compile_async(w.key(), text, what, identity_of(nodes))
                         : cached_executable(w.key(), text, what, identity_of(nodes));
   if (exe) {
-    execute(w, *exe, what);
-    record_window(static_cast<int64_t>(nodes.size()));
+    const char* kind = m == Mode::kFused ? "fused window" : "lazy window";
+    int64_t ops = static_cast<int64_t>(nodes.size());
+    execute(w, *exe, what, {kind, nodes.front().get(), nodes.back().get(), ops, &reason, cut_at});
+    record_window(ops);
   } else {
     counters().op_by_op_windows++;
-    for (const NodePtr& n : nodes) execute_single(n);
+    for (const NodePtr& n : nodes) execute_single(n, "op (its fused window is compiling)");
   }
 }
 
-void flush_locked(Mode m) {
+void flush_locked(Mode m, const std::string& reason) {
   std::vector<NodePtr> nodes = deferred().graph.take();
-  if (!nodes.empty()) execute_window(std::move(nodes), m);
+  if (!nodes.empty()) execute_window(std::move(nodes), m, reason);
 }
 
 }  // namespace
@@ -282,9 +289,11 @@ std::optional<Mode> parse_mode(const std::string& name) {
 
 std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executable& exe, int device,
                                                               const std::vector<ValuePtr>& args, size_t output_bytes,
-                                                              const std::string& what, const std::vector<int64_t>& keep) {
+                                                              const std::string& what, const std::vector<int64_t>& keep,
+                                                              const RunInfo& info) {
   std::vector<const runtime::Buffer*> buffers;
   for (const ValuePtr& a : args) buffers.push_back(a->buffer().get());
+  int64_t dispatched = tracing() ? trace_clock_ns() : 0;
   runtime::ExecuteResult result;
   try {
     result = exe.execute_on(exec::device(device).raw(), buffers, keep);
@@ -292,6 +301,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executabl
     rethrow_memory_error(e, device, output_bytes, what);
   }
   counters().executions++;
+  if (dispatched) trace_execution(result.done[0], device, dispatched, what, info);
   pending_work().add(device, std::move(result.done[0]), what);
   std::vector<std::shared_ptr<runtime::Buffer>> buffers_out;
   for (runtime::Buffer& b : result.outputs[0]) buffers_out.push_back(std::make_shared<runtime::Buffer>(std::move(b)));
@@ -310,6 +320,7 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
       input_bytes += a->length() * element_size(a->dtype());
     }
   }
+  int64_t dispatched = tracing() ? trace_clock_ns() : 0;
   runtime::ExecuteResult result;
   try {
     result = exe.execute(buffers);
@@ -319,6 +330,7 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
   counters().executions++;
   std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> out(devices.size());
   for (size_t d = 0; d < devices.size(); ++d) {
+    if (dispatched) trace_execution(result.done[d], devices[d], dispatched, what, {"collective"});
     pending_work().add(devices[d], std::move(result.done[d]), what);
     for (runtime::Buffer& b : result.outputs[d]) out[d].push_back(std::make_shared<runtime::Buffer>(std::move(b)));
   }
@@ -326,6 +338,7 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
 }
 
 void run(const OpCall& call) {
+  TraceCause cause(call.origin.get());
   if (capturing()) {
     capture_node(record_op(call));
     counters().captured_ops++;
@@ -347,10 +360,10 @@ void run(const OpCall& call) {
   std::optional<int> device = deferred().graph.device();
   NodePtr node = record_op(call);
   int node_device = call.outputs.empty() ? 0 : call.outputs[0].storage->device();
-  if (device && *device != node_device) flush_locked(m);
+  if (device && *device != node_device) flush_locked(m, "device change");
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
   deferred().graph.append(std::move(node));
-  if (m == Mode::kFused && deferred().graph.size() >= max_window_ops()) flush_locked(m);
+  if (m == Mode::kFused && deferred().graph.size() >= max_window_ops()) flush_locked(m, "size limit");
 }
 
 void flush(const std::string& reason) {
@@ -358,7 +371,7 @@ void flush(const std::string& reason) {
   if (deferred().graph.size() == 0) return;
   record_cut(reason);
   Mode m = mode();
-  flush_locked(m == Mode::kLazy ? Mode::kLazy : Mode::kFused);
+  flush_locked(m == Mode::kLazy ? Mode::kLazy : Mode::kFused, reason);
 }
 
 size_t pending_ops() { return deferred().graph.size(); }
@@ -387,11 +400,13 @@ void raise_if_failed(const graph::DeviceValue& value) {
 void upload(BufferRef& storage, const void* data, DType dtype) {
   int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
   runtime::Buffer b;
+  int64_t start = tracing() ? trace_clock_ns() : 0;
   try {
     b = client().to_device(data, dtype, {length}, exec::device(storage.device()));
   } catch (const runtime::PjrtError& e) {
     rethrow_memory_error(e, storage.device(), storage.nbytes(), "a host-to-device copy");
   }
+  if (start) trace_copy(TraceEvent::Kind::kCopyToDevice, storage.device(), start, storage.nbytes());
   counters().bytes_to_device += storage.nbytes();
   auto value = std::make_shared<graph::DeviceValue>(storage.device(), dtype, length);
   value->materialize(std::make_shared<runtime::Buffer>(std::move(b)));
@@ -413,12 +428,18 @@ void download(const BufferRef& storage, void* dst, const std::string& reason) {
   }
   if (!value->is_materialized())
     throw ExecutionFailed("this tensor's contents were never computed: the op that produced them failed earlier");
+  int64_t start = 0;
   try {
+    if (tracing()) {  // the copy's own time, not the wait for the work that produces the data
+      value->buffer()->ready_event().await();
+      start = trace_clock_ns();
+    }
     value->buffer()->copy_to_host(dst, storage.nbytes());
   } catch (const runtime::PjrtError& e) {
     pending_work().wait(storage.device());  // name the failed op if that is what happened
     throw;
   }
+  if (start) trace_copy(TraceEvent::Kind::kCopyToHost, storage.device(), start, storage.nbytes(), reason);
   counters().bytes_to_host += storage.nbytes();
 }
 

@@ -14,6 +14,7 @@
 
 #include "exec/device_memory.h"  // OutOfDeviceMemory
 #include "exec/op_call.h"
+#include "exec/trace.h"
 #include "runtime/executable.h"
 
 namespace torchtpu::exec {
@@ -34,11 +35,11 @@ void run(const OpCall& call);
 // Dispatches a compiled program on `device` (asynchronously, tracked like every execution so that
 // a failure names `what`); returns its result buffers (`output_bytes`, their size, for errors).
 // `keep`: arguments the program may alias to a result that must not be donated (see
-// runtime::Executable::execute_on).
+// runtime::Executable::execute_on). `info` describes the run to a profiler (exec/trace.h).
 std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executable& exe, int device,
                                              const std::vector<graph::ValuePtr>& args,
                                              size_t output_bytes, const std::string& what,
-                                             const std::vector<int64_t>& keep = {});
+                                             const std::vector<int64_t>& keep = {}, const RunInfo& info = {});
 
 // Dispatches a program compiled for several devices: args[i] runs on device devices[i] (in the
 // executable's device order). Returns each device's result buffers, tracked like execute_program's.

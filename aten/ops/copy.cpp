@@ -57,6 +57,7 @@ at::Tensor upload_contiguous(const at::Tensor& cpu, c10::Device device) {
 // The tpu tensor `src` as a new contiguous host tensor of the same dtype. `kind` says why the
 // host reads it ("item", "cpu"), refined from the Python stack for the metrics.
 at::Tensor download_contiguous(const at::Tensor& src, const char* kind = "cpu") {
+  TracedLine line(kind);  // a profiler's copy event names the user's line
   at::Tensor dense = src;
   if (!spans_storage(src) || has_bits(src)) {
     dense = at::empty(src.sizes(), src.options());
@@ -78,6 +79,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst) {
+  TracedLine line("aten::copy_");  // a profiler's copy events name the user's line
   if (is_tpu(self) && is_tpu(dst)) {
     if (self.device() == dst.device()) {
       at::assert_no_internal_overlap(dst);  // as CPU's copy_: the result would depend on write order
