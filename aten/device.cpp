@@ -147,7 +147,7 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
 struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return device_count() > 0; }
+  bool isAvailable() const override { return is_available(); }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return device_count(); }
   void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
@@ -199,6 +199,12 @@ c10::DeviceIndex device_count() {
   } catch (const std::exception&) {
     return 0;  // no plugin: is_available() is False, and the first op says why
   }
+}
+
+bool is_available() {
+  // Before the runtime starts, a usable plugin on disk is the answer: asking for devices would
+  // load and initialize it (seconds on a GPU or TPU), which an availability probe must not do.
+  return exec::client_started() ? device_count() > 0 : exec::plugin_present();
 }
 
 c10::DeviceIndex current_device() { return current; }

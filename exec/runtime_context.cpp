@@ -1,8 +1,16 @@
 #include "exec/runtime_context.h"
 
+#include <atomic>
+#include <filesystem>
 #include <mutex>
 
+#include "runtime/plugin.h"
+
 namespace torchtpu::exec {
+
+namespace {
+std::atomic<bool> started{false};
+}  // namespace
 
 runtime::Client& client() {
   static std::mutex mu;
@@ -10,8 +18,21 @@ runtime::Client& client() {
   // a CUDA client then fails noisily. The OS reclaims everything.
   static runtime::Client* instance = nullptr;
   std::lock_guard<std::mutex> lock(mu);
-  if (!instance) instance = runtime::Client::create(runtime::Plugin::discover()).release();
+  if (!instance) {
+    instance = runtime::Client::create(runtime::Plugin::discover()).release();
+    started.store(true);
+  }
   return *instance;
+}
+
+bool client_started() { return started.load(); }
+
+bool plugin_present() {
+  try {
+    return std::filesystem::exists(runtime::find_plugin_path());
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 const runtime::Device& device(int index) { return client().device(static_cast<size_t>(index)); }

@@ -9,6 +9,13 @@ namespace torchtpu::exec {
 // what was searched when no plugin can be found; a later call tries again.
 runtime::Client& client();
 
+// Whether client() has created the client (its plugin is loaded and initialized).
+bool client_started();
+
+// Whether a usable plugin can be found (a file check: nothing is loaded or initialized), so that
+// `torch.tpu.is_available()` answers without starting the runtime, as CUDA's does.
+bool plugin_present();
+
 // Addressable device `index`, with an error that names the valid range.
 const runtime::Device& device(int index);
 

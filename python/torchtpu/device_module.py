@@ -9,12 +9,16 @@ from . import _C
 
 
 def is_available() -> bool:
-    return _C._device_count() > 0
+    """Whether a usable PJRT plugin is installed. Answered without loading it (as
+    ``torch.cuda.is_available()`` does not create a CUDA context); once the runtime has started,
+    whether it has devices."""
+    return _C._is_available()
 
 
 def is_initialized() -> bool:
-    """Whether the PJRT client is up (finding the device count starts it, as on first use)."""
-    return is_available()
+    """Whether the PJRT client is up: the first tensor, ``device_count()`` or ``set_device()``
+    starts it."""
+    return _C._is_initialized()
 
 
 def device_count() -> int:

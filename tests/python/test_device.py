@@ -298,3 +298,19 @@ def test_torch_accelerator_api_on_tpu():
     end.synchronize()
     assert end.query() and start.elapsed_time(end) >= 0 and y[0, 0].item() == 64
     acc.synchronize()
+
+
+def test_availability_does_not_start_the_runtime():
+    """torch.tpu.is_available() (and torch.accelerator's) answer from the installed plugin without
+    loading it; the first tensor starts it. No plugin: False, and no error."""
+    import subprocess
+    import sys
+    probe = ("import torch; a = torch.tpu.is_available(); b = torch.accelerator.is_available(); "
+             "i = torch.tpu.is_initialized(); torch.ones(1, device='tpu'); "
+             "print(a, b, i, torch.tpu.is_initialized())")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True", "False", "True"], done.stderr[-2000:]
+    missing = subprocess.run([sys.executable, "-c", "import torch; print(torch.tpu.is_available())"],
+                             capture_output=True, text=True, timeout=120,
+                             env={**__import__("os").environ, "TORCHTPU_PJRT_PLUGIN": "/nonexistent/plugin.so"})
+    assert missing.stdout.split() == ["False"], missing.stderr[-2000:]

@@ -26,6 +26,11 @@ _thread_rank = threading.local()
 
 def _create(opts, backend_options=None):
     """c10d's creator for ``tpu_dist`` (its extended API, which names the group)."""
+    # A process group means the devices will be used: start the runtime now. DeviceMesh then sees
+    # torch.tpu.is_initialized() and keeps the current device instead of choosing
+    # set_device(LOCAL_RANK), which is CUDA's layout (every GPU visible to every process), not
+    # PJRT's (each process sees its own devices, numbered from 0).
+    torch.tpu.device_count()
     if getattr(_thread_rank, "active", False):
         # Group names are unique per process, so the threads' copies of one group differ in name;
         # they agree on its ranks and on how many groups of those ranks came before it.
