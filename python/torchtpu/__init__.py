@@ -44,6 +44,11 @@ from . import amp, backends, checkpoint, data, tensor_repr  # noqa: E402,F401  (
 backends.register()
 tensor_repr.register()
 
+# Adam/AdamW/SGD(fused=True): aten::_fused_{adam,adamw,sgd}_ run on the device, not the CPU fallback.
+from . import fused_optimizers  # noqa: E402
+
+fused_optimizers.register()
+
 device_module.amp = amp
 sys.modules["torch.tpu.amp"] = amp
 torch.utils.generate_methods_for_privateuse1_backend(

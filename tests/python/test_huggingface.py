@@ -1,7 +1,7 @@
 """Hugging Face transformers on the tpu device: ``Trainer`` (through accelerate) and ``generate()``.
 
-What a user sets is in docs/porting.md ("Hugging Face"): ``ACCELERATE_TORCH_DEVICE=tpu``, and
-``optim="adamw_torch"`` while ``aten::_fused_adamw_`` has no tpu lowering. Models are tiny and
+What a user sets is in docs/porting.md ("Hugging Face"): ``ACCELERATE_TORCH_DEVICE=tpu``; the
+default optimizer (``adamw_torch_fused``) runs on the device. Models are tiny and
 built from configs (no hub access), the data is random token ids (no tokenizer).
 """
 
@@ -83,10 +83,7 @@ def train_and_evaluate(tmp_path, monkeypatch, on_tpu):
         output_dir=str(tmp_path / ("tpu" if on_tpu else "cpu")), use_cpu=not on_tpu,
         max_steps=4, per_device_train_batch_size=4, per_device_eval_batch_size=4,
         learning_rate=1e-3, logging_steps=1, seed=0, save_strategy="no", report_to=[],
-        disable_tqdm=True,
-        # The default, adamw_torch_fused, calls aten::_fused_adamw_, which has no tpu lowering
-        # yet and would run on the CPU; the foreach AdamW runs on the device.
-        optim="adamw_torch")
+        disable_tqdm=True)  # the default optimizer, adamw_torch_fused (aten::_fused_adamw_)
     log = DeviceLog()
     trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(32, seed=1),
                       eval_dataset=RandomTokens(8, seed=2), callbacks=[log])
@@ -187,10 +184,5 @@ def test_generate_with_static_cache_matches_cpu():
     torchtpu.metrics.reset()
     got = model.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), **kw)
     assert torch.equal(got.cpu(), want)
-    fallbacks = torchtpu.metrics.cpu_fallbacks()
-    if set(fallbacks) == {"aten::index_copy.out"}:
-        # The static cache writes each step with index_copy_, which has no tpu lowering yet:
-        # the tokens are right, but through the CPU fallback. Remove this (and the line in
-        # docs/porting.md) once index_copy is lowered.
-        pytest.xfail("aten::index_copy runs on the CPU (no tpu lowering yet)")
+    fallbacks = torchtpu.metrics.cpu_fallbacks()  # the cache writes with index_copy_, on the device
     assert fallbacks == {}
