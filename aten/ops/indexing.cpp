@@ -63,6 +63,22 @@ Value scatter_along(LoweringContext& c, const Value& self, int64_t dim, const Va
   return c.b.scatter(self, coords, updates, {{}, all, all, index.type.rank()}, combine);
 }
 
+// The 1-d `index` of index_copy/index_add/index_fill spread over `shape` along `dim`: entry i of
+// the index addresses every element of slice i (scatter coordinates for the whole slice).
+Value along_dim(hlo::Builder& b, const Value& index, const std::vector<int64_t>& shape, int64_t dim) {
+  Value flat = b.reshape(index, {index.type.element_count()});
+  if (shape.empty()) return b.reshape(flat, {});
+  return b.broadcast_in_dim(flat, shape, {dim});
+}
+
+// self with slice index[i] along `dim` replaced by (or combined with) slice i of `updates`.
+Value index_scatter(LoweringContext& c, const Value& updates, const hlo::RegionBody& combine) {
+  Value self = c.in(0);
+  int64_t dim = self.type.rank() == 0 ? 0 : wrap_dim(c.arg(1).toInt(), self.type.rank());
+  Value index = along_dim(c.b, c.raw(2), updates.type.dims, dim);
+  return scatter_along(c, self, dim, index, updates, combine);
+}
+
 // src restricted to the index's shape (scatter only reads that corner of src).
 Value corner(LoweringContext& c, const Value& src, const Value& index) {
   if (src.type.dims == index.type.dims) return src;
@@ -423,6 +439,22 @@ TORCHTPU_LOWERINGS(indexing) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
+  }, checked_runtime("index out of range in self"));
+  register_lowering({"index_copy", "index_copy_", "index_copy.out"}, [](LoweringContext& c) {
+    return V{index_scatter(c, c.in(3), replace())};
+  }, checked_runtime("index out of range in self"));
+  register_lowering({"index_add", "index_add_", "index_add.out"}, [](LoweringContext& c) {
+    Value source = c.in(3);
+    if (c.has(4)) source = c.b.binary(BinaryOp::kMultiply, source, c.b.broadcast_in_dim(c.in(4), source.type.dims, {}));
+    return V{index_scatter(c, source, combine_with(BinaryOp::kAdd))};
+  }, checked_runtime("index out of range in self"));
+  register_lowering({"index_fill.int_Scalar", "index_fill_.int_Scalar", "index_fill.int_Scalar_out",
+                     "index_fill.int_Tensor", "index_fill_.int_Tensor", "index_fill.int_Tensor_out"},
+                    [](LoweringContext& c) {
+    // The filled slices: self's shape with as many entries along dim as the index has.
+    std::vector<int64_t> shape = c.out().dims;
+    if (!shape.empty()) shape[wrap_dim(c.arg(1).toInt(), shape.size())] = c.raw(2).type.element_count();
+    return V{index_scatter(c, c.b.broadcast_in_dim(c.in(3), shape, {}), replace())};
   }, checked_runtime("index out of range in self"));
   LoweringOptions index_options = checked("index out of range in self");
   index_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {

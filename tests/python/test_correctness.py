@@ -568,3 +568,45 @@ def test_views_of_another_width_read_and_write_like_cpu(dtype, no_fallbacks):
     assert torch.equal(tpu.cpu().view(torch.int32), expected.view(torch.int32))
     complex_cpu = torch.randn(3, dtype=torch.complex64)
     assert torch.equal(complex_cpu.to("tpu").view(torch.uint8).cpu(), complex_cpu.view(torch.uint8))
+
+
+# ---- index_copy / index_add / index_fill on the device (HF's static KV cache uses index_copy_) ----
+
+def _index_cases():
+    g = torch.Generator().manual_seed(0)
+    for shape, dim in [((5, 3), 0), ((4, 6, 2), 1), ((2, 3, 7), -1), ((), 0)]:
+        size = shape[dim] if shape else 1
+        index = torch.randperm(size, generator=g)[: max(1, size - 1)]
+        source_shape = list(shape)
+        if shape:
+            source_shape[dim] = len(index)
+        yield torch.randn(shape, generator=g), dim, index, torch.randn(source_shape, generator=g)
+
+
+@pytest.mark.parametrize("case", list(range(4)))
+def test_index_copy_add_fill_match_cpu(case, no_fallbacks):
+    self, dim, index, source = list(_index_cases())[case]
+    on = lambda t: t.to("tpu")  # noqa: E731
+    torch.testing.assert_close(on(self).index_copy(dim, on(index), on(source)).cpu(),
+                               self.index_copy(dim, index, source))
+    torch.testing.assert_close(on(self).index_add(dim, on(index), on(source), alpha=2.5).cpu(),
+                               self.index_add(dim, index, source, alpha=2.5))
+    torch.testing.assert_close(on(self).index_fill(dim, on(index), -3.0).cpu(), self.index_fill(dim, index, -3.0))
+    torch.testing.assert_close(on(self).index_fill(dim, on(index), torch.tensor(4.0, device="tpu")).cpu(),
+                               self.index_fill(dim, index, torch.tensor(4.0)))
+    written = on(self)
+    written.index_copy_(dim, on(index), on(source))
+    torch.testing.assert_close(written.cpu(), self.clone().index_copy_(dim, index, source))
+
+
+def test_index_add_accumulates_repeated_indices_and_integers(no_fallbacks):
+    self = torch.zeros(4, 3, dtype=torch.int64)
+    index = torch.tensor([0, 2, 0, 0])
+    source = torch.arange(12).reshape(4, 3)
+    assert torch.equal(self.to("tpu").index_add(0, index.to("tpu"), source.to("tpu")).cpu(),
+                       self.index_add(0, index, source))
+
+
+def test_index_copy_out_of_range_raises():
+    with pytest.raises((IndexError, RuntimeError), match="index"):
+        torch.zeros(3, device="tpu").index_copy(0, torch.tensor([5], device="tpu"), torch.ones(1, device="tpu")).cpu()
