@@ -7,11 +7,13 @@
 #include "exec/compile_cache.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
+#include "tests/exec/mode_scope.h"
 
 namespace torchtpu::exec {
 namespace {
 
 using hlo::Builder;
+using testing::ModeScope;
 using hlo::Value;
 
 View vec(int64_t n) { return {DType::kF32, {n}, {1}, 0}; }
@@ -33,15 +35,6 @@ std::vector<float> contents(const BufferRef& s) {
   download(s, out.data(), "test");
   return out;
 }
-
-class ModeScope {
- public:
-  explicit ModeScope(Mode m) : previous_(mode()) { set_mode(m); }
-  ~ModeScope() { set_mode(previous_); }
-
- private:
-  Mode previous_;
-};
 
 // y = (x * 2 + x) * 3 through a temporary that is dropped before the host reads y.
 std::vector<float> small_chain(int64_t& windows, int64_t& executions) {

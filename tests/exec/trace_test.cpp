@@ -8,11 +8,13 @@
 
 #include "exec/executor.h"
 #include "exec/trace.h"
+#include "tests/exec/mode_scope.h"
 
 namespace torchtpu::exec {
 namespace {
 
 using hlo::Builder;
+using testing::ModeScope;
 using hlo::Value;
 using Kind = TraceEvent::Kind;
 
@@ -46,15 +48,6 @@ class Recording {
     std::lock_guard<std::mutex> lock(received_mu);
     return received;
   }
-};
-
-class ModeScope {
- public:
-  explicit ModeScope(Mode m) : previous_(mode()) { set_mode(m); }
-  ~ModeScope() { set_mode(previous_); }
-
- private:
-  Mode previous_;
 };
 
 std::vector<TraceEvent> of_kind(const std::vector<TraceEvent>& events, Kind kind) {
