@@ -1,7 +1,6 @@
 #include "exec/runtime_context.h"
 
 #include <atomic>
-#include <filesystem>
 #include <mutex>
 
 #include "runtime/plugin.h"
@@ -29,7 +28,7 @@ bool client_started() { return started.load(); }
 
 bool plugin_present() {
   try {
-    return std::filesystem::exists(runtime::find_plugin_path());
+    return runtime::plugin_file_problem(runtime::find_plugin_path()).empty();
   } catch (const std::exception&) {
     return false;
   }

@@ -140,7 +140,43 @@ std::string elf_problem(const std::string& path) {
   return "";
 }
 
+// Whether the ELF file defines `name` in its dynamic symbol table (what dlsym would find).
+bool exports_symbol(const std::string& path, const std::string& name) {
+  std::ifstream f(path, std::ios::binary);
+  Elf64_Ehdr header{};
+  f.read(reinterpret_cast<char*>(&header), sizeof(header));
+  auto section = [&](uint64_t index) {
+    Elf64_Shdr s{};
+    f.seekg(static_cast<std::streamoff>(header.e_shoff + index * header.e_shentsize));
+    f.read(reinterpret_cast<char*>(&s), sizeof(s));
+    return s;
+  };
+  for (uint64_t i = 0; i < header.e_shnum; ++i) {
+    Elf64_Shdr symbols = section(i);
+    if (symbols.sh_type != SHT_DYNSYM || symbols.sh_link >= header.e_shnum) continue;
+    Elf64_Shdr names = section(symbols.sh_link);
+    std::string table(names.sh_size, '\0');
+    f.seekg(static_cast<std::streamoff>(names.sh_offset));
+    f.read(table.data(), static_cast<std::streamsize>(table.size()));
+    for (uint64_t k = 0; k < symbols.sh_size / sizeof(Elf64_Sym); ++k) {
+      Elf64_Sym sym{};
+      f.seekg(static_cast<std::streamoff>(symbols.sh_offset + k * sizeof(Elf64_Sym)));
+      if (!f.read(reinterpret_cast<char*>(&sym), sizeof(sym))) return false;
+      if (sym.st_shndx != SHN_UNDEF && sym.st_name < table.size() && name == table.c_str() + sym.st_name)
+        return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string plugin_file_problem(const std::string& path) {
+  if (!fs::exists(path)) return "not found";
+  if (std::string problem = elf_problem(path); !problem.empty()) return problem;
+  if (!exports_symbol(path, "GetPjrtApi")) return "not a PJRT plugin: it has no GetPjrtApi";
+  return "";
+}
 
 const Plugin& Plugin::load(const std::string& path) {
   static std::mutex mu;

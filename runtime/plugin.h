@@ -38,6 +38,10 @@ class Plugin {
   std::map<std::string, std::string> attributes_;
 };
 
+// Why the file at `path` cannot be a loadable PJRT plugin ("" when it can): missing, not a whole
+// 64-bit ELF shared object, or no GetPjrtApi export. Reads headers only; loads nothing.
+std::string plugin_file_problem(const std::string& path);
+
 // Where plugins are searched for: the colon-separated TORCHTPU_PLUGIN_DIRS (the Python package sets
 // it to its site-packages folders), then the folders baked in at build time.
 std::vector<std::string> plugin_search_dirs();

@@ -4,5 +4,5 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
 ctest --test-dir build --output-on-failure -j2 || status=1
-.venv/bin/python -m pytest tests/python -q || status=1
+.venv/bin/python -m pytest tests/python -q --durations=25 || status=1
 exit $status

@@ -70,6 +70,14 @@ TEST(Plugin, NotAPluginIsAnError) {
   }
 }
 
+// The availability check reads headers only: the real plugin passes, libc lacks the export.
+TEST(Plugin, FileProblemIsFoundWithoutLoading) {
+  EXPECT_EQ(runtime::plugin_file_problem(runtime::find_plugin_path()), "");
+  EXPECT_NE(runtime::plugin_file_problem("/lib/x86_64-linux-gnu/libc.so.6").find("GetPjrtApi"), std::string::npos);
+  EXPECT_EQ(runtime::plugin_file_problem("/nonexistent/plugin.so"), "not found");
+  EXPECT_EQ(runtime::plugin_file_problem("/etc/passwd"), "not an ELF file");
+}
+
 // A cut-off copy of the real plugin: dlopen would map it and fault past its end.
 TEST(Plugin, TruncatedPluginIsAnErrorNotACrash) {
   std::string real = runtime::Plugin::discover().path();
