@@ -241,8 +241,8 @@ class Cache {
  private:
   struct Job {
     std::string key, text, pkey, what;
-    std::string location;     // the user's line that needed the program, for a profiler,
-    int64_t correlation = 0;  // and the host op
+    std::string location = "";  // the user's line that needed the program, for a profiler,
+    int64_t correlation = 0;    // and the host op
   };
 
   // Tells a profiler what the cache did for `job` from `start_ns` until now.
