@@ -232,3 +232,26 @@ def test_example_configs_are_valid():
     assert configs
     for path in configs:
         assert load_config(path).train.steps > 0
+
+
+def test_local_config_folder_and_torch_compile_match_cpu(tmp_path):
+    """model.path (a folder with config.json, as a downloaded model has) and train.compile
+    (torch.compile(model, backend="tpu")) give the losses of the eager CPU run."""
+    from transformers import GPT2Config
+    folder = tmp_path / "tiny-gpt2"
+    GPT2Config(vocab_size=256, n_positions=32, **TINY["model"]["config"]).save_pretrained(folder)
+    model = {"type": "gpt2", "config": {}, "path": str(folder)}
+    train = {"steps": 3, "eval_every": 3}
+    runs_before = torchtpu.metrics.as_dict()["compiled_graph_runs"]
+    Trainer(tiny(tmp_path, "compiled", model=model, train={**train, "compile": True}, sample={"tokens": 0})).fit()
+    assert torchtpu.metrics.as_dict()["compiled_graph_runs"] > runs_before  # the steps ran as graphs
+    Trainer(tiny(tmp_path, "cpu", device="cpu", model=model, train=train, sample={"tokens": 0})).fit()
+    torch.testing.assert_close(losses(tmp_path / "compiled"), losses(tmp_path / "cpu"), rtol=1e-4, atol=1e-5)
+
+
+def test_fp16_autocast_trains_with_a_device_grad_scaler(tmp_path):
+    Trainer(tiny(tmp_path, train={"precision": "fp16-mixed"}, sample={"tokens": 0})).fit()
+    history = losses(tmp_path / "run")
+    assert all(torch.isfinite(torch.tensor(history))) and history[-1] < history[0]
+    scaler = torch.load(tmp_path / "run" / "checkpoint.pt", map_location="cpu")["scaler"]
+    assert scaler["scale"] > 0  # the scaler ran (an fp32 run saves an empty state)
