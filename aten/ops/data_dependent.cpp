@@ -55,6 +55,13 @@ Unique unique2(const at::Tensor& self, bool sorted, bool return_inverse, bool re
   return collect_runs(self, values, order, return_inverse, return_counts);
 }
 
+// The older torch.unique entry (autograd formulas call it, e.g. index_fill's backward): _unique2
+// without counts.
+std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse) {
+  auto [values, inverse, counts] = unique2(self, sorted, return_inverse, false);
+  return {values, inverse};
+}
+
 Unique unique_consecutive(const at::Tensor& self, bool return_inverse, bool return_counts,
                           std::optional<int64_t> dim) {
   if (dim.has_value())  // runs of slices along a dimension: not lowered yet
@@ -77,6 +84,7 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_unique", unique);
   m.impl("_unique2", unique2);
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("masked_select", masked_select);

@@ -610,3 +610,18 @@ def test_index_add_accumulates_repeated_indices_and_integers(no_fallbacks):
 def test_index_copy_out_of_range_raises():
     with pytest.raises((IndexError, RuntimeError), match="index"):
         torch.zeros(3, device="tpu").index_copy(0, torch.tensor([5], device="tpu"), torch.ones(1, device="tpu")).cpu()
+
+
+def test_index_fill_backward_and_old_unique_run_on_the_device(no_fallbacks):
+    """index_fill's gradient for a tensor fill value calls aten::_unique (the older unique)."""
+    x = torch.randn(4, 5)
+    index = torch.tensor([3, 1, 3])
+    value = torch.tensor(2.0, requires_grad=True)
+    x.index_fill(1, index, value).pow(2).sum().backward()
+    value_tpu = torch.tensor(2.0, device="tpu", requires_grad=True)
+    x.to("tpu").index_fill(1, index.to("tpu"), value_tpu).pow(2).sum().backward()
+    torch.testing.assert_close(value_tpu.grad.cpu(), value.grad)
+    data = torch.tensor([3, 1, 3, 7, 1])
+    values, inverse = torch._unique(data.to("tpu"), sorted=True, return_inverse=True)
+    want_values, want_inverse = torch._unique(data, sorted=True, return_inverse=True)
+    assert torch.equal(values.cpu(), want_values) and torch.equal(inverse.cpu(), want_inverse)
