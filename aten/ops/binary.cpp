@@ -186,6 +186,37 @@ V isin(LoweringContext& c) {
   return {c.arg(3).toBool() ? c.b.unary(UnaryOp::kNot, found) : found};
 }
 
+// log(base^a + base^b) / log(base) for base e (ln_base 1) or 2 (ln 2): the larger operand plus
+// the log of 1 + base^-|a - b|; equal infinities give themselves (their difference is NaN).
+Value log_add_exp(LoweringContext& c, double ln_base) {
+  Value a = c.in_b(0), b = c.in_b(1);
+  Value m = bin(c, BinaryOp::kMaximum, a, b);
+  Value d = c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kAbs, bin(c, BinaryOp::kSubtract, a, b)));
+  Value tail = c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kExponential, bin(c, BinaryOp::kMultiply, d, c.full(ln_base, d))));
+  Value r = bin(c, BinaryOp::kAdd, m, bin(c, BinaryOp::kDivide, tail, c.full(ln_base, tail)));
+  Value same_inf = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kEQ, a, b),
+                              c.b.unary(UnaryOp::kNot, c.b.unary(UnaryOp::kIsFinite, a)));
+  return c.b.select(same_inf, a, r);
+}
+
+// nextafter(a, b): the next representable float after a towards b, by stepping a's bit pattern
+// (sign-magnitude: away from zero is +1 when a and the step share a sign).
+V next_after(LoweringContext& c) {
+  Value a = c.in_b(0), b = c.in_b(1);
+  DType t = a.type.dtype;
+  DType bits = t == DType::kF64 ? DType::kS64 : t == DType::kF32 ? DType::kS32 : DType::kS16;
+  Value ia = c.b.bitcast_convert(a, bits);
+  Value one = c.b.constant(1, ia.type);
+  Value grow = c.b.compare(Compare::kEQ, c.b.compare(Compare::kLT, a, b), c.b.compare(Compare::kGT, a, c.full(0, a)));
+  Value stepped = c.b.bitcast_convert(c.b.select(grow, bin(c, BinaryOp::kAdd, ia, one), bin(c, BinaryOp::kSubtract, ia, one)), t);
+  // From zero: the smallest subnormal with b's sign.
+  Value tiny = c.b.bitcast_convert(one, t);
+  Value from_zero = c.b.select(c.b.compare(Compare::kGT, b, c.full(0, b)), tiny, c.b.unary(UnaryOp::kNegate, tiny));
+  Value r = c.b.select(c.b.compare(Compare::kEQ, a, c.full(0, a)), from_zero, stepped);
+  r = c.b.select(c.b.compare(Compare::kEQ, a, b), b, r);
+  return {c.b.select(c.b.binary(BinaryOp::kOr, is_nan(c, a), is_nan(c, b)), bin(c, BinaryOp::kAdd, a, b), r)};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(binary) {
@@ -267,12 +298,20 @@ TORCHTPU_LOWERINGS(binary) {
     Value zero = c.full(0, x);
     return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
   });
-  register_with_variants("logaddexp", {""}, [](LoweringContext& c) {
-    Value a = c.in_b(0), b = c.in_b(1);
-    Value m = bin(c, BinaryOp::kMaximum, a, b);
-    Value d = c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kAbs, bin(c, BinaryOp::kSubtract, a, b)));
-    return V{bin(c, BinaryOp::kAdd, m, c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kExponential, d)))};
+  register_with_variants("logaddexp", {""}, [](LoweringContext& c) { return V{log_add_exp(c, 1.0)}; });
+  register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return V{log_add_exp(c, M_LN2)}; });
+  register_with_variants("special_xlog1py", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {
+    Value x = c.in_b(0), y = c.in_b(1);
+    Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLogPlusOne, y));
+    Value zero = c.full(0, x);
+    return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
   });
+  register_with_variants("heaviside", {""}, [](LoweringContext& c) {
+    Value x = c.in_b(0);
+    Value step = c.b.convert(c.b.compare(Compare::kGT, x, c.full(0, x)), x.type.dtype);
+    return V{c.b.select(c.b.compare(Compare::kEQ, x, c.full(0, x)), c.in_b(1), step)};
+  });
+  register_with_variants("nextafter", {""}, next_after);
 
   register_with_variants("bitwise_and", {"Tensor", "Scalar"}, bitwise(BinaryOp::kAnd));
   register_with_variants("bitwise_or", {"Tensor", "Scalar"}, bitwise(BinaryOp::kOr));

@@ -362,6 +362,22 @@ at::Tensor nonzero(const at::Tensor& self) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("nonzero", nonzero); }
 
+// linspace(start, end, steps >= 1) in `math`: both halves count from their own end, as PyTorch
+// does, with start and end rounded to `math` first.
+Value evenly_spaced(LoweringContext& c, DType math) {
+  int64_t steps = c.arg(2).toInt();
+  Value start = c.bcast(cast(c.b, c.in(0), math)), end = c.bcast(cast(c.b, c.in(1), math));
+  if (steps == 1) return start;
+  Value step = c.b.binary(BinaryOp::kDivide, c.b.binary(BinaryOp::kSubtract, end, start),
+                          c.b.constant(static_cast<double>(steps - 1), start.type));
+  Value i = c.b.iota({math, c.out().dims}, 0);
+  Value from_start = c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, step, i));
+  Value back = c.b.binary(BinaryOp::kSubtract, c.b.constant(static_cast<double>(steps - 1), i.type), i);
+  Value from_end = c.b.binary(BinaryOp::kSubtract, end, c.b.binary(BinaryOp::kMultiply, step, back));
+  Value first_half = c.b.compare(Compare::kLT, i, c.b.constant(static_cast<double>(steps / 2), i.type));
+  return c.b.select(first_half, from_start, from_end);
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(indexing) {
@@ -508,22 +524,24 @@ TORCHTPU_LOWERINGS(indexing) {
     limit[dim] = k;
     return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
   }, with_meta(dim_checked(2)));
-  // linspace(start, end, steps): both halves count from their own end, as PyTorch does, with
-  // start and end in the output dtype and the arithmetic in it too (double for integer outputs).
   register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {
-    DType t = c.out().dtype, math = is_floating(t) || is_complex(t) ? t : DType::kF64;
-    int64_t steps = c.arg(2).toInt();
-    if (steps == 0) return V{c.b.constant(0, c.out())};
-    Value start = c.bcast(cast(c.b, c.in(0), math)), end = c.bcast(cast(c.b, c.in(1), math));
-    if (steps == 1) return V{start};
-    Value step = c.b.binary(BinaryOp::kDivide, c.b.binary(BinaryOp::kSubtract, end, start),
-                            c.b.constant(static_cast<double>(steps - 1), start.type));
-    Value i = c.b.iota({math, c.out().dims}, 0);
-    Value from_start = c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, step, i));
-    Value back = c.b.binary(BinaryOp::kSubtract, c.b.constant(static_cast<double>(steps - 1), i.type), i);
-    Value from_end = c.b.binary(BinaryOp::kSubtract, end, c.b.binary(BinaryOp::kMultiply, step, back));
-    Value first_half = c.b.compare(Compare::kLT, i, c.b.constant(static_cast<double>(steps / 2), i.type));
-    return V{c.b.select(first_half, from_start, from_end)};
+    DType t = c.out().dtype;
+    if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
+    return V{evenly_spaced(c, is_floating(t) || is_complex(t) ? t : DType::kF64)};
+  });
+  // logspace(start, end, steps, base): base to the powers linspace gives, in the output dtype
+  // (double for integer outputs, truncated at the end as on CPU).
+  register_lowering({"logspace.out", "logspace.Tensor_Tensor_out", "logspace.Tensor_Scalar_out",
+                     "logspace.Scalar_Tensor_out"}, [](LoweringContext& c) {
+    DType t = c.out().dtype;
+    if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
+    Value exponent = evenly_spaced(c, is_floating(t) || is_complex(t) ? accumulator(t) : DType::kF64);
+    return V{c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), exponent.type), exponent)};
+  });
+  register_lowering({"eye.out", "eye.m_out"}, [](LoweringContext& c) {
+    hlo::TensorType index{DType::kS64, c.out().dims};
+    Value diagonal = c.b.compare(Compare::kEQ, c.b.iota(index, 0), c.b.iota(index, 1));
+    return V{c.b.convert(diagonal, c.out().dtype)};
   });
   register_lowering({"arange.start_out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;  // (start, end, step, out): start + i * step, computed in f64 / s64

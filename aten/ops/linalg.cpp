@@ -55,6 +55,28 @@ LoweringOptions same_dtype_matmul(size_t first, bool empty_ok = false) {
   return o;
 }
 
+Value conj(hlo::Builder& b, const Value& x) {
+  if (!is_complex(x.type.dtype)) return x;
+  return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, x), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, x)));
+}
+
+// linalg_cross(self, other, dim): the cross product of 3-vectors along dim (operands broadcast).
+V cross(LoweringContext& c) {
+  Value a = c.in_b(0), b = c.in_b(1);
+  int64_t dim = wrap_dim(c.arg(2).toInt(), a.type.rank());
+  auto component = [&](const Value& v, int64_t i) {
+    std::vector<int64_t> start(v.type.rank(), 0), limit = v.type.dims, step(v.type.rank(), 1);
+    start[dim] = i;
+    limit[dim] = i + 1;
+    return c.b.slice(v, start, limit, step);
+  };
+  auto term = [&](int64_t i, int64_t j) {  // a_i b_j - a_j b_i
+    return c.b.binary(BinaryOp::kSubtract, c.b.binary(BinaryOp::kMultiply, component(a, i), component(b, j)),
+                      c.b.binary(BinaryOp::kMultiply, component(a, j), component(b, i)));
+  };
+  return {c.b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, dim)};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(linalg) {
@@ -66,9 +88,19 @@ TORCHTPU_LOWERINGS(linalg) {
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 1, 1)};
   }, same_dtype_matmul(0, true));
-  register_lowering({"dot", "dot.out", "vdot", "vdot.out"}, [](LoweringContext& c) {
+  register_lowering({"dot", "dot.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
   }, same_dtype_matmul(0));
+  register_lowering({"vdot", "vdot.out"}, [](LoweringContext& c) {  // conjugates its first operand
+    return V{matmul(c, conj(c.b, c.in(0)), c.in(1), 0, 0)};
+  }, same_dtype_matmul(0));
+  // addbmm(self, batch1, batch2, *, beta, alpha): the products summed over the batch, one
+  // contraction over (batch, k).
+  register_lowering({"addbmm", "addbmm_", "addbmm.out"}, [](LoweringContext& c) {
+    Value product = c.b.dot_general(c.in(1), c.in(2), {{}, {}, {0, 2}, {0, 1}}, accumulator(c.out().dtype), c.precision());
+    return V{affine(c, product, 0, 3, 4)};
+  }, same_dtype_matmul(1));
+  register_lowering({"linalg_cross", "linalg_cross.out"}, cross);
   register_lowering({"mv", "mv.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
   }, same_dtype_matmul(0, true));

@@ -172,6 +172,65 @@ V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, 
   return {c.b.gather(all, idx, {{}, {0}, {0}, 1}, {1}, {count})};
 }
 
+// Sums `full` down to `dims` (a shape it was broadcast from): the gradient of a broadcast.
+Value sum_to(Math& m, const Value& full, const std::vector<int64_t>& dims) {
+  int64_t lead = full.type.rank() - static_cast<int64_t>(dims.size());
+  std::vector<int64_t> reduced;
+  for (int64_t d = 0; d < full.type.rank(); ++d)
+    if (d < lead || (dims[d - lead] == 1 && full.type.dims[d] != 1)) reduced.push_back(d);
+  return m.b.reshape(reduced.empty() ? full : m.sum(full, reduced), dims);
+}
+
+// binary_cross_entropy(self, target, weight?, reduction): logs clamped at -100, as PyTorch.
+V binary_cross_entropy(LoweringContext& c) {
+  Math m{c.b};
+  DType acc = accumulator(c.out().dtype);
+  Value x = c.in_as(0, acc), t = broadcast_to(c.b, c.in_as(1, acc), x.type.dims);
+  auto clamped_log = [&](const Value& v) { return m.b.binary(BinaryOp::kMaximum, m.b.unary(UnaryOp::kLog, v), m.k(-100, v)); };
+  Value loss = m.mul(m.add(m.mul(t, clamped_log(x)), m.mul(m.sub(m.k(1, t), t), clamped_log(m.sub(m.k(1, x), x)))), m.k(-1, x));
+  if (c.has(2)) loss = m.mul(loss, broadcast_to(c.b, c.in_as(2, acc), x.type.dims));
+  std::vector<int64_t> all(x.type.rank());
+  for (int64_t d = 0; d < x.type.rank(); ++d) all[d] = d;
+  Value in_range = m.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, x, m.k(0, x)), c.b.compare(Compare::kLE, x, m.k(1, x)));
+  c.check_on_device(m.reduce(in_range, all, BinaryOp::kAnd, 1));
+  return {reduce_loss(m, loss, c.arg(3).toInt())};
+}
+
+// (grad, self, target, weight?, reduction): grad * w * (x - t) / max(x (1 - x), 1e-12).
+V binary_cross_entropy_backward(LoweringContext& c) {
+  Math m{c.b};
+  DType acc = accumulator(c.out().dtype);
+  const auto& dims = c.out().dims;
+  Value x = c.in_as(1, acc), t = broadcast_to(c.b, c.in_as(2, acc), dims);
+  Value g = broadcast_to(c.b, c.in_as(0, acc), dims);
+  if (c.arg(4).toInt() == kMean) g = m.div(g, m.k(static_cast<double>(x.type.element_count()), g));
+  Value denominator = c.b.binary(BinaryOp::kMaximum, m.mul(m.sub(m.k(1, x), x), x), m.k(1e-12, x));
+  Value r = m.mul(g, m.div(m.sub(x, t), denominator));
+  if (c.has(3)) r = m.mul(r, broadcast_to(c.b, c.in_as(3, acc), dims));
+  return {r};
+}
+
+// The halves of `x` along `dim` (glu's value and gate).
+std::pair<Value, Value> halves(hlo::Builder& b, const Value& x, int64_t dim) {
+  std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
+  int64_t half = x.type.dims[dim] / 2;
+  limit[dim] = half;
+  Value first = b.slice(x, start, limit, step);
+  start[dim] = half;
+  limit[dim] = 2 * half;
+  return {first, b.slice(x, start, limit, step)};
+}
+
+// prelu's kernel (self, weight broadcastable to self) and its backward -> (grad_self, grad_weight).
+V prelu_backward(LoweringContext& c) {
+  Math m{c.b};
+  Value g = c.in_b(0), x = c.in_b(1), w = c.in_b(2);
+  Value positive = c.b.compare(Compare::kGT, x, m.k(0, x));
+  Value grad_x = c.b.select(positive, g, m.mul(w, g));
+  Value grad_w = c.b.select(positive, m.k(0, x), m.mul(x, g));
+  return {grad_x, cast(c.b, sum_to(m, grad_w, c.out(1).dims), c.out(1).dtype)};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(nn) {
@@ -239,6 +298,33 @@ TORCHTPU_LOWERINGS(nn) {
                       return m.b.clamp(m.k(-delta, d), d, m.k(delta, d));
                     }));
   // log_sigmoid = min(x, 0) - log1p(exp(-|x|)); the buffer is CPU's exp(-|x|).
+  LoweringOptions probabilities = checked("all elements of input should be between 0 and 1");
+  probabilities.device_check_runtime_error = true;
+  register_lowering({"binary_cross_entropy", "binary_cross_entropy.out"}, binary_cross_entropy, probabilities);
+  register_lowering({"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"},
+                    binary_cross_entropy_backward);
+  register_lowering({"glu", "glu.out"}, [](LoweringContext& c) {
+    Math m{c.b};
+    Value x = c.in_as(0, accumulator(c.out().dtype));
+    auto [a, gate] = halves(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()));
+    return V{m.mul(a, c.b.unary(UnaryOp::kLogistic, gate))};
+  });
+  register_lowering({"glu_backward", "glu_backward.grad_input"}, [](LoweringContext& c) {
+    Math m{c.b};  // (grad, self, dim)
+    DType acc = accumulator(c.out().dtype);
+    Value g = c.in_as(0, acc), x = c.in_as(1, acc);
+    int64_t dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
+    auto [a, gate] = halves(c.b, x, dim);
+    Value s = c.b.unary(UnaryOp::kLogistic, gate);
+    Value grad_gate = m.mul(m.mul(g, a), m.mul(s, m.sub(m.k(1, s), s)));
+    return V{c.b.concatenate({m.mul(g, s), grad_gate}, dim)};
+  });
+  register_lowering({"_prelu_kernel"}, [](LoweringContext& c) {
+    Math m{c.b};
+    Value x = c.in_b(0);
+    return V{c.b.select(c.b.compare(Compare::kGT, x, m.k(0, x)), x, m.mul(c.in_b(1), x))};
+  });
+  register_lowering({"_prelu_kernel_backward"}, prelu_backward);
   register_lowering({"log_sigmoid_forward", "log_sigmoid_forward.output"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = c.in_as(0, accumulator(c.out().dtype));

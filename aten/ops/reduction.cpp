@@ -256,6 +256,43 @@ TORCHTPU_LOWERINGS(reduction) {
     Value v = variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2));
     return V{finish(c, c.b.unary(UnaryOp::kSqrt, v))};
   }, floating_moments());
+  // var_mean / std_mean(self, dim, correction, keepdim) -> (var or std, mean).
+  for (bool take_root : {false, true}) {
+    const char* name = take_root ? "std_mean.correction" : "var_mean.correction";
+    const char* out = take_root ? "std_mean.correction_out" : "var_mean.correction_out";
+    register_lowering({name, out}, [take_root](LoweringContext& c) {
+      Value x = c.raw(0);
+      auto dims = reduced_dims(c, 1, x.type.rank());
+      Value v = variance(c, x, dims, correction_of(c, 2));
+      Value mean = Math{c.b}.mean(is_complex(x.type.dtype) ? x : cast(c.b, x, accumulator(c.out().dtype)), dims);
+      return V{finish(c, take_root ? c.b.unary(UnaryOp::kSqrt, v) : v, 0), finish(c, mean, 1)};
+    }, floating_moments());
+  }
+  register_lowering({"nansum", "nansum.out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    x = c.b.select(c.b.compare(Compare::kNE, x, x), c.full(0, x), x);
+    return V{finish(c, sum_of(c, x, reduced_dims(c, 1, x.type.rank())))};
+  });
+  register_lowering({"count_nonzero.dim_IntList", "count_nonzero.dim_IntList_out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    Value nonzero = c.b.convert(c.b.compare(Compare::kNE, x, c.full(0, x)), DType::kS64);
+    return V{finish(c, reduce(c, nonzero, reduced_dims(c, 1, x.type.rank()), BinaryOp::kAdd, 0))};
+  });
+  register_lowering({"aminmax", "aminmax.out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, dim?, keepdim) -> (min, max)
+    auto dims = reduced_dims(c, 1, x.type.rank());
+    auto extreme_of = [&](bool is_max) {
+      BinaryOp op = is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum;
+      return c.b.reduce({x}, {extreme_identity(c, x.type.dtype, is_max)}, dims, nan_extreme_with(op))[0];
+    };
+    return V{finish(c, extreme_of(false), 0), finish(c, extreme_of(true), 1)};
+  });
+  register_lowering({"trace", "trace.out"}, [](LoweringContext& c) {
+    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+    hlo::TensorType index{DType::kS64, x.type.dims};
+    Value diagonal = c.b.compare(Compare::kEQ, c.b.iota(index, 0), c.b.iota(index, 1));
+    return V{finish(c, reduce(c, c.b.select(diagonal, x, c.full(0, x)), {0, 1}, BinaryOp::kAdd, 0))};
+  });
   register_lowering({"any", "any.all_out"}, boolean_reduce(BinaryOp::kOr, kAll));
   register_lowering({"any.dim", "any.out", "any.dims", "any.dims_out"}, boolean_reduce(BinaryOp::kOr, 1));
   register_lowering({"all", "all.all_out"}, boolean_reduce(BinaryOp::kAnd, kAll));

@@ -82,6 +82,11 @@ Value gelu_grad(Ops& o, const Value& g, const Value& x, bool tanh_approx) {
   return o.mul(g, o.add(cdf, o.mul(x, pdf)));
 }
 
+// |x| <= lambd, the band hardshrink and softshrink zero (false for NaN).
+Value inside_band(Ops& o, const Value& x, const Value& lambd) {
+  return o.b.binary(BinaryOp::kAnd, o.b.compare(Compare::kGE, x, o.u(UnaryOp::kNegate, lambd)), o.le(x, lambd));
+}
+
 bool tanh_approximation(LoweringContext& c, size_t i) {
   return c.arg(i).isString() && c.arg(i).toStringRef() == "tanh";
 }
@@ -253,6 +258,83 @@ TORCHTPU_LOWERINGS(unary) {
     Value inside = c.b.binary(BinaryOp::kAnd, o.gt(x, c.bcast(c.in(2))),
                               c.b.compare(Compare::kLT, x, c.bcast(c.in(3))));
     return V{o.sel(inside, g, o.k(0, g))};
+  });
+  // elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result): from the result
+  // (in-place elu) or the input, as PyTorch's kernel.
+  register_lowering({"elu_backward", "elu_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o(c);
+    Value g = opmath_b(c, 0), x = opmath_b(c, 5);
+    Value alpha = opmath_b(c, 1), scale = opmath_b(c, 2), input_scale = opmath_b(c, 3);
+    Value negative = c.arg(4).toBool()
+                         ? o.mul(input_scale, o.add(x, o.mul(alpha, scale)))
+                         : o.mul(o.mul(input_scale, o.mul(alpha, scale)), o.u(UnaryOp::kExponential, o.mul(x, input_scale)));
+    return V{o.mul(g, o.sel(o.le(x, o.k(0, x)), negative, scale))};
+  });
+  register_lowering({"softplus_backward", "softplus_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o(c);  // (grad, self, beta, threshold)
+    Value g = opmath_b(c, 0), x = opmath_b(c, 1);
+    Value bx = o.mul(x, opmath_b(c, 2));
+    Value z = o.u(UnaryOp::kExponential, bx);
+    return V{o.sel(o.gt(bx, opmath_b(c, 3)), g, o.div(o.mul(g, z), o.add(z, o.k(1, z))))};
+  });
+  // hardshrink / softshrink zero [-lambd, lambd]; NaN passes through both.
+  register_lowering({"hardshrink", "hardshrink.out"}, [](LoweringContext& c) {
+    Ops o(c);
+    Value x = c.in(0);
+    return V{o.sel(inside_band(o, x, c.bcast(c.in(1))), o.k(0, x), x)};
+  });
+  register_lowering({"hardshrink_backward", "hardshrink_backward.grad_input", "softshrink_backward",
+                     "softshrink_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o(c);
+    Value g = c.in_b(0), x = c.in_b(1);
+    return V{o.sel(inside_band(o, x, c.bcast(c.in(2))), o.k(0, g), g)};
+  });
+  register_lowering({"softshrink", "softshrink.out"}, [](LoweringContext& c) {
+    Ops o(c);
+    Value x = opmath(c, 0), l = opmath_b(c, 1);
+    Value below = o.b.compare(Compare::kLT, x, o.u(UnaryOp::kNegate, l));
+    return V{o.sel(o.gt(x, l), o.sub(x, l), o.sel(below, o.add(x, l), o.mul(x, o.k(0, x))))};
+  });
+  // logit(x, eps): log(z / (1 - z)) with z = x clamped to [eps, 1 - eps] when eps is given.
+  register_lowering({"logit", "logit_", "logit.out"}, [](LoweringContext& c) {
+    Ops o(c);
+    Value z = opmath(c, 0);
+    if (!c.arg(1).isNone()) {
+      double eps = c.arg(1).toDouble();
+      z = o.min(o.max(z, o.k(eps, z)), o.k(1 - eps, z));
+    }
+    return V{o.u(UnaryOp::kLog, o.div(z, o.sub(o.k(1, z), z)))};
+  });
+  // Outside [0, 1] (or [eps, 1 - eps]) the gradient is NaN (0 with eps), as PyTorch's kernel.
+  register_lowering({"logit_backward", "logit_backward.grad_input"}, [](LoweringContext& c) {
+    Ops o(c);
+    Value g = opmath_b(c, 0), x = opmath_b(c, 1);
+    bool has_eps = !c.arg(2).isNone();
+    double lo = has_eps ? c.arg(2).toDouble() : 0;
+    Value outside = o.b.binary(BinaryOp::kOr, o.b.compare(Compare::kLT, x, o.k(lo, x)), o.gt(x, o.k(1 - lo, x)));
+    Value grad = o.div(g, o.mul(x, o.sub(o.k(1, x), x)));
+    return V{o.sel(outside, o.k(has_eps ? 0 : NAN, x), grad)};
+  });
+  register_with_variants("sinc", {""}, formula([](Ops& o, const Value& x) {
+    Value px = o.mul(x, o.k(M_PI, x));
+    Value zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
+    return o.sel(zero, o.k(1, x), o.div(o.u(UnaryOp::kSine, px), px));
+  }));
+  register_lowering({"special_entr", "special_entr.out"}, formula([](Ops& o, const Value& x) {
+    Value negative = o.b.compare(Compare::kLT, x, o.k(0, x)), zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
+    Value h = o.u(UnaryOp::kNegate, o.mul(x, o.u(UnaryOp::kLog, x)));
+    return o.sel(negative, o.k(-INFINITY, x), o.sel(zero, o.k(0, x), h));  // NaN stays NaN through h
+  }));
+  // signbit: the sign bit itself, so -0.0 and -NaN count as negative.
+  register_lowering({"signbit", "signbit.out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    DType t = x.type.dtype;
+    if (t == DType::kBool || is_unsigned(t)) return V{c.b.constant(0, {DType::kBool, x.type.dims})};
+    if (is_floating(t)) {
+      DType bits = t == DType::kF64 ? DType::kS64 : t == DType::kF32 ? DType::kS32 : DType::kS16;
+      x = c.b.bitcast_convert(x, bits);
+    }
+    return V{c.b.compare(Compare::kLT, x, c.full(0, x))};
   });
   register_lowering({"leaky_relu_backward", "leaky_relu_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);  // (grad, self, negative_slope, self_is_result)
