@@ -186,10 +186,14 @@ V isin(LoweringContext& c) {
   return {c.arg(3).toBool() ? c.b.unary(UnaryOp::kNot, found) : found};
 }
 
+// Operand i broadcast and in PyTorch's "opmath" dtype: float32 for bfloat16/float16 outputs,
+// rounded once at the end (the kernel casts results to the output dtype).
+Value opmath_b(LoweringContext& c, size_t i) { return c.bcast(c.in_as(i, accumulator(c.compute_dtype()))); }
+
 // log(base^a + base^b) / log(base) for base e (ln_base 1) or 2 (ln 2): the larger operand plus
 // the log of 1 + base^-|a - b|; equal infinities give themselves (their difference is NaN).
 Value log_add_exp(LoweringContext& c, double ln_base) {
-  Value a = c.in_b(0), b = c.in_b(1);
+  Value a = opmath_b(c, 0), b = opmath_b(c, 1);
   Value m = bin(c, BinaryOp::kMaximum, a, b);
   Value d = c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kAbs, bin(c, BinaryOp::kSubtract, a, b)));
   Value tail = c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kExponential, bin(c, BinaryOp::kMultiply, d, c.full(ln_base, d))));
@@ -258,8 +262,6 @@ TORCHTPU_LOWERINGS(binary) {
   register_lowering({"pow.Scalar", "pow.Scalar_out"}, power);
   register_with_variants("maximum", {""}, nan_propagating(BinaryOp::kMaximum));
   register_with_variants("minimum", {""}, nan_propagating(BinaryOp::kMinimum));
-  register_lowering({"max.other", "max.out"}, nan_propagating(BinaryOp::kMaximum));
-  register_lowering({"min.other", "min.out"}, nan_propagating(BinaryOp::kMinimum));
   register_with_variants("fmax", {""}, [](LoweringContext& c) {
     Value a = c.in_b(0), b = c.in_b(1);
     Value m = bin(c, BinaryOp::kMaximum, a, b);
@@ -298,10 +300,14 @@ TORCHTPU_LOWERINGS(binary) {
     Value zero = c.full(0, x);
     return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
   });
-  register_with_variants("logaddexp", {""}, [](LoweringContext& c) { return V{log_add_exp(c, 1.0)}; });
-  register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return V{log_add_exp(c, M_LN2)}; });
+  LoweringOptions real_only;  // complex: CPU's own formula, not lowered yet
+  real_only.cpu_when = [](const std::vector<c10::IValue>& args) {
+    return (args[0].isTensor() && args[0].toTensor().is_complex()) || (args[1].isTensor() && args[1].toTensor().is_complex());
+  };
+  register_with_variants("logaddexp", {""}, [](LoweringContext& c) { return V{log_add_exp(c, 1.0)}; }, real_only);
+  register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return V{log_add_exp(c, M_LN2)}; }, real_only);
   register_with_variants("special_xlog1py", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {
-    Value x = c.in_b(0), y = c.in_b(1);
+    Value x = opmath_b(c, 0), y = opmath_b(c, 1);
     Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLogPlusOne, y));
     Value zero = c.full(0, x);
     return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
@@ -312,6 +318,14 @@ TORCHTPU_LOWERINGS(binary) {
     return V{c.b.select(c.b.compare(Compare::kEQ, x, c.full(0, x)), c.in_b(1), step)};
   });
   register_with_variants("nextafter", {""}, next_after);
+  register_lowering({"complex", "complex.out"}, [](LoweringContext& c) {
+    return V{c.b.binary(BinaryOp::kComplex, c.bcast(c.raw(0)), c.bcast(c.raw(1)))};
+  });
+  register_lowering({"polar", "polar.out"}, [](LoweringContext& c) {
+    Value r = c.bcast(c.raw(0)), theta = c.bcast(c.raw(1));
+    return V{c.b.binary(BinaryOp::kComplex, bin(c, BinaryOp::kMultiply, r, c.b.unary(UnaryOp::kCosine, theta)),
+                        bin(c, BinaryOp::kMultiply, r, c.b.unary(UnaryOp::kSine, theta)))};
+  });
 
   register_with_variants("bitwise_and", {"Tensor", "Scalar"}, bitwise(BinaryOp::kAnd));
   register_with_variants("bitwise_or", {"Tensor", "Scalar"}, bitwise(BinaryOp::kOr));

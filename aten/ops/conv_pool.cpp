@@ -1,5 +1,5 @@
-// Convolutions (forward and backward) and pooling (max with indices, average, adaptive average)
-// over PyTorch's channels-first layout.
+// Convolutions (forward and backward), pooling (max with indices, average, adaptive average),
+// max unpooling and patch extraction (im2col, col2im) over PyTorch's channels-first layout.
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -304,38 +304,96 @@ V adaptive_avg_pool_backward(LoweringContext& c, int64_t pooled) {  // (grad_out
   return {g};
 }
 
+// The geometry shared by im2col (unfold) and col2im (fold): kernel, dilation, padding, stride
+// (arguments from `first` on) over an image of `size` with `channels` channels.
+struct Patches {
+  std::vector<int64_t> k, d, p, s;
+  int64_t channels, hp, wp, blocks_h, blocks_w;
+
+  Patches(const LoweringContext& c, size_t first, int64_t channels, const std::vector<int64_t>& size)
+      : k(per_dim(c, first, 2, 1)), d(per_dim(c, first + 1, 2, 1)), p(per_dim(c, first + 2, 2, 0)),
+        s(per_dim(c, first + 3, 2, 1)), channels(channels), hp(size[0] + 2 * p[0]), wp(size[1] + 2 * p[1]),
+        blocks_h((hp - d[0] * (k[0] - 1) - 1) / s[0] + 1), blocks_w((wp - d[1] * (k[1] - 1) - 1) / s[1] + 1) {}
+
+  int64_t rows() const { return channels * k[0] * k[1]; }
+  int64_t blocks() const { return blocks_h * blocks_w; }
+  // Position in the flattened padded image [channels, hp, wp] of every (row, block) element of
+  // the columns [channels * kh * kw, blocks], as a [rows * blocks, 1] index constant.
+  Value positions(hlo::Builder& b) const {
+    int64_t kk = k[0] * k[1], l = blocks();
+    std::vector<int64_t> target(rows() * l);
+    for (int64_t r = 0; r < rows(); ++r)
+      for (int64_t blk = 0; blk < l; ++blk) {
+        int64_t channel = r / kk, ki = (r % kk) / k[1], kj = r % k[1];
+        int64_t y = (blk / blocks_w) * s[0] + ki * d[0], x = (blk % blocks_w) * s[1] + kj * d[1];
+        target[r * l + blk] = channel * hp * wp + y * wp + x;
+      }
+    return b.constant_bytes(target.data(), {DType::kS64, {rows() * l, 1}});
+  }
+};
+
 // col2im (fold): sums every patch column back into its place in a zero-padded image.
 V col2im(LoweringContext& c) {
   // (self [N, C*kh*kw, L] or [C*kh*kw, L], output_size, kernel_size, dilation, padding, stride)
   Value cols = c.in(0);
   bool batched = cols.type.rank() == 3;
   if (!batched) cols = c.b.reshape(cols, {1, cols.type.dims[0], cols.type.dims[1]});
-  auto out = c.int_list(1), k = per_dim(c, 2, 2, 1), d = per_dim(c, 3, 2, 1), p = per_dim(c, 4, 2, 0),
-       s = per_dim(c, 5, 2, 1);
+  auto out = c.int_list(1);
   int64_t n = cols.type.dims[0], ckk = cols.type.dims[1], l = cols.type.dims[2];
-  int64_t kk = k[0] * k[1], ch = ckk / kk;
-  int64_t hp = out[0] + 2 * p[0], wp = out[1] + 2 * p[1];
-  int64_t blocks_w = (out[1] + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
-  // Target position in the padded image of every (channel-kernel row, block) element.
-  std::vector<int64_t> target(ckk * l);
-  for (int64_t r = 0; r < ckk; ++r)
-    for (int64_t b = 0; b < l; ++b) {
-      int64_t channel = r / kk, ki = (r % kk) / k[1], kj = r % k[1];
-      int64_t y = (b / blocks_w) * s[0] + ki * d[0], x = (b % blocks_w) * s[1] + kj * d[1];
-      target[r * l + b] = channel * hp * wp + y * wp + x;
-    }
-  Value idx = c.b.constant_bytes(target.data(), {DType::kS64, {ckk * l, 1}});
-  Value zeros = c.b.constant(0, {cols.type.dtype, {n, ch * hp * wp}});
-  Value summed = c.b.scatter(zeros, idx, c.b.reshape(cols, {n, ckk * l}), {{0}, {1}, {1}, 1}, combine_with(BinaryOp::kAdd));
-  Value image = c.b.slice(c.b.reshape(summed, {n, ch, hp, wp}), {0, 0, p[0], p[1]},
-                          {n, ch, p[0] + out[0], p[1] + out[1]}, {1, 1, 1, 1});
-  return {batched ? image : c.b.reshape(image, {ch, out[0], out[1]})};
+  auto k = per_dim(c, 2, 2, 1);
+  Patches g(c, 2, ckk / (k[0] * k[1]), out);
+  Value zeros = c.b.constant(0, {cols.type.dtype, {n, g.channels * g.hp * g.wp}});
+  Value summed = c.b.scatter(zeros, g.positions(c.b), c.b.reshape(cols, {n, ckk * l}), {{0}, {1}, {1}, 1},
+                             combine_with(BinaryOp::kAdd));
+  Value image = c.b.slice(c.b.reshape(summed, {n, g.channels, g.hp, g.wp}), {0, 0, g.p[0], g.p[1]},
+                          {n, g.channels, g.p[0] + out[0], g.p[1] + out[1]}, {1, 1, 1, 1});
+  return {batched ? image : c.b.reshape(image, {g.channels, out[0], out[1]})};
+}
+
+// im2col (unfold): every patch of the zero-padded image as a column, read with one gather.
+V im2col(LoweringContext& c) {
+  // (self [N, C, H, W] or [C, H, W], kernel_size, dilation, padding, stride)
+  Value x = c.in(0);
+  bool batched = x.type.rank() == 4;
+  if (!batched) x = c.b.reshape(x, {1, x.type.dims[0], x.type.dims[1], x.type.dims[2]});
+  int64_t n = x.type.dims[0];
+  Patches g(c, 1, x.type.dims[1], {x.type.dims[2], x.type.dims[3]});
+  Value padded = c.b.pad(x, c.scalar(0, x.type.dtype), {0, 0, g.p[0], g.p[1]}, {0, 0, g.p[0], g.p[1]}, {0, 0, 0, 0});
+  Value flat = c.b.reshape(padded, {n, g.channels * g.hp * g.wp});
+  int64_t count = g.rows() * g.blocks();
+  Value cols = c.b.gather(flat, g.positions(c.b), {{0}, {1}, {1}, 1}, {n, 1}, {n, count});
+  return {c.b.reshape(cols, batched ? std::vector<int64_t>{n, g.rows(), g.blocks()}
+                                    : std::vector<int64_t>{g.rows(), g.blocks()})};
+}
+
+// max_unpool2d / 3d (self, indices, output_size, ...): each value written to its index in the
+// flattened output plane of its (batch, channel), the rest zero.
+V max_unpool(LoweringContext& c, size_t spatial) {
+  Value x = c.in(0), index = cast(c.b, c.raw(1), DType::kS64);
+  auto out_size = c.int_list(2);
+  int64_t plane = 1, rank = x.type.rank();
+  for (int64_t v : out_size) plane *= v;
+  int64_t planes = 1, per_plane = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < rank - static_cast<int64_t>(spatial) ? planes : per_plane) *= x.type.dims[d];
+  Value local = c.b.reshape(index, {planes, per_plane});
+  c.check_on_device(all_in_range(c.b, local, plane));
+  Value base = c.b.binary(BinaryOp::kMultiply, c.b.iota({DType::kS64, {planes, per_plane}}, 0),
+                          c.b.constant_int(plane, {DType::kS64, {planes, per_plane}}));
+  Value target = c.b.reshape(c.b.binary(BinaryOp::kAdd, base, local), {planes * per_plane, 1});
+  Value zeros = c.b.constant(0, {x.type.dtype, {planes * plane}});
+  auto replace = [](hlo::Builder&, const std::vector<Value>& a) { return V{a[1]}; };
+  Value written = c.b.scatter(zeros, target, c.b.reshape(x, {planes * per_plane}), {{}, {0}, {0}, 1}, replace);
+  return {c.b.reshape(written, c.out().dims)};
 }
 
 }  // namespace
 
 TORCHTPU_LOWERINGS(conv_pool) {
   register_lowering({"col2im", "col2im.out"}, col2im);
+  register_lowering({"im2col", "im2col.out"}, im2col);
+  LoweringOptions unpool = checked_runtime("max_unpool: Found an invalid max index");
+  register_lowering({"max_unpool2d", "max_unpool2d.out"}, [](LoweringContext& c) { return max_unpool(c, 2); }, unpool);
+  register_lowering({"max_unpool3d", "max_unpool3d.out"}, [](LoweringContext& c) { return max_unpool(c, 3); }, unpool);
   register_lowering({"convolution", "convolution.out"}, convolution, matmul_op());
   register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward, matmul_op());
   for (size_t n : {2, 3}) {

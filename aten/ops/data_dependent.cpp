@@ -1,58 +1,86 @@
-// Ops whose output size depends on the data: unique, unique_consecutive, masked_select. As on
-// CUDA, they are composed of device ops (sort, compare, cumsum, scatter) with one host read, the
-// output size; nonzero (indexing.cpp) works the same way.
+// Ops whose output size depends on the data: unique (of elements or of slices), unique_consecutive,
+// masked_select; and equal, whose answer is read back. As on CUDA, they are composed of device ops (sort, compare, cumsum, scatter) with
+// one host read, the output size; nonzero (indexing.cpp) works the same way.
+#include <algorithm>
+
 #include <ATen/ExpandUtils.h>
-#include <ATen/Operators.h>
-#include <ATen/native/CPUFallback.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/index.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/unique_consecutive.h>
+#include <ATen/ops/unique_dim.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
-#include "aten/lowering.h"
 
 namespace torchtpu::aten {
 namespace {
 
 using Unique = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
-// Runs of equal values in `values` (1-D): their ids (0, 0, 1, 2, 2, ...) and how many there are.
-std::pair<at::Tensor, int64_t> runs_of(const at::Tensor& values) {
-  int64_t n = values.numel();
-  at::Tensor starts = at::ones({n}, values.options().dtype(at::kBool));
-  if (n > 1) starts.slice(0, 1).copy_(at::ne(values.slice(0, 1), values.slice(0, 0, n - 1)));
+// Runs of equal rows in `rows` ([n, k], n > 0): their ids (0, 0, 1, 2, 2, ...) and how many.
+std::pair<at::Tensor, int64_t> runs_of(const at::Tensor& rows) {
+  int64_t n = rows.size(0);
+  at::Tensor starts = at::ones({n}, rows.options().dtype(at::kBool));
+  if (n > 1) starts.slice(0, 1).copy_(at::ne(rows.slice(0, 1), rows.slice(0, 0, n - 1)).any(1));
   at::Tensor run = at::cumsum(starts, 0).sub_(1);
   return {run, run[n - 1].item<int64_t>() + 1};  // the one host read
 }
 
-// Values, inverse (the run of each element in `order`'s positions) and counts of the runs.
-Unique collect_runs(const at::Tensor& self, const at::Tensor& values, const at::Tensor& order,
-                    bool return_inverse, bool return_counts) {
-  auto long_options = self.options().dtype(at::kLong);
-  if (values.numel() == 0)
-    return {at::empty({0}, self.options()), at::empty(return_inverse ? self.sizes() : at::IntArrayRef{0}, long_options),
-            at::empty({0}, long_options)};
-  auto [run, count] = runs_of(values);
-  at::Tensor unique = at::empty({count}, self.options()).scatter_(0, run, values);
+// The distinct rows of `rows` ([n, k], equal rows adjacent) as [count, k], the run of each row
+// in `order`'s positions (the inverse, [n]) and the length of each run.
+Unique collect_runs(const at::Tensor& rows, const at::Tensor& order, bool return_inverse, bool return_counts) {
+  auto long_options = rows.options().dtype(at::kLong);
   at::Tensor inverse = at::empty({0}, long_options), counts = at::empty({0}, long_options);
-  if (return_inverse)
-    inverse = (order.defined() ? at::empty_like(run).scatter_(0, order, run) : run).view(self.sizes());
+  if (rows.size(0) == 0) return {rows, return_inverse ? at::empty({0}, long_options) : inverse, counts};
+  auto [run, count] = runs_of(rows);
+  at::Tensor unique = at::empty({count, rows.size(1)}, rows.options()).index_copy_(0, run, rows);
+  if (return_inverse) inverse = order.defined() ? at::empty_like(run).scatter_(0, order, run) : run;
   if (return_counts) counts = at::zeros({count}, long_options).scatter_add_(0, run, at::ones_like(run));
   return {unique, inverse, counts};
+}
+
+// Flattened: the unique values as 1-D, the inverse in self's shape.
+Unique collect_flat(const at::Tensor& self, const at::Tensor& values, const at::Tensor& order,
+                    bool return_inverse, bool return_counts) {
+  auto [unique, inverse, counts] = collect_runs(values.reshape({-1, 1}), order, return_inverse, return_counts);
+  return {unique.reshape({-1}), return_inverse ? inverse.view(self.sizes()) : inverse, counts};
+}
+
+// The slices of `self` along `dim` as rows [n, k] (k: the product of the other sizes).
+at::Tensor slices_as_rows(const at::Tensor& self, int64_t dim) {
+  return self.movedim(dim, 0).reshape({self.size(dim), -1});
+}
+
+// Unique rows back in self's layout: [count, k] -> count slices along dim.
+at::Tensor rows_as_slices(const at::Tensor& self, const at::Tensor& rows, int64_t dim) {
+  std::vector<int64_t> sizes = self.movedim(dim, 0).sizes().vec();
+  sizes[0] = rows.size(0);
+  return rows.reshape(sizes).movedim(0, dim);
+}
+
+// The order that sorts rows ([n, k]) lexicographically: stable sorts by each column, last first.
+at::Tensor lexicographic_order(const at::Tensor& rows) {
+  at::Tensor order = at::arange(rows.size(0), rows.options().dtype(at::kLong));
+  for (int64_t col = rows.size(1) - 1; col >= 0; --col) {
+    at::Tensor keys = rows.select(1, col).index_select(0, order);
+    order = order.index_select(0, std::get<1>(at::sort(keys, /*stable=*/true, 0, false)));
+  }
+  return order;
 }
 
 // torch.unique: always sorted, as on CUDA (CPU's sorted=False order is unspecified anyway).
 Unique unique2(const at::Tensor& self, bool sorted, bool return_inverse, bool return_counts) {
   at::Tensor flat = self.reshape({-1});
-  if (flat.numel() == 0) return collect_runs(self, flat, at::Tensor(), return_inverse, return_counts);
+  if (flat.numel() == 0) return collect_flat(self, flat, at::Tensor(), return_inverse, return_counts);
   auto [values, order] = at::sort(flat, /*stable=*/true, 0, false);
-  return collect_runs(self, values, order, return_inverse, return_counts);
+  return collect_flat(self, values, order, return_inverse, return_counts);
 }
 
 // The older torch.unique entry (autograd formulas call it, e.g. index_fill's backward): _unique2
@@ -62,12 +90,32 @@ std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, b
   return {values, inverse};
 }
 
+// unique by slices of an empty tensor, as CPU: itself, if only one of its sizes is 0.
+Unique unique_of_empty(const at::Tensor& self) {
+  auto sizes = self.sizes();
+  TORCH_CHECK(std::count(sizes.begin(), sizes.end(), 0) == 1,
+              "Number of zero sized dimensions is more than one, so unique cannot be applied ");
+  auto long_options = self.options().dtype(at::kLong);
+  return {at::empty(sizes, self.options()), at::empty({0}, long_options), at::empty({0}, long_options)};
+}
+
+// torch.unique(dim=d): the distinct slices along d, sorted lexicographically.
+Unique unique_dim(const at::Tensor& self, int64_t dim, bool sorted, bool return_inverse, bool return_counts) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  if (self.numel() == 0) return unique_of_empty(self);
+  at::Tensor rows = slices_as_rows(self, dim);
+  at::Tensor order = lexicographic_order(rows);
+  auto [unique, inverse, counts] = collect_runs(rows.index_select(0, order), order, return_inverse, return_counts);
+  return {rows_as_slices(self, unique, dim), inverse, counts};
+}
+
 Unique unique_consecutive(const at::Tensor& self, bool return_inverse, bool return_counts,
                           std::optional<int64_t> dim) {
-  if (dim.has_value())  // runs of slices along a dimension: not lowered yet
-    return at::native::call_fallback_fn<&cpu_fallback, ATEN_OP(unique_consecutive)>::call(
-        self, return_inverse, return_counts, dim);
-  return collect_runs(self, self.reshape({-1}), at::Tensor(), return_inverse, return_counts);
+  if (!dim.has_value()) return collect_flat(self, self.reshape({-1}), at::Tensor(), return_inverse, return_counts);
+  int64_t d = c10::maybe_wrap_dim(*dim, self.dim());
+  if (self.numel() == 0) return unique_of_empty(self);
+  auto [unique, inverse, counts] = collect_runs(slices_as_rows(self, d), at::Tensor(), return_inverse, return_counts);
+  return {rows_as_slices(self, unique, d), inverse, counts};
 }
 
 // The elements where the (broadcast) mask is true: boolean indexing, which finds the true
@@ -81,13 +129,25 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return at::index(self.expand(shape), indices);
 }
 
+// torch.equal: same sizes and every element equal (after promotion; NaN is never equal), compared
+// on the device with one host read of the answer.
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
+              self.device(), " and ", other.device());
+  if (!self.sizes().equals(other.sizes())) return false;
+  if (self.numel() == 0) return true;
+  return at::eq(self, other).all().item<bool>();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_unique", unique);
   m.impl("_unique2", unique2);
+  m.impl("unique_dim", unique_dim);
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("masked_select", masked_select);
+  m.impl("equal", equal);
 }
 
 }  // namespace torchtpu::aten

@@ -1,9 +1,11 @@
 // Indexing and data movement: cat, index_select, gather, scatter family, advanced indexing
-// (index / index_put), cumulative sums, sort/topk, arange, constant padding.
+// (index / index_put), cumulative sums, take/put, arange, linspace/logspace, eye, constant padding.
 #include <cmath>
+#include <optional>
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/index.h>
 #include <torch/library.h>
 
@@ -173,14 +175,6 @@ void check_not_empty_dim(const at::Tensor& self, int64_t dim, const at::Tensor& 
   TORCH_CHECK(false, message);
 }
 
-// The op's dimension argument `i` checked as CPU checks it (IndexError out of range), before
-// PyTorch's meta kernel (some assert instead, some skip the check).
-MetaFn dim_checked(size_t i) {
-  return checked_meta([i](const std::vector<c10::IValue>& args) {
-    if (args[i].isInt()) c10::maybe_wrap_dim(args[i].toInt(), args[0].toTensor().dim());
-  });
-}
-
 // The shape self[indices] has, from index's meta kernel (masks are integer indices by now).
 std::vector<int64_t> index_result_sizes(const at::Tensor& self, const c10::IValue& indices) {
   c10::List<std::optional<at::Tensor>> list;
@@ -236,7 +230,7 @@ V index_put(LoweringContext& c) {
 }
 
 // Cumulative reduction along dim as a reduce_window whose window reaches back over the prefix.
-Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, double init) {
+Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, const hlo::RegionBody& combine, double init) {
   int64_t rank = x.type.rank();
   if (rank == 0) return x;
   int64_t n = x.type.dims[dim];
@@ -246,7 +240,43 @@ Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, doub
   w.dims[dim] = n;
   w.padding.assign(rank, {0, 0});
   w.padding[dim] = {n - 1, 0};
-  return b.reduce_window({x}, {b.constant(init, {x.type.dtype, {}})}, w, combine_with(op))[0];
+  return b.reduce_window({x}, {b.constant(init, {x.type.dtype, {}})}, w, combine)[0];
+}
+
+Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, double init) {
+  return cumulative(b, x, dim, combine_with(op), init);
+}
+
+// log(exp(a) + exp(b)) of two scalars, the step of logcumsumexp; equal infinities give themselves.
+std::vector<Value> log_add_exp(hlo::Builder& b, const std::vector<Value>& a) {
+  Value hi = b.binary(BinaryOp::kMaximum, a[0], a[1]), lo = b.binary(BinaryOp::kMinimum, a[0], a[1]);
+  Value r = b.binary(BinaryOp::kAdd, hi, b.unary(UnaryOp::kLogPlusOne, b.unary(UnaryOp::kExponential, b.binary(BinaryOp::kSubtract, lo, hi))));
+  Value same_inf = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, hi, lo), b.unary(UnaryOp::kNot, b.unary(UnaryOp::kIsFinite, hi)));
+  return {b.select(same_inf, hi, r)};
+}
+
+// unfold_backward(grad, input_sizes, dim, size, step): each window offset's gradient slice padded
+// into place (offset, then every step) and summed.
+V unfold_backward(LoweringContext& c) {
+  Value g = c.in(0);
+  auto sizes = c.int_list(1);
+  int64_t rank = static_cast<int64_t>(sizes.size());
+  int64_t dim = wrap_dim(c.arg(2).toInt(), rank), size = c.arg(3).toInt(), step = c.arg(4).toInt();
+  int64_t windows = rank == 0 ? 1 : g.type.dims[dim];
+  Value result = c.b.constant(0, c.out());
+  if (windows == 0 || rank == 0) return {rank == 0 ? c.b.reshape(g, {}) : result};
+  std::vector<int64_t> start(g.type.rank(), 0), limit = g.type.dims, stride(g.type.rank(), 1);
+  for (int64_t offset = 0; offset < size; ++offset) {
+    start.back() = offset;
+    limit.back() = offset + 1;
+    Value piece = c.b.reshape(c.b.slice(g, start, limit, stride), std::vector<int64_t>(g.type.dims.begin(), g.type.dims.end() - 1));
+    std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
+    low[dim] = offset;
+    interior[dim] = step - 1;
+    high[dim] = sizes[dim] - (offset + (windows - 1) * step + 1);
+    result = c.b.binary(BinaryOp::kAdd, result, c.b.pad(piece, c.scalar(0, g.type.dtype), low, high, interior));
+  }
+  return {result};
 }
 
 // cummax/cummin along `dim` with indices: (self, values (written), indices (written), dim). Equal
@@ -269,29 +299,6 @@ Lowering running_extreme(bool is_max) {
                                w, extreme_with_index(is_max, x.type.dtype, true));
     return V{r[0], r[1]};
   };
-}
-
-// Sort comparator placing NaN last (largest), as PyTorch does.
-hlo::RegionBody sort_order(bool descending, DType dtype) {
-  return [descending, dtype](hlo::Builder& b, const V& a) {
-    Value x = a[0], y = a[1];
-    Value less = b.compare(descending ? Compare::kGT : Compare::kLT, x, y);
-    if (!is_floating(dtype)) return V{less};
-    Value x_nan = b.compare(Compare::kNE, x, x), y_nan = b.compare(Compare::kNE, y, y);
-    // ascending: non-NaN before NaN; descending: NaN first.
-    Value nan_order = descending ? b.binary(BinaryOp::kAnd, x_nan, b.unary(UnaryOp::kNot, y_nan))
-                                 : b.binary(BinaryOp::kAnd, y_nan, b.unary(UnaryOp::kNot, x_nan));
-    return V{b.binary(BinaryOp::kOr, nan_order, less)};
-  };
-}
-
-std::pair<Value, Value> sort_along(LoweringContext& c, const Value& x, int64_t dim, bool descending) {
-  Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
-  auto body = sort_order(descending, x.type.dtype);
-  auto sorted = c.b.sort({x, idx}, dim, true, [body](hlo::Builder& b, const V& a) {
-    return body(b, {a[0], a[1]});
-  });
-  return {sorted[0], sorted[1]};
 }
 
 // scatter_reduce.two(self, dim, index, src, reduce, include_self)
@@ -363,10 +370,14 @@ at::Tensor nonzero(const at::Tensor& self) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("nonzero", nonzero); }
 
 // linspace(start, end, steps >= 1) in `math`: both halves count from their own end, as PyTorch
-// does, with start and end rounded to `math` first.
-Value evenly_spaced(LoweringContext& c, DType math) {
+// does, with start and end rounded to `math` (or first to `round_to`).
+Value evenly_spaced(LoweringContext& c, DType math, std::optional<DType> round_to = std::nullopt) {
   int64_t steps = c.arg(2).toInt();
-  Value start = c.bcast(cast(c.b, c.in(0), math)), end = c.bcast(cast(c.b, c.in(1), math));
+  auto endpoint = [&](size_t i) {
+    Value v = round_to ? cast(c.b, c.in_as(i, *round_to), math) : cast(c.b, c.in(i), math);
+    return c.bcast(v);
+  };
+  Value start = endpoint(0), end = endpoint(1);
   if (steps == 1) return start;
   Value step = c.b.binary(BinaryOp::kDivide, c.b.binary(BinaryOp::kSubtract, end, start),
                           c.b.constant(static_cast<double>(steps - 1), start.type));
@@ -376,6 +387,31 @@ Value evenly_spaced(LoweringContext& c, DType math) {
   Value from_end = c.b.binary(BinaryOp::kSubtract, end, c.b.binary(BinaryOp::kMultiply, step, back));
   Value first_half = c.b.compare(Compare::kLT, i, c.b.constant(static_cast<double>(steps / 2), i.type));
   return c.b.select(first_half, from_start, from_end);
+}
+
+// take(self, index) and put_(self, index, source, accumulate): self as a flat vector addressed by
+// (possibly negative) indices, checked on the device as CPU checks them.
+V take(LoweringContext& c) {
+  Value x = c.in(0);
+  int64_t n = x.type.element_count();
+  Value index = c.raw(1);
+  int64_t k = index.type.element_count();
+  c.check_on_device(all_in_range(c.b, wrapped_index(c.b, index, n), n));
+  if (n == 0 || k == 0) return {c.b.constant(0, c.out())};
+  Value at = c.b.reshape(wrapped_index(c.b, index, n), {k, 1});
+  return {c.b.reshape(c.b.gather(c.b.reshape(x, {n}), at, {{}, {0}, {0}, 1}, {1}, {k}), c.out().dims)};
+}
+
+V put(LoweringContext& c) {
+  Value x = c.in(0);
+  int64_t n = x.type.element_count(), k = c.raw(1).type.element_count();
+  if (k == 0) return {x};
+  Value index = wrapped_index(c.b, c.raw(1), n);
+  c.check_on_device(all_in_range(c.b, index, n));
+  Value source = c.b.reshape(c.in(2), {k});
+  hlo::RegionBody combine = c.arg(3).toBool() ? combine_with(BinaryOp::kAdd) : replace();
+  Value written = c.b.scatter(c.b.reshape(x, {n}), c.b.reshape(index, {k, 1}), source, {{}, {0}, {0}, 1}, combine);
+  return {c.b.reshape(written, x.type.dims)};
 }
 
 }  // namespace
@@ -503,27 +539,35 @@ TORCHTPU_LOWERINGS(indexing) {
   });
   register_lowering({"_cummax_helper"}, running_extreme(true), written_only());
   register_lowering({"_cummin_helper"}, running_extreme(false), written_only());
-  register_lowering({"sort.stable", "sort.values_stable"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, stable, dim, descending)
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
-    auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(2).toInt(), x.type.rank()), c.arg(3).toBool());
-    return V{values, indices};
-  }, with_meta(dim_checked(2)));
-  register_lowering({"sort", "sort.values"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, dim, descending)
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
-    auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), c.arg(2).toBool());
-    return V{values, indices};
-  }, with_meta(dim_checked(1)));
-  register_lowering({"topk", "topk.values"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, k, dim, largest, sorted)
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
-    int64_t k = c.arg(1).toInt(), dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
-    auto [values, indices] = sort_along(c, x, dim, c.arg(3).toBool());
-    std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
-    limit[dim] = k;
-    return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
-  }, with_meta(dim_checked(2)));
+  register_lowering({"_logcumsumexp", "_logcumsumexp.out"}, [](LoweringContext& c) {
+    Value x = c.in_as(0, accumulator(c.compute_dtype()));
+    return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), log_add_exp, -INFINITY)};
+  }, [] {
+    LoweringOptions o;  // no meta kernel: the input's shape and dtype
+    o.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+      if (args.size() > 2 && args[2].isTensor()) {
+        at::Tensor out = args[2].toTensor();
+        out.resize_(args[0].toTensor().sizes());
+        return std::vector<c10::IValue>{out};
+      }
+      return std::vector<c10::IValue>{at::empty_like(args[0].toTensor())};
+    };
+    // complex: CPU's own formula, not lowered yet
+    o.cpu_when = [](const std::vector<c10::IValue>& args) { return args[0].toTensor().is_complex(); };
+    return o;
+  }());
+  register_lowering({"unfold_backward", "unfold_backward.out"}, unfold_backward);
+  register_lowering({"channel_shuffle", "channel_shuffle.out"}, [](LoweringContext& c) {
+    Value x = c.in(0);  // [N, C, ...] -> [N, g, C/g, ...] -> [N, C/g, g, ...] -> [N, C, ...]
+    int64_t groups = c.arg(1).toInt(), rank = x.type.rank();
+    std::vector<int64_t> split = x.type.dims, perm{0, 2, 1};
+    split[1] = x.type.dims[1] / groups;
+    split.insert(split.begin() + 1, groups);
+    for (int64_t d = 3; d <= rank; ++d) perm.push_back(d);
+    return V{c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), x.type.dims)};
+  });
+  register_lowering({"take", "take.out"}, take, checked("take(): index out of range"));
+  register_lowering({"put_"}, put, checked("put_(): index out of range"));
   register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;
     if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
@@ -535,7 +579,10 @@ TORCHTPU_LOWERINGS(indexing) {
                      "logspace.Scalar_Tensor_out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;
     if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
-    Value exponent = evenly_spaced(c, is_floating(t) || is_complex(t) ? accumulator(t) : DType::kF64);
+    // Low-precision outputs: start and end rounded to the output dtype first, as CPU does.
+    std::optional<DType> round_to;
+    if (accumulator(t) != t) round_to = t;
+    Value exponent = evenly_spaced(c, is_floating(t) || is_complex(t) ? accumulator(t) : DType::kF64, round_to);
     return V{c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), exponent.type), exponent)};
   });
   register_lowering({"eye.out", "eye.m_out"}, [](LoweringContext& c) {

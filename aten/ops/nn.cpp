@@ -128,17 +128,32 @@ Lowering pointwise_loss_backward(F f) {
   };
 }
 
-// p-norm distances between rows of a [..., P, M] and b [..., R, M] -> [..., P, R].
-Value pairwise_distance(Math& m, const Value& a, const Value& b, double p) {
+// Sums `full` down to `dims` (a shape it was broadcast from): the gradient of a broadcast.
+Value sum_to(Math& m, const Value& full, const std::vector<int64_t>& dims) {
+  int64_t lead = full.type.rank() - static_cast<int64_t>(dims.size());
+  std::vector<int64_t> reduced;
+  for (int64_t d = 0; d < full.type.rank(); ++d)
+    if (d < lead || (dims[d - lead] == 1 && full.type.dims[d] != 1)) reduced.push_back(d);
+  return m.b.reshape(reduced.empty() ? full : m.sum(full, reduced), dims);
+}
+
+// a_i - b_j for the rows of a [..., P, M] and b [..., R, M] -> [..., P, R, M].
+Value pairwise_difference(Math& m, const Value& a, const Value& b) {
   int64_t rank = a.type.rank();
-  std::vector<int64_t> dims = a.type.dims;  // [..., P, R, M]
+  std::vector<int64_t> dims = a.type.dims;
   dims.insert(dims.end() - 1, b.type.dims[rank - 2]);
   std::vector<int64_t> batch;
   for (int64_t d = 0; d < rank - 2; ++d) batch.push_back(d);
   std::vector<int64_t> a_map = batch, b_map = batch;
   a_map.insert(a_map.end(), {rank - 2, rank});
   b_map.insert(b_map.end(), {rank - 1, rank});
-  Value diff = m.b.unary(UnaryOp::kAbs, m.sub(m.b.broadcast_in_dim(a, dims, a_map), m.b.broadcast_in_dim(b, dims, b_map)));
+  return m.sub(m.b.broadcast_in_dim(a, dims, a_map), m.b.broadcast_in_dim(b, dims, b_map));
+}
+
+// p-norm distances between rows of a [..., P, M] and b [..., R, M] -> [..., P, R].
+Value pairwise_distance(Math& m, const Value& a, const Value& b, double p) {
+  int64_t rank = a.type.rank();
+  Value diff = m.b.unary(UnaryOp::kAbs, pairwise_difference(m, a, b));
   if (p == 0) return m.sum(cast(m.b, m.b.compare(Compare::kNE, diff, m.k(0, diff)), diff.type.dtype), {rank});
   if (std::isinf(p)) return m.reduce(diff, {rank}, BinaryOp::kMaximum, 0);
   if (p == 1) return m.sum(diff, {rank});
@@ -147,15 +162,55 @@ Value pairwise_distance(Math& m, const Value& a, const Value& b, double p) {
   return m.b.binary(BinaryOp::kPower, s, m.k(1 / p, s));
 }
 
-V cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode); batch dims broadcast
-  Math m{c.b};
-  std::vector<int64_t> batch(c.out().dims.begin(), c.out().dims.end() - 2);
-  auto with_batch = [&](const Value& v) {
+// x1 and x2 with their batch dimensions broadcast to the output's (cdist's batch rules).
+std::pair<Value, Value> with_common_batch(LoweringContext& c, const Value& x1, const Value& x2,
+                                          const std::vector<int64_t>& batch) {
+  auto expand = [&](const Value& v) {
     std::vector<int64_t> dims = batch;
     dims.insert(dims.end(), v.type.dims.end() - 2, v.type.dims.end());
     return broadcast_to(c.b, v, dims);
   };
-  return {pairwise_distance(m, with_batch(c.in(0)), with_batch(c.in(1)), c.arg(2).toDouble())};
+  return {expand(x1), expand(x2)};
+}
+
+V cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode); batch dims broadcast
+  Math m{c.b};
+  std::vector<int64_t> batch(c.out().dims.begin(), c.out().dims.end() - 2);
+  auto [a, b] = with_common_batch(c, c.in(0), c.in(1), batch);
+  return {pairwise_distance(m, a, b, c.arg(2).toDouble())};
+}
+
+// _cdist_backward(grad, x1, x2, p, cdist) -> grad of x1: for each pair, grad * d dist / d x1,
+// which is sign(diff) |diff|^(p-1) / dist^(p-1) (0 where dist is 0), and for p = inf sign(diff)
+// where |diff| is the max.
+V cdist_backward(LoweringContext& c) {
+  Math m{c.b};
+  double p = c.arg(3).toDouble();
+  Value g = c.in(0), dist = c.in(4);
+  std::vector<int64_t> batch(g.type.dims.begin(), g.type.dims.end() - 2);
+  auto [a, b] = with_common_batch(c, c.in(1), c.in(2), batch);
+  Value diff = pairwise_difference(m, a, b);
+  int64_t rank = diff.type.rank();
+  if (p == 0) return {c.b.constant(0, c.out())};
+  std::vector<int64_t> pair_dims;
+  for (int64_t d = 0; d < rank - 1; ++d) pair_dims.push_back(d);
+  Value dist_b = c.b.broadcast_in_dim(dist, diff.type.dims, pair_dims);
+  Value g_b = c.b.broadcast_in_dim(g, diff.type.dims, pair_dims);
+  Value sign = c.b.unary(UnaryOp::kSign, diff), magnitude = c.b.unary(UnaryOp::kAbs, diff);
+  Value slope;
+  if (std::isinf(p)) {
+    slope = c.b.select(c.b.compare(Compare::kEQ, magnitude, dist_b), sign, m.k(0, sign));
+  } else if (p == 1) {
+    slope = sign;
+  } else {
+    Value ratio = m.div(c.b.binary(BinaryOp::kPower, magnitude, m.k(p - 1, magnitude)),
+                        c.b.binary(BinaryOp::kPower, dist_b, m.k(p - 1, dist_b)));
+    Value zero = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kEQ, dist_b, m.k(0, dist_b)),
+                            c.b.compare(Compare::kEQ, magnitude, m.k(0, magnitude)));  // p < 1: 0^(p-1)
+    slope = c.b.select(zero, m.k(0, sign), m.mul(sign, ratio));
+  }
+  Value grad = m.sum(m.mul(g_b, slope), {rank - 2});  // over x2's rows
+  return {c.b.reshape(sum_to(m, grad, c.out().dims), c.out().dims)};
 }
 
 V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, row-major
@@ -170,15 +225,6 @@ V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, 
   if (count == 0) return {c.b.constant(0, c.out())};
   Value idx = c.b.constant_bytes(pairs.data(), {DType::kS64, {count, 1}});
   return {c.b.gather(all, idx, {{}, {0}, {0}, 1}, {1}, {count})};
-}
-
-// Sums `full` down to `dims` (a shape it was broadcast from): the gradient of a broadcast.
-Value sum_to(Math& m, const Value& full, const std::vector<int64_t>& dims) {
-  int64_t lead = full.type.rank() - static_cast<int64_t>(dims.size());
-  std::vector<int64_t> reduced;
-  for (int64_t d = 0; d < full.type.rank(); ++d)
-    if (d < lead || (dims[d - lead] == 1 && full.type.dims[d] != 1)) reduced.push_back(d);
-  return m.b.reshape(reduced.empty() ? full : m.sum(full, reduced), dims);
 }
 
 // binary_cross_entropy(self, target, weight?, reduction): logs clamped at -100, as PyTorch.
@@ -235,6 +281,7 @@ V prelu_backward(LoweringContext& c) {
 
 TORCHTPU_LOWERINGS(nn) {
   register_lowering({"_cdist_forward", "_cdist_forward.out"}, cdist);
+  register_lowering({"_cdist_backward", "_cdist_backward.out"}, cdist_backward);
   register_lowering({"_pdist_forward", "_pdist_forward.out"}, pdist);
   register_lowering({"_softmax", "_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};

@@ -310,6 +310,19 @@ TORCHTPU_LOWERINGS(reduction) {
     Value s = reduce(c, c.b.unary(UnaryOp::kExponential, shifted), dims, BinaryOp::kAdd, 0);
     return V{finish(c, c.b.binary(BinaryOp::kAdd, c.b.unary(UnaryOp::kLog, s), finite_m))};
   });
+  // The older norm(self, p=2, [dim, keepdim], [dtype]): a vector norm over dim (default all).
+  register_lowering({"norm.Scalar", "norm.Scalar_out", "norm.ScalarOpt_dim", "norm.out", "norm.ScalarOpt_dim_dtype",
+                     "norm.dtype_out", "norm.ScalarOpt_dtype", "norm.ScalarOpt_dtype_out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    double ord = c.arg(1).isNone() ? 2.0 : c.arg(1).toScalar().toDouble();
+    bool has_dims = c.num_args() > 2 && c.arg(2).isIntList();
+    auto dims = reduced_dims(c, has_dims ? 2 : kAll, x.type.rank());
+    return V{finish(c, Math{c.b}.vector_norm(x, dims, ord, accumulator(c.out().dtype)))};
+  }, [] {
+    LoweringOptions o;
+    o.static_scalars = {1};
+    return o;
+  }());
   register_lowering({"linalg_vector_norm", "linalg_vector_norm.out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     double ord = c.arg(1).toScalar().toDouble();

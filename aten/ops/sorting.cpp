@@ -1,0 +1,140 @@
+// Sorting and order statistics: sort, topk, median, nanmedian, kthvalue. NaN sorts last
+// (largest), as in PyTorch.
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+
+namespace torchtpu::aten {
+namespace {
+
+// The op's dimension argument `i` checked as CPU checks it (IndexError out of range), before
+// PyTorch's meta kernel (some assert instead, some skip the check).
+MetaFn dim_checked(size_t i) {
+  return checked_meta([i](const std::vector<c10::IValue>& args) {
+    if (args[i].isInt()) c10::maybe_wrap_dim(args[i].toInt(), args[0].toTensor().dim());
+  });
+}
+
+// Sort comparator placing NaN last (largest), as PyTorch does.
+hlo::RegionBody sort_order(bool descending, DType dtype) {
+  return [descending, dtype](hlo::Builder& b, const V& a) {
+    Value x = a[0], y = a[1];
+    Value less = b.compare(descending ? Compare::kGT : Compare::kLT, x, y);
+    if (!is_floating(dtype)) return V{less};
+    Value x_nan = b.compare(Compare::kNE, x, x), y_nan = b.compare(Compare::kNE, y, y);
+    // ascending: non-NaN before NaN; descending: NaN first.
+    Value nan_order = descending ? b.binary(BinaryOp::kAnd, x_nan, b.unary(UnaryOp::kNot, y_nan))
+                                 : b.binary(BinaryOp::kAnd, y_nan, b.unary(UnaryOp::kNot, x_nan));
+    return V{b.binary(BinaryOp::kOr, nan_order, less)};
+  };
+}
+
+std::pair<Value, Value> sort_along(LoweringContext& c, const Value& x, int64_t dim, bool descending) {
+  Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
+  auto body = sort_order(descending, x.type.dtype);
+  auto sorted = c.b.sort({x, idx}, dim, true, [body](hlo::Builder& b, const V& a) {
+    return body(b, {a[0], a[1]});
+  });
+  return {sorted[0], sorted[1]};
+}
+
+// Each slice's element at position `k` (one per slice: the slice dims without `dim`) of the
+// sorted values along `dim`, with its index before sorting.
+std::pair<Value, Value> pick(hlo::Builder& b, const Value& sorted, const Value& order, int64_t dim, const Value& k) {
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < sorted.type.rank(); ++d)
+    if (d != dim) kept.push_back(d);
+  hlo::TensorType positions{DType::kS64, sorted.type.dims};
+  Value at_k = b.compare(Compare::kEQ, b.iota(positions, dim), b.broadcast_in_dim(k, sorted.type.dims, kept));
+  auto sum = [&](const Value& v) {
+    return b.reduce({b.select(at_k, v, b.constant(0, v.type))}, {b.constant(0, {v.type.dtype, {}})}, {dim},
+                    combine_with(BinaryOp::kAdd))[0];
+  };
+  return {sum(sorted), sum(order)};
+}
+
+// median / nanmedian along `dim` -> (value, index). The lower median of the slice; median gives
+// the first NaN when the slice has one, nanmedian the median of the other values.
+std::pair<Value, Value> median_along(hlo::Builder& b, const Value& x, int64_t dim, bool ignore_nan,
+                                     const std::pair<Value, Value>& sorted) {
+  int64_t n = x.type.dims[dim];
+  Value nan = b.convert(b.compare(Compare::kNE, x, x), DType::kS64);
+  Value nans = b.reduce({nan}, {b.constant(0, {DType::kS64, {}})}, {dim}, combine_with(BinaryOp::kAdd))[0];
+  Value count = b.binary(BinaryOp::kSubtract, b.constant_int(n, nans.type), nans);
+  Value lower_median = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kSubtract, count, b.constant(1, count.type)),
+                                b.constant(2, count.type));
+  Value k = lower_median;
+  if (!ignore_nan) {
+    Value middle = b.constant_int((n - 1) / 2, count.type);
+    k = b.select(b.compare(Compare::kGT, nans, b.constant(0, nans.type)), count, middle);
+  }
+  return pick(b, sorted.first, sorted.second, dim, b.binary(BinaryOp::kMaximum, k, b.constant(0, k.type)));
+}
+
+// median(self) / nanmedian(self): over all elements (NaN for an empty tensor).
+Lowering median_all(bool ignore_nan) {
+  return [ignore_nan](LoweringContext& c) {
+    Value x = c.raw(0);
+    int64_t n = x.type.element_count();
+    if (n == 0) return V{c.b.constant(NAN, c.out())};
+    x = c.b.reshape(x, {n});
+    return V{median_along(c.b, x, 0, ignore_nan, sort_along(c, x, 0, false)).first};
+  };
+}
+
+// median.dim / nanmedian.dim (self, dim, keepdim) -> (values, indices).
+Lowering median_dim(bool ignore_nan) {
+  return [ignore_nan](LoweringContext& c) {
+    Value x = c.raw(0);
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    int64_t dim = wrap_dim(c.arg(1).toInt(), x.type.rank());
+    auto [value, index] = median_along(c.b, x, dim, ignore_nan, sort_along(c, x, dim, false));
+    return V{c.b.reshape(value, c.out(0).dims), c.b.reshape(index, c.out(1).dims)};
+  };
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(sorting) {
+  register_lowering({"sort.stable", "sort.values_stable"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, stable, dim, descending)
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(2).toInt(), x.type.rank()), c.arg(3).toBool());
+    return V{values, indices};
+  }, with_meta(dim_checked(2)));
+  register_lowering({"sort", "sort.values"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, dim, descending)
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), c.arg(2).toBool());
+    return V{values, indices};
+  }, with_meta(dim_checked(1)));
+  register_lowering({"topk", "topk.values"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, k, dim, largest, sorted)
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    int64_t k = c.arg(1).toInt(), dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
+    auto [values, indices] = sort_along(c, x, dim, c.arg(3).toBool());
+    std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
+    limit[dim] = k;
+    return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
+  }, with_meta(dim_checked(2)));
+  register_lowering({"median", "median.out"}, median_all(false));
+  register_lowering({"nanmedian", "nanmedian.out"}, median_all(true));
+  register_lowering({"median.dim", "median.dim_values"}, median_dim(false), with_meta(dim_checked(1)));
+  register_lowering({"nanmedian.dim", "nanmedian.dim_values"}, median_dim(true), with_meta(dim_checked(1)));
+  register_lowering({"kthvalue", "kthvalue.values"}, [](LoweringContext& c) {
+    Value x = c.raw(0);  // (self, k, dim, keepdim) -> (values, indices)
+    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    int64_t k = c.arg(1).toInt(), dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
+    auto [values, indices] = sort_along(c, x, dim, false);
+    std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
+    start[dim] = k - 1;
+    limit[dim] = k;
+    return V{c.b.reshape(c.b.slice(values, start, limit, step), c.out(0).dims),
+             c.b.reshape(c.b.slice(indices, start, limit, step), c.out(1).dims)};
+  }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
+    const at::Tensor& x = args[0].toTensor();
+    int64_t dim = c10::maybe_wrap_dim(args[2].toInt(), x.dim()), k = args[1].toInt();
+    TORCH_CHECK(k >= 1 && k <= (x.dim() > 0 ? x.size(dim) : 1), "kthvalue(): selected number k out of range for dimension ", dim);
+  })));
+}
+
+}  // namespace torchtpu::aten
