@@ -125,6 +125,14 @@ class Builder {
   // FFT over the trailing fft_length.size() (1 to 3) dims. IFFT and IRFFT scale by 1/n, as XLA does.
   Value fft(const Value& x, FftType type, const std::vector<int64_t>& fft_length);
 
+  // Linear algebra over the trailing two dimensions (leading ones are a batch). cholesky leaves
+  // the other triangle unspecified; triangular_solve solves op(a) x = b (left_side) or
+  // x op(a) = b, reading only a's `lower` (or upper) triangle.
+  Value cholesky(const Value& a, bool lower);
+  enum class TransposeA { kNo, kTranspose, kAdjoint };
+  Value triangular_solve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
+                         TransposeA transpose_a);
+
   // The caller gives the result shape (PyTorch's shape rules already computed it).
   Value convolution(const Value& lhs, const Value& rhs, const ConvSpec& spec,
                     const std::vector<int64_t>& result_dims, DType result_dtype,

@@ -53,6 +53,8 @@ def check_like_cpu(fn, *inputs, grad=True, **tolerance):
 g = torch.Generator().manual_seed(0)
 x45 = torch.randn(4, 5, generator=g)
 probabilities = torch.rand(4, 5, generator=g).clamp(0.05, 0.95)
+_m = torch.randn(2, 4, 4, generator=g)
+positive_definite = _m @ _m.mT + 4 * torch.eye(4)
 class_weight = torch.rand(5, generator=g)  # not differentiable in binary_cross_entropy
 with_nans = torch.tensor([[3.0, float("nan"), 1.0, 2.0], [4.0, 0.5, -1.0, 8.0]])
 
@@ -103,6 +105,12 @@ CASES = {
     # products
     "addbmm_cross": (lambda s, a, b: (torch.addbmm(s, a, b, beta=0.5), torch.linalg.cross(a[..., :3], b[:, :3, :3].mT)),
                      torch.randn(3, 3, generator=g), torch.randn(2, 3, 4, generator=g), torch.randn(2, 4, 3, generator=g)),
+    # factorizations and solves
+    "cholesky_family": (lambda a, b: (torch.linalg.cholesky(a), torch.cholesky_solve(b, torch.linalg.cholesky(a)),
+                                      torch.cholesky_inverse(torch.linalg.cholesky(a, upper=True), upper=True),
+                                      torch.linalg.solve_triangular(a.triu(), b, upper=True),
+                                      torch.linalg.solve_triangular(a.tril(), b.mT, upper=False, left=False)),
+                        positive_definite, torch.randn(2, 4, 3, generator=g)),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
@@ -137,10 +145,20 @@ def test_vdot_conjugates_and_equal_compares_on_device(no_fallbacks):
     lambda: F.binary_cross_entropy(torch.tensor([1.5], device="tpu"), torch.tensor([1.0], device="tpu")),
     lambda: torch.take(torch.zeros(3, device="tpu"), torch.tensor([3], device="tpu")),
     lambda: F.max_unpool1d(torch.ones(1, 1, 2, device="tpu"), torch.tensor([[[0, 9]]], device="tpu"), 2),
+    lambda: torch.linalg.cholesky(-torch.eye(3, device="tpu")),
 ])
 def test_bad_values_raise_like_cpu(bad):
     with pytest.raises((RuntimeError, IndexError)):
         bad().cpu()
+
+
+def test_cholesky_ex_reports_failure_in_info(no_fallbacks):
+    """info is nonzero exactly when CPU's is; XLA leaves no partial factor, so on tpu it is 1 rather
+    than the order of the failing minor (docs/conformance.md)."""
+    singular = torch.tensor([[4.0, 2, 0], [2, 1, 0], [0, 0, 1]])  # the leading minor of order 2
+    assert torch.linalg.cholesky_ex(singular).info.item() == 2
+    assert torch.linalg.cholesky_ex(singular.to("tpu")).info.item() == 1
+    assert torch.linalg.cholesky_ex(positive_definite.to("tpu")).info.cpu().tolist() == [0, 0]
 
 
 def test_no_tpu_kernel_hides_a_decomposition_autograd_needs():

@@ -1,0 +1,127 @@
+// Matrix factorizations and the solves built on them: Cholesky (XLA's own), triangular solves
+// (XLA's own), and what PyTorch composes from them (cholesky_solve, cholesky_inverse). Batched
+// over leading dimensions, which broadcast between operands as in PyTorch.
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::Builder;
+
+// `x` broadcast to `batch` leading dimensions followed by its own last two.
+Value with_batch(Builder& b, const Value& x, std::vector<int64_t> batch) {
+  batch.push_back(x.type.dims[x.type.rank() - 2]);
+  batch.push_back(x.type.dims.back());
+  return broadcast_to(b, x, batch);
+}
+
+std::vector<int64_t> batch_of(const hlo::TensorType& t) { return {t.dims.begin(), t.dims.end() - 2}; }
+
+// The lower (or upper) triangle of the last two dimensions, the rest zero.
+Value triangle(Builder& b, const Value& x, bool lower) {
+  hlo::TensorType index{DType::kS64, x.type.dims};
+  int64_t rank = x.type.rank();
+  Value keep = b.compare(lower ? Compare::kGE : Compare::kLE, b.iota(index, rank - 2), b.iota(index, rank - 1));
+  return b.select(keep, x, b.constant(0, x.type));
+}
+
+// The conjugate transpose of the last two dimensions.
+Value adjoint(Builder& b, const Value& x) {
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < x.type.rank(); ++d) perm.push_back(d);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  Value t = b.transpose(x, perm);
+  if (!is_complex(t.type.dtype)) return t;
+  return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, t), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, t)));
+}
+
+// The lower Cholesky factor of each matrix.
+Value cholesky_lower(Builder& b, const Value& a) { return triangle(b, b.cholesky(a, true), true); }
+
+// The info of a Cholesky factorization: 0 when it succeeded. LAPACK's is otherwise the order of
+// the first leading minor that is not positive-definite, found where the factor's diagonal stops
+// being a positive number; XLA leaves an all-NaN factor instead of a partial one, so this gives 1.
+Value cholesky_info(Builder& b, const Value& l) {
+  int64_t rank = l.type.rank(), n = l.type.dims.back();
+  hlo::TensorType index{DType::kS64, l.type.dims};
+  Value on_diagonal = b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1));
+  Value d = is_complex(l.type.dtype) ? b.unary(UnaryOp::kReal, l) : l;
+  Value bad = b.binary(BinaryOp::kAnd, on_diagonal, b.unary(UnaryOp::kNot, b.compare(Compare::kGT, d, b.constant(0, d.type))));
+  Value first = b.select(bad, b.iota(index, rank - 1), b.constant_int(n, index));
+  first = b.reduce({first}, {b.constant_int(n, {DType::kS64, {}})}, {rank - 2, rank - 1},
+                   combine_with(BinaryOp::kMinimum))[0];
+  Value info = b.select(b.compare(Compare::kEQ, first, b.constant_int(n, first.type)), b.constant(0, first.type),
+                        b.binary(BinaryOp::kAdd, first, b.constant(1, first.type)));
+  return b.convert(info, DType::kS32);
+}
+
+// Solves A X = B for X given A's Cholesky factor (lower L: A = L L^H; upper U: A = U^H U).
+Value cholesky_solve(Builder& b, const Value& factor, const Value& rhs, bool upper) {
+  using T = Builder::TransposeA;
+  Value y = b.triangular_solve(factor, rhs, true, !upper, false, upper ? T::kAdjoint : T::kNo);
+  return b.triangular_solve(factor, y, true, !upper, false, upper ? T::kNo : T::kAdjoint);
+}
+
+bool empty(const hlo::TensorType& t) { return t.element_count() == 0; }
+
+const char kNotPositiveDefinite[] =
+    "linalg.cholesky: The factorization could not be completed because the input is not positive-definite.";
+
+// linalg_cholesky_ex(self, upper, check_errors) -> (L, info)
+V cholesky_ex(LoweringContext& c) {
+  if (empty(c.out(0))) return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
+  Value l = cholesky_lower(c.b, c.in(0));
+  Value info = cholesky_info(c.b, l);
+  if (c.arg(2).toBool()) c.check_on_device(all_in_range(c.b, info, 1));
+  return {c.arg(1).toBool() ? adjoint(c.b, l) : l, info};
+}
+
+// linalg_solve_triangular(A, B, upper, left, unitriangular)
+V solve_triangular(LoweringContext& c) {
+  if (empty(c.out())) return {c.b.constant(0, c.out())};
+  auto batch = batch_of(c.out());
+  Value a = with_batch(c.b, c.in(0), batch), rhs = with_batch(c.b, c.in(1), batch);
+  return {c.b.triangular_solve(a, rhs, c.arg(3).toBool(), !c.arg(2).toBool(), c.arg(4).toBool(),
+                               Builder::TransposeA::kNo)};
+}
+
+// triangular_solve(B, A, upper, transpose, unitriangular) -> (X, A broadcast)
+V triangular_solve(LoweringContext& c) {
+  auto batch = batch_of(c.out(0));
+  Value a = with_batch(c.b, c.in_as(1, c.out(0).dtype), batch);
+  if (empty(c.out(0))) return {c.b.constant(0, c.out(0)), a};
+  Value rhs = with_batch(c.b, c.in(0), batch);
+  auto transpose = c.arg(3).toBool() ? Builder::TransposeA::kTranspose : Builder::TransposeA::kNo;
+  return {c.b.triangular_solve(a, rhs, true, !c.arg(2).toBool(), c.arg(4).toBool(), transpose), a};
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(factorizations) {
+  register_lowering({"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, cholesky_ex, checked(kNotPositiveDefinite));
+  register_lowering({"cholesky", "cholesky.out"}, [](LoweringContext& c) {
+    if (empty(c.out())) return V{c.b.constant(0, c.out())};
+    Value l = cholesky_lower(c.b, c.in(0));
+    c.check_on_device(all_in_range(c.b, cholesky_info(c.b, l), 1));
+    return V{c.arg(1).toBool() ? adjoint(c.b, l) : l};
+  }, checked(kNotPositiveDefinite));
+  register_lowering({"linalg_solve_triangular", "linalg_solve_triangular.out"}, solve_triangular);
+  register_lowering({"triangular_solve", "triangular_solve.X"}, triangular_solve);
+  register_lowering({"_cholesky_solve_helper", "_cholesky_solve_helper.out"}, [](LoweringContext& c) {
+    if (empty(c.out())) return V{c.b.constant(0, c.out())};
+    auto batch = batch_of(c.out());  // (B, factor, upper)
+    return V{cholesky_solve(c.b, with_batch(c.b, c.in(1), batch), with_batch(c.b, c.in(0), batch), c.arg(2).toBool())};
+  });
+  register_lowering({"cholesky_inverse", "cholesky_inverse.out"}, [](LoweringContext& c) {
+    if (empty(c.out())) return V{c.b.constant(0, c.out())};
+    Value factor = c.in(0);  // (factor, upper): the inverse of the matrix it factors
+    hlo::TensorType index{DType::kS64, factor.type.dims};
+    int64_t rank = factor.type.rank();
+    Value identity = c.b.convert(c.b.compare(Compare::kEQ, c.b.iota(index, rank - 2), c.b.iota(index, rank - 1)),
+                                 factor.type.dtype);
+    return V{cholesky_solve(c.b, factor, identity, c.arg(1).toBool())};
+  });
+}
+
+}  // namespace torchtpu::aten
