@@ -2,39 +2,10 @@
 // (XLA's own), and what PyTorch composes from them (cholesky_solve, cholesky_inverse). Batched
 // over leading dimensions, which broadcast between operands as in PyTorch.
 #include "aten/lowering.h"
-#include "aten/ops/lowering_util.h"
+#include "aten/ops/matrix_util.h"
 
 namespace torchtpu::aten {
 namespace {
-
-using hlo::Builder;
-
-// `x` broadcast to `batch` leading dimensions followed by its own last two.
-Value with_batch(Builder& b, const Value& x, std::vector<int64_t> batch) {
-  batch.push_back(x.type.dims[x.type.rank() - 2]);
-  batch.push_back(x.type.dims.back());
-  return broadcast_to(b, x, batch);
-}
-
-std::vector<int64_t> batch_of(const hlo::TensorType& t) { return {t.dims.begin(), t.dims.end() - 2}; }
-
-// The lower (or upper) triangle of the last two dimensions, the rest zero.
-Value triangle(Builder& b, const Value& x, bool lower) {
-  hlo::TensorType index{DType::kS64, x.type.dims};
-  int64_t rank = x.type.rank();
-  Value keep = b.compare(lower ? Compare::kGE : Compare::kLE, b.iota(index, rank - 2), b.iota(index, rank - 1));
-  return b.select(keep, x, b.constant(0, x.type));
-}
-
-// The conjugate transpose of the last two dimensions.
-Value adjoint(Builder& b, const Value& x) {
-  std::vector<int64_t> perm;
-  for (int64_t d = 0; d < x.type.rank(); ++d) perm.push_back(d);
-  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-  Value t = b.transpose(x, perm);
-  if (!is_complex(t.type.dtype)) return t;
-  return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, t), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, t)));
-}
 
 // The lower Cholesky factor of each matrix.
 Value cholesky_lower(Builder& b, const Value& a) { return triangle(b, b.cholesky(a, true), true); }
@@ -116,11 +87,7 @@ TORCHTPU_LOWERINGS(factorizations) {
   register_lowering({"cholesky_inverse", "cholesky_inverse.out"}, [](LoweringContext& c) {
     if (empty(c.out())) return V{c.b.constant(0, c.out())};
     Value factor = c.in(0);  // (factor, upper): the inverse of the matrix it factors
-    hlo::TensorType index{DType::kS64, factor.type.dims};
-    int64_t rank = factor.type.rank();
-    Value identity = c.b.convert(c.b.compare(Compare::kEQ, c.b.iota(index, rank - 2), c.b.iota(index, rank - 1)),
-                                 factor.type.dtype);
-    return V{cholesky_solve(c.b, factor, identity, c.arg(1).toBool())};
+    return V{cholesky_solve(c.b, factor, identity(c.b, factor.type), c.arg(1).toBool())};
   });
 }
 

@@ -1,7 +1,7 @@
-// Matrix products: mm, bmm, addmm, baddbmm, dot, addmv/mv. Low-precision inputs accumulate in f32
-// (dot_general's result type), matching PyTorch CPU.
+// Matrix products (mm, bmm, addmm, baddbmm, addbmm, dot, vdot, addmv/mv), cross products, tril/triu.
+// Low-precision inputs accumulate in f32 (dot_general's result type), matching PyTorch CPU.
 #include "aten/lowering.h"
-#include "aten/ops/lowering_util.h"
+#include "aten/ops/matrix_util.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -29,17 +29,6 @@ Value affine(LoweringContext& c, const Value& product, size_t self, size_t beta,
   return c.b.binary(BinaryOp::kAdd, scaled_self, p);
 }
 
-// tril/triu: keeps the elements on and below (lower) or above (upper) diagonal k of the last
-// two dimensions, zeroing the rest.
-V triangle(LoweringContext& c, bool lower) {
-  Value x = c.in(0);
-  int64_t k = c.arg(1).toInt(), rank = x.type.rank();
-  hlo::TensorType index{DType::kS64, x.type.dims};
-  Value offset = c.b.binary(BinaryOp::kSubtract, c.b.iota(index, rank - 1), c.b.iota(index, rank - 2));
-  Value keep = c.b.compare(lower ? Compare::kLE : Compare::kGE, offset, c.b.constant_int(k, index));
-  return {c.b.select(keep, x, c.full(0, x))};
-}
-
 // A matmul whose tensor operands (from `first` on) have one dtype: CPU has no mixed-dtype kernels
 // and raises, while PyTorch's meta kernels would promote. CPU's batched and matrix-vector kernels
 // return before checking when an operand is empty (`empty_ok`), and so does this check.
@@ -53,11 +42,6 @@ LoweringOptions same_dtype_matmul(size_t first, bool empty_ok = false) {
                 a.scalar_type(), " != ", b.scalar_type());
   });
   return o;
-}
-
-Value conj(hlo::Builder& b, const Value& x) {
-  if (!is_complex(x.type.dtype)) return x;
-  return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, x), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, x)));
 }
 
 // linalg_cross(self, other, dim): the cross product of 3-vectors along dim (operands broadcast).
@@ -80,8 +64,12 @@ V cross(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(linalg) {
-  register_lowering({"tril", "tril_", "tril.out"}, [](LoweringContext& c) { return triangle(c, true); });
-  register_lowering({"triu", "triu_", "triu.out"}, [](LoweringContext& c) { return triangle(c, false); });
+  register_lowering({"tril", "tril_", "tril.out"}, [](LoweringContext& c) {
+    return V{triangle(c.b, c.in(0), true, c.arg(1).toInt())};
+  });
+  register_lowering({"triu", "triu_", "triu.out"}, [](LoweringContext& c) {
+    return V{triangle(c.b, c.in(0), false, c.arg(1).toInt())};
+  });
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
   }, same_dtype_matmul(0));

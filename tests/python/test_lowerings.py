@@ -111,6 +111,11 @@ CASES = {
                                       torch.linalg.solve_triangular(a.triu(), b, upper=True),
                                       torch.linalg.solve_triangular(a.tril(), b.mT, upper=False, left=False)),
                         positive_definite, torch.randn(2, 4, 3, generator=g)),
+    "lu_family": (lambda a, b: (*torch.linalg.lu(a), torch.linalg.solve(a, b), torch.linalg.solve(a, b[..., 0]),
+                                torch.linalg.inv(a), torch.linalg.det(a), *torch.linalg.slogdet(a),
+                                torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, left=False, adjoint=True)),
+                  torch.randn(2, 4, 4, generator=g), torch.randn(2, 4, 4, generator=g)),
+    "lu_rectangular": (lambda a: torch.linalg.lu(a), torch.randn(3, 5, generator=g)),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }

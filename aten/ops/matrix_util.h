@@ -1,0 +1,56 @@
+// Shorthands for lowerings of matrix ops: batches of matrices in the last two dimensions.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "aten/lowering.h"
+#include "aten/ops/lowering_util.h"
+
+namespace torchtpu::aten {
+
+using hlo::Builder;
+
+// `x` broadcast to `batch` leading dimensions followed by its own last two.
+inline Value with_batch(Builder& b, const Value& x, std::vector<int64_t> batch) {
+  batch.push_back(x.type.dims[x.type.rank() - 2]);
+  batch.push_back(x.type.dims.back());
+  return broadcast_to(b, x, batch);
+}
+
+inline std::vector<int64_t> batch_of(const hlo::TensorType& t) { return {t.dims.begin(), t.dims.end() - 2}; }
+
+// The lower (or upper) triangle of the last two dimensions from diagonal k on (tril / triu), the
+// rest zero.
+inline Value triangle(Builder& b, const Value& x, bool lower, int64_t k = 0) {
+  hlo::TensorType index{DType::kS64, x.type.dims};
+  int64_t rank = x.type.rank();
+  Value offset = b.binary(BinaryOp::kSubtract, b.iota(index, rank - 1), b.iota(index, rank - 2));
+  Value keep = b.compare(lower ? Compare::kLE : Compare::kGE, offset, b.constant_int(k, index));
+  return b.select(keep, x, b.constant(0, x.type));
+}
+
+// Identity matrices shaped like `type` (ones where row == column).
+inline Value identity(Builder& b, const hlo::TensorType& type) {
+  hlo::TensorType index{DType::kS64, type.dims};
+  int64_t rank = type.rank();
+  return b.convert(b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1)), type.dtype);
+}
+
+inline Value conj(Builder& b, const Value& x) {
+  if (!is_complex(x.type.dtype)) return x;
+  return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, x), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, x)));
+}
+
+// The transpose of the last two dimensions, conjugated when `conjugate` (the adjoint).
+inline Value transpose_last(Builder& b, const Value& x, bool conjugate = false) {
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < x.type.rank(); ++d) perm.push_back(d);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  Value t = b.transpose(x, perm);
+  return conjugate ? conj(b, t) : t;
+}
+
+inline Value adjoint(Builder& b, const Value& x) { return transpose_last(b, x, true); }
+
+}  // namespace torchtpu::aten
