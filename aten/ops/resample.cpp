@@ -1,4 +1,5 @@
-// Spatial rearrangement: flip, reflection/replication padding, nearest and bilinear upsampling, grid sampling.
+// Spatial rearrangement: flip, roll, reflection/replication padding (and backward), nearest,
+// linear and bicubic upsampling (and backward), grid sampling.
 #include <array>
 #include <cmath>
 
@@ -74,9 +75,11 @@ double source_scale(const LoweringContext& c, size_t first_scale_arg, size_t i, 
   return static_cast<double>(in) / out;
 }
 
-// Source position of each of `out` outputs of a nearest resampling of `in` inputs.
-Value nearest_sources(Math& m, int64_t in, int64_t out, double scale) {
+// Source position of each of `out` outputs of a nearest resampling of `in` inputs ("nearest-exact"
+// samples at pixel centers).
+Value nearest_sources(Math& m, int64_t in, int64_t out, double scale, bool exact = false) {
   Value dst = m.b.iota({DType::kF64, {out}}, 0);
+  if (exact) dst = m.add(dst, m.k(0.5, dst));
   Value src = m.b.convert(m.b.unary(hlo::UnaryOp::kFloor, m.mul(dst, m.k(scale, dst))), DType::kS64);
   return m.b.binary(BinaryOp::kMinimum, src, m.b.constant_int(in - 1, src.type));
 }
@@ -98,22 +101,25 @@ LinearSources linear_sources(Math& m, int64_t in, int64_t out, double scale, boo
   return {lo, hi, m.sub(src, m.b.convert(lo, DType::kF64))};
 }
 
-V upsample_nearest(LoweringContext& c) {  // (input, output_size, scales_*?...)
-  Math m{c.b};
-  Value x = c.in(0);
-  size_t spatial = x.type.dims.size() - 2;
-  for (size_t i = 0; i < spatial; ++i) {
-    int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
-    x = take(c.b, x, dim, nearest_sources(m, in, out, source_scale(c, 2, i, in, out, false)));
-  }
-  return {x};
+Lowering upsample_nearest(bool exact) {  // (input, output_size, scales_*?...)
+  return [exact](LoweringContext& c) {
+    Math m{c.b};
+    Value x = c.in(0);
+    size_t spatial = x.type.dims.size() - 2;
+    for (size_t i = 0; i < spatial; ++i) {
+      int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
+      x = take(c.b, x, dim, nearest_sources(m, in, out, source_scale(c, 2, i, in, out, false), exact));
+    }
+    return V{x};
+  };
 }
 
-V upsample_bilinear(LoweringContext& c) {  // (input, output_size, align_corners, scales_h?, scales_w?)
+// upsample_linear1d / bilinear2d / trilinear3d (input, output_size, align_corners, scales_*?...)
+V upsample_linear(LoweringContext& c) {
   Math m{c.b};
   Value x = c.in(0);
   bool align = c.arg(2).toBool();
-  for (size_t i = 0; i < 2; ++i) {
+  for (size_t i = 0; i + 2 < static_cast<size_t>(x.type.rank()); ++i) {
     int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
     LinearSources s = linear_sources(m, in, out, source_scale(c, 3, i, in, out, align), align);
     Value a = take(c.b, x, dim, s.lo), bb = take(c.b, x, dim, s.hi);
@@ -135,10 +141,11 @@ Value resampling_matrix(Math& m, int64_t in, int64_t out, const std::vector<std:
   return matrix;
 }
 
-// Backward of a separable resampling along `dim`: grad [.., out, ..] -> [.., in, ..] through the
-// transposed matrix (a gather's backward is a scatter-add; this is the same sum as a matmul).
-Value resample_back(hlo::Builder& b, const Value& grad, int64_t dim, const Value& matrix) {
-  Value r = b.dot_general(grad, matrix, {{}, {}, {dim}, {0}}, grad.type.dtype, hlo::Builder::Precision::kHighest);
+// A separable resampling along `dim` as a product with its [out, in] matrix: forward (x [.., in,
+// ..] -> [.., out, ..]) or backward (grad [.., out, ..] -> [.., in, ..] through the transposed
+// matrix: a gather's backward is a scatter-add, the same sum as this matmul).
+Value resample_with(hlo::Builder& b, const Value& x, int64_t dim, const Value& matrix, bool backward) {
+  Value r = b.dot_general(x, matrix, {{}, {}, {dim}, {backward ? 0 : 1}}, x.type.dtype, hlo::Builder::Precision::kHighest);
   std::vector<int64_t> perm;  // r is [other dims..., in]: move `in` back to `dim`
   int64_t rank = r.type.rank();
   for (int64_t d = 0, k = 0; d < rank; ++d) perm.push_back(d == dim ? rank - 1 : k++);
@@ -146,29 +153,104 @@ Value resample_back(hlo::Builder& b, const Value& grad, int64_t dim, const Value
 }
 
 // upsample_nearest*d_backward(grad_output, output_size, input_size, scales_*?...)
-V upsample_nearest_backward(LoweringContext& c) {
-  Math m{c.b};
-  Value g = c.in_as(0, accumulator(c.out().dtype));
-  size_t spatial = g.type.dims.size() - 2;
-  for (size_t i = spatial; i-- > 0;) {
-    int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
-    Value source = nearest_sources(m, in, out, source_scale(c, 3, i, in, out, false));
-    Value ones = c.b.constant(1, {DType::kF64, {out}});
-    g = resample_back(c.b, g, dim, resampling_matrix(m, in, out, {{source, ones}}, g.type.dtype));
-  }
-  return {g};
+Lowering upsample_nearest_backward(bool exact) {
+  return [exact](LoweringContext& c) {
+    Math m{c.b};
+    Value g = c.in_as(0, accumulator(c.out().dtype));
+    for (size_t i = g.type.dims.size() - 2; i-- > 0;) {
+      int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
+      Value source = nearest_sources(m, in, out, source_scale(c, 3, i, in, out, false), exact);
+      Value ones = c.b.constant(1, {DType::kF64, {out}});
+      g = resample_with(c.b, g, dim, resampling_matrix(m, in, out, {{source, ones}}, g.type.dtype), true);
+    }
+    return V{g};
+  };
 }
 
-// upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h?, scales_w?)
-V upsample_bilinear_backward(LoweringContext& c) {
+// The bicubic weights of the 4 taps at offsets -1..2 for a fractional position t (A = -0.75).
+std::array<Value, 4> cubic_weights(Math& m, const Value& t) {
+  constexpr double A = -0.75;
+  auto near = [&](const Value& x) {  // |x| <= 1
+    return m.add(m.mul(m.mul(m.sub(m.mul(m.k(A + 2, x), x), m.k(A + 3, x)), x), x), m.k(1, x));
+  };
+  auto far = [&](const Value& x) {  // 1 < |x| < 2
+    Value r = m.sub(m.mul(m.k(A, x), x), m.k(5 * A, x));
+    r = m.add(m.mul(r, x), m.k(8 * A, x));
+    return m.sub(m.mul(r, x), m.k(4 * A, x));
+  };
+  Value rest = m.sub(m.k(1, t), t);
+  return {far(m.add(t, m.k(1, t))), near(t), near(rest), far(m.add(rest, m.k(1, t)))};
+}
+
+// The [out, in] matrix of bicubic upsampling along one dim: 4 taps around each source position,
+// clamped to the edge (PyTorch's upsample_bicubic2d; A = -0.75).
+Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align, DType dtype) {
+  Value dst = m.b.iota({DType::kF64, {out}}, 0);
+  Value src = align ? m.mul(dst, m.k(scale, dst)) : m.sub(m.mul(m.add(dst, m.k(0.5, dst)), m.k(scale, dst)), m.k(0.5, dst));
+  Value floor = m.b.unary(UnaryOp::kFloor, src);
+  auto weights = cubic_weights(m, m.sub(src, floor));
+  std::vector<std::pair<Value, Value>> taps;
+  for (int i = 0; i < 4; ++i) {
+    Value at = m.b.convert(m.add(floor, m.k(i - 1, floor)), DType::kS64);
+    at = m.b.clamp(m.b.constant(0, at.type), at, m.b.constant_int(in - 1, at.type));
+    taps.push_back({at, weights[i]});
+  }
+  return resampling_matrix(m, in, out, taps, dtype);
+}
+
+// upsample_bicubic2d(input, output_size, align_corners, scales_h?, scales_w?) and its backward
+// (grad_output, output_size, input_size, align_corners, scales...): products with the matrices.
+Lowering upsample_bicubic(bool backward) {
+  return [backward](LoweringContext& c) {
+    Math m{c.b};
+    Value x = c.in_as(0, accumulator(c.out().dtype));
+    const std::vector<int64_t>& input = backward ? c.out().dims : x.type.dims;
+    const std::vector<int64_t>& output = backward ? x.type.dims : c.out().dims;
+    size_t flags = backward ? 3 : 2;
+    bool align = c.arg(flags).toBool();
+    for (size_t i = 0; i < 2; ++i) {
+      int64_t dim = 2 + static_cast<int64_t>(i), in = input[dim], out = output[dim];
+      Value matrix = bicubic_matrix(m, in, out, source_scale(c, flags + 1, i, in, out, align), align, x.type.dtype);
+      x = resample_with(c.b, x, dim, matrix, backward);
+    }
+    return V{x};
+  };
+}
+
+// Backward of reflection / replication padding (grad_output, self, padding): each padded dim is
+// a gather of the input (reflected or clamped positions), so its gradient is the transposed sum.
+Lowering pad_backward(bool reflected) {
+  return [reflected](LoweringContext& c) {
+    Math m{c.b};
+    Value g = c.in_as(0, accumulator(c.out().dtype));
+    auto pad = c.int_list(2);
+    for (size_t i = 0; 2 * i < pad.size(); ++i) {
+      int64_t dim = g.type.rank() - 1 - static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
+      Value at = c.b.binary(BinaryOp::kSubtract, c.b.iota({DType::kS64, {out}}, 0), c.b.constant_int(pad[2 * i], {DType::kS64, {out}}));
+      if (reflected) {  // -p -> p, n - 1 + p -> n - 1 - p
+        at = c.b.unary(UnaryOp::kAbs, at);
+        Value last = c.b.constant_int(in - 1, at.type);
+        at = c.b.binary(BinaryOp::kSubtract, last, c.b.unary(UnaryOp::kAbs, c.b.binary(BinaryOp::kSubtract, last, at)));
+      }
+      at = c.b.clamp(c.b.constant(0, at.type), at, c.b.constant_int(in - 1, at.type));
+      Value ones = c.b.constant(1, {DType::kF64, {out}});
+      g = resample_with(c.b, g, dim, resampling_matrix(m, in, out, {{at, ones}}, g.type.dtype), true);
+    }
+    return V{g};
+  };
+}
+
+// upsample_{linear1d,bilinear2d,trilinear3d}_backward(grad_output, output_size, input_size,
+// align_corners, scales_*?...)
+V upsample_linear_backward(LoweringContext& c) {
   Math m{c.b};
   Value g = c.in_as(0, accumulator(c.out().dtype));
   bool align = c.arg(3).toBool();
-  for (size_t i = 2; i-- > 0;) {
+  for (size_t i = g.type.dims.size() - 2; i-- > 0;) {
     int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
     LinearSources s = linear_sources(m, in, out, source_scale(c, 4, i, in, out, align), align);
     Value matrix = resampling_matrix(m, in, out, {{s.lo, m.sub(m.k(1, s.weight), s.weight)}, {s.hi, s.weight}}, g.type.dtype);
-    g = resample_back(c.b, g, dim, matrix);
+    g = resample_with(c.b, g, dim, matrix, true);
   }
   return {g};
 }
@@ -212,21 +294,6 @@ Value padded(Math& m, Value u, int64_t size, int64_t padding, bool align) {
   if (padding == kReflection)
     u = align ? reflect(m, u, 0, 2.0 * (size - 1)) : reflect(m, u, -1, 2.0 * size - 1);
   return m.b.clamp(m.k(0, u), u, m.k(static_cast<double>(size - 1), u));
-}
-
-// The bicubic weights of the 4 taps at offsets -1..2 for a fractional position t (A = -0.75).
-std::array<Value, 4> cubic_weights(Math& m, const Value& t) {
-  constexpr double A = -0.75;
-  auto near = [&](const Value& x) {  // |x| <= 1
-    return m.add(m.mul(m.mul(m.sub(m.mul(m.k(A + 2, x), x), m.k(A + 3, x)), x), x), m.k(1, x));
-  };
-  auto far = [&](const Value& x) {  // 1 < |x| < 2
-    Value r = m.sub(m.mul(m.k(A, x), x), m.k(5 * A, x));
-    r = m.add(m.mul(r, x), m.k(8 * A, x));
-    return m.sub(m.mul(r, x), m.k(4 * A, x));
-  };
-  Value rest = m.sub(m.k(1, t), t);
-  return {far(m.add(t, m.k(1, t))), near(t), near(rest), far(m.add(rest, m.k(1, t)))};
 }
 
 // grid_sampler_2d(input [N,C,H,W], grid [N,Ho,Wo,2], interpolation, padding, align_corners).
@@ -311,12 +378,30 @@ TORCHTPU_LOWERINGS(resample) {
                      "replication_pad3d", "replication_pad3d.out"}, replication_pad);
   // The .vec overloads are composites over these.
   register_lowering({"upsample_nearest1d", "upsample_nearest1d.out", "upsample_nearest2d", "upsample_nearest2d.out",
-                     "upsample_nearest3d", "upsample_nearest3d.out"}, upsample_nearest);
-  register_lowering({"upsample_bilinear2d", "upsample_bilinear2d.out"}, upsample_bilinear);
+                     "upsample_nearest3d", "upsample_nearest3d.out"}, upsample_nearest(false));
+  register_lowering({"_upsample_nearest_exact1d", "_upsample_nearest_exact1d.out", "_upsample_nearest_exact2d",
+                     "_upsample_nearest_exact2d.out", "_upsample_nearest_exact3d", "_upsample_nearest_exact3d.out"},
+                    upsample_nearest(true));
+  register_lowering({"upsample_linear1d", "upsample_linear1d.out", "upsample_bilinear2d", "upsample_bilinear2d.out",
+                     "upsample_trilinear3d", "upsample_trilinear3d.out"}, upsample_linear);
+  register_lowering({"upsample_bicubic2d", "upsample_bicubic2d.out"}, upsample_bicubic(false));
   register_lowering({"upsample_nearest1d_backward", "upsample_nearest1d_backward.grad_input", "upsample_nearest2d_backward",
                      "upsample_nearest2d_backward.grad_input", "upsample_nearest3d_backward",
-                     "upsample_nearest3d_backward.grad_input"}, upsample_nearest_backward);
-  register_lowering({"upsample_bilinear2d_backward", "upsample_bilinear2d_backward.grad_input"}, upsample_bilinear_backward);
+                     "upsample_nearest3d_backward.grad_input"}, upsample_nearest_backward(false));
+  register_lowering({"_upsample_nearest_exact1d_backward", "_upsample_nearest_exact1d_backward.grad_input",
+                     "_upsample_nearest_exact2d_backward", "_upsample_nearest_exact2d_backward.grad_input",
+                     "_upsample_nearest_exact3d_backward", "_upsample_nearest_exact3d_backward.grad_input"},
+                    upsample_nearest_backward(true));
+  register_lowering({"upsample_linear1d_backward", "upsample_linear1d_backward.grad_input", "upsample_bilinear2d_backward",
+                     "upsample_bilinear2d_backward.grad_input", "upsample_trilinear3d_backward",
+                     "upsample_trilinear3d_backward.grad_input"}, upsample_linear_backward);
+  register_lowering({"upsample_bicubic2d_backward", "upsample_bicubic2d_backward.grad_input"}, upsample_bicubic(true));
+  register_lowering({"reflection_pad1d_backward", "reflection_pad1d_backward.grad_input", "reflection_pad2d_backward",
+                     "reflection_pad2d_backward.grad_input", "reflection_pad3d_backward",
+                     "reflection_pad3d_backward.grad_input"}, pad_backward(true));
+  register_lowering({"replication_pad1d_backward", "replication_pad1d_backward.grad_input", "replication_pad2d_backward",
+                     "replication_pad2d_backward.grad_input", "replication_pad3d_backward",
+                     "replication_pad3d_backward.grad_input"}, pad_backward(false));
   register_lowering({"roll", "roll.out"}, roll);
 }
 

@@ -102,6 +102,13 @@ CASES = {
                      torch.randn(1, 2, 4, 6, generator=g)),
     "cdist": (lambda a, b: (torch.cdist(a, b), torch.cdist(a, b, p=1), torch.cdist(a, b, p=0.5)),
               torch.randn(2, 4, 3, generator=g), torch.randn(2, 5, 3, generator=g)),
+    "upsampling": (lambda x: (F.interpolate(x, scale_factor=(1.5, 2), mode="bicubic"),
+                              F.interpolate(x, size=(7, 3), mode="nearest-exact"),
+                              F.interpolate(x.flatten(2), scale_factor=1.7, mode="linear", align_corners=True),
+                              F.interpolate(x[:, :, None], size=(2, 5, 9), mode="trilinear")),
+                   torch.randn(1, 2, 4, 6, generator=g)),
+    "padding_backward": (lambda x: (F.pad(x, (2, 1, 1, 3), mode="reflect"), F.pad(x, (3, 0, -1, 2), mode="replicate")),
+                         torch.randn(1, 2, 4, 6, generator=g)),
     # products
     "addbmm_cross": (lambda s, a, b: (torch.addbmm(s, a, b, beta=0.5), torch.linalg.cross(a[..., :3], b[:, :3, :3].mT)),
                      torch.randn(3, 3, generator=g), torch.randn(2, 3, 4, generator=g), torch.randn(2, 4, 3, generator=g)),
