@@ -28,11 +28,10 @@ Each (op, dtype) runs in a worker subprocess, so a crash is recorded for it and 
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import threading
 import time
+
+from ._workers import announce, record, run_units
 
 DTYPES = ["float64", "float32", "bfloat16", "float16", "complex128", "complex64", "int64", "int32",
           "int16", "int8", "uint8", "bool"]
@@ -311,8 +310,7 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
     with open(out_path, "a") as out:
         for name, dtype_name in units:
             entry = entries[name]
-            out.write(json.dumps({"start": name, "dtype": dtype_name}) + "\n")
-            out.flush()
+            announce(out, (name, dtype_name))
             rec = {"op": name, "dtype": dtype_name, "failures": [], "fallback_ops": {}}
             rec.update({k: 0 for k in COUNTS})
             dtype = getattr(torch, dtype_name)
@@ -355,8 +353,7 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
                 if why and len(rec["failures"]) < FAILURES_KEPT:
                     rec["failures"].append({"sample": _describe_call(args, kwargs), "why": why,
                                             "index": i, "fallback": sorted(used)})
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
+            record(out, (name, dtype_name), rec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,77 +464,20 @@ def main(argv=None):
     names = [n for n in names if n not in excluded]
     # units ordered dtype-major inside each op, ops in order; chunks keep an op's dtypes together
     todo = [(n, d) for n in names for d in args.dtypes if d in entries[n].dtypes()]
-    results = {}
-    lock = threading.Lock()
-    queue = [todo[i:i + args.chunk] for i in range(0, len(todo), args.chunk)]
-    progress = {"done": 0}
 
-    def run_chunks(slot, tmp):
-        log = os.path.join(tmp, f"worker{slot}.jsonl")
-        unit_file = os.path.join(tmp, f"units{slot}.json")
-        while True:
-            with lock:
-                if not queue:
-                    return
-                chunk = queue.pop(0)
-            with open(unit_file, "w") as f:
-                json.dump(chunk, f)
-            cmd = [sys.executable, "-m", "torchtpu.testing.opinfo", "--json", args.json,
-                   "--time-limit", str(args.time_limit), "--_out", log, "--_worker", unit_file,
-                   "--grad-dtypes", *args.grad_dtypes]
-            if args.no_grad:
-                cmd.append("--no-grad")
-            if args.foreach_contiguous_only:
-                cmd.append("--foreach-contiguous-only")
-            open(log, "w").close()
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            last_size, last_change, stalled = 0, time.time(), False
-            while proc.poll() is None:
-                time.sleep(1)
-                size = os.path.getsize(log)
-                if size != last_size:
-                    last_size, last_change = size, time.time()
-                elif time.time() - last_change > args.stall_limit:
-                    proc.kill()
-                    proc.wait()
-                    stalled = True
-            started, done = None, {}
-            with open(log) as f:
-                for line in f:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue  # a line cut by a crash
-                    if "start" in rec:
-                        started = (rec["start"], rec["dtype"])
-                    else:
-                        done[(rec["op"], rec["dtype"])] = rec
-            if proc.returncode != 0 and started and started not in done:
-                # a crash or a stall: record the unit it died in, and resume after it
-                why = (f"worker stalled over {args.stall_limit:.0f} s, killed" if stalled
-                       else f"worker crashed (exit {proc.returncode})")
-                done[started] = {"op": started[0], "dtype": started[1], "samples": 1, "errors": 1,
-                                 "failures": [{"sample": "?", "why": why}], "fallback_ops": {}}
-            with lock:
-                results.update(done)
-                rest = [u for u in chunk if tuple(u) not in done]
-                if rest and not done and proc.returncode == 0:  # the worker made no progress
-                    raise RuntimeError(f"opinfo worker reported nothing for {rest}")
-                if rest:
-                    queue.insert(0, rest)
-                progress["done"] += len(done)
-                elapsed = time.time() - wall_start
-                print(f"{progress['done']}/{len(todo)} (op, dtype) units done, {elapsed:.0f} s",
-                      file=sys.stderr, flush=True)
+    def worker_command(unit_file, log):
+        cmd = [sys.executable, "-m", "torchtpu.testing.opinfo", "--json", args.json,
+               "--time-limit", str(args.time_limit), "--_out", log, "--_worker", unit_file,
+               "--grad-dtypes", *args.grad_dtypes]
+        if args.no_grad:
+            cmd.append("--no-grad")
+        if args.foreach_contiguous_only:
+            cmd.append("--foreach-contiguous-only")
+        return cmd
 
-    with tempfile.TemporaryDirectory() as tmp:
-        threads = [threading.Thread(target=run_chunks, args=(i, tmp)) for i in range(args.jobs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    results = run_units(todo, worker_command, args.jobs, args.chunk, args.stall_limit)
 
-    ops = _aggregate({(r["op"], r["dtype"]): r for r in results.values()}, names, args.dtypes, entries)
+    ops = _aggregate(results, names, args.dtypes, entries)
     totals = _totals(ops, args.dtypes)
     report = {
         "ops": ops,
