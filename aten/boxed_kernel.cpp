@@ -1,6 +1,7 @@
 // The one kernel behind every lowered op (see aten/lowering.h).
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
@@ -589,6 +590,18 @@ std::vector<int64_t> LoweringContext::int_list(size_t i) const {
   const c10::IValue& v = arg(i);
   if (v.isInt()) return {v.toInt()};
   return v.toIntVector();
+}
+
+MetaFn shaped_like(size_t like) {
+  return [like](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    const at::Tensor& model = args.at(like).toTensor();
+    if (!schema.arguments().empty() && schema.arguments().back().is_out()) {
+      at::Tensor out = args.back().toTensor();
+      out.resize_(model.sizes());
+      return std::vector<c10::IValue>{out};
+    }
+    return std::vector<c10::IValue>{at::empty(model.sizes(), model.options())};
+  };
 }
 
 void register_lowering(std::initializer_list<const char*> ops, Lowering fn,

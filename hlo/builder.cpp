@@ -150,6 +150,8 @@ Value Builder::constant_int(int64_t value, const TensorType& type) {
 }
 
 Value Builder::constant_bytes(const void* data, const TensorType& type) {
+  // MLIR reads i1 hex data as packed bits: bools (one byte each here) travel as u8 and convert.
+  if (type.dtype == DType::kBool) return convert(constant_bytes(data, type.with_dtype(DType::kU8)), DType::kBool);
   std::string attr = "value = dense<" +
                      hex_literal(data, type.element_count() * element_size(type.dtype)) +
                      "> : " + type.str();

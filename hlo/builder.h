@@ -34,6 +34,7 @@ enum class UnaryOp {
 enum class BinaryOp {
   kAdd, kAnd, kAtan2, kComplex, kDivide, kMaximum, kMinimum, kMultiply, kOr, kPower, kRemainder,
   kShiftLeft, kShiftRightArithmetic, kShiftRightLogical, kSubtract, kXor,
+  kZeta,  // chlo.zeta(s, q): the Hurwitz zeta function, float operands
 };
 
 enum class Compare { kEQ, kNE, kGE, kGT, kLE, kLT };

@@ -17,12 +17,13 @@ constexpr std::string_view kUnaryNames[] = {
     "chlo.erf_inv", "chlo.lgamma", "chlo.sinh"};
 
 constexpr std::string_view kBinaryNames[] = {
-    "add", "and", "atan2", "complex", "divide", "maximum", "minimum", "multiply", "or", "power",
-    "remainder", "shift_left", "shift_right_arithmetic", "shift_right_logical", "subtract", "xor"};
+    "stablehlo.add", "stablehlo.and", "stablehlo.atan2", "stablehlo.complex", "stablehlo.divide",
+    "stablehlo.maximum", "stablehlo.minimum", "stablehlo.multiply", "stablehlo.or",
+    "stablehlo.power", "stablehlo.remainder", "stablehlo.shift_left",
+    "stablehlo.shift_right_arithmetic", "stablehlo.shift_right_logical", "stablehlo.subtract",
+    "stablehlo.xor", "chlo.zeta"};
 
 constexpr std::string_view kCompareNames[] = {"EQ", "NE", "GE", "GT", "LE", "LT"};
-
-std::string op_name(std::string_view short_name) { return "stablehlo." + std::string(short_name); }
 
 DType complex_part(DType t) { return t == DType::kC128 ? DType::kF64 : DType::kF32; }
 
@@ -51,7 +52,7 @@ Value Builder::binary(BinaryOp op, const Value& a, const Value& b) {
   TensorType type = a.type;
   if (op == BinaryOp::kComplex)
     type.dtype = a.type.dtype == DType::kF64 ? DType::kC128 : DType::kC64;
-  return emit1(op_name(kBinaryNames[static_cast<int>(op)]), {a, b}, type);
+  return emit1(kBinaryNames[static_cast<int>(op)], {a, b}, type);
 }
 
 Value Builder::compare(Compare dir, const Value& a, const Value& b) {

@@ -1,4 +1,4 @@
-// Convolutions (forward and backward), pooling (max with indices, average, adaptive average),
+// Convolutions (forward and backward), pooling (max with indices, average, adaptive average and max),
 // max unpooling and patch extraction (im2col, col2im) over PyTorch's channels-first layout.
 #include <cmath>
 
@@ -160,40 +160,87 @@ Pads pool_padding(const Value& x, const std::vector<int64_t>& out_dims, const st
 
 // Pooling lowerings take the number of spatial dims from the op (2 for *2d, 3 for *3d): PyTorch
 // may pass a single kernel size for all of them.
+// The flat index of every element of x within its plane of the last n dims, as PyTorch reports
+// pooling indices.
+Value plane_index(hlo::Builder& b, const std::vector<int64_t>& dims, size_t n) {
+  int64_t rank = static_cast<int64_t>(dims.size()), scale = 1;
+  Value index = b.constant(0, {DType::kS64, dims});
+  for (int64_t i = rank - 1; i >= rank - static_cast<int64_t>(n); --i) {
+    Value along = b.iota({DType::kS64, dims}, i);
+    index = b.binary(BinaryOp::kAdd, index, b.binary(BinaryOp::kMultiply, along, b.constant(scale, along.type)));
+    scale *= dims[i];
+  }
+  return index;
+}
+
+// The initial (value, index) of a max-with-index reduction: an all -inf window reports its first
+// element, as CPU's kernels do (ties go to the smaller index, and no index is larger).
+std::vector<Value> max_init(hlo::Builder& b, DType t) {
+  return {b.constant(-INFINITY, {t, {}}), b.constant_int(INT64_MAX, {DType::kS64, {}})};
+}
+
+// Pooling lowerings take the number of spatial dims from the op (2 for *2d, 3 for *3d): PyTorch
+// may pass a single kernel size for all of them.
 V max_pool_with_indices(LoweringContext& c, size_t n) {
   // (self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices)
   Value x = c.in(0);
   auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0), d = per_dim(c, 4, n, 1);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
-  int64_t rank = x.type.rank();
-  // Flat index into the spatial plane, as PyTorch reports it.
-  Value index = c.b.constant(0, {DType::kS64, x.type.dims});
-  int64_t scale = 1;
-  for (int64_t i = rank - 1; i >= rank - static_cast<int64_t>(n); --i) {
-    Value along = c.b.iota({DType::kS64, x.type.dims}, i);
-    index = c.b.binary(BinaryOp::kAdd, index, c.b.binary(BinaryOp::kMultiply, along, c.b.constant(scale, along.type)));
-    scale *= x.type.dims[i];
-  }
-  hlo::Window w = window(rank, k, s, d, pool_padding(x, c.out().dims, k, s, d, p));
-  DType t = x.type.dtype;
-  auto body = extreme_with_index(true, t);
-  auto r = c.b.reduce_window({x, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(-1, {DType::kS64, {}})}, w, body);
+  hlo::Window w = window(x.type.rank(), k, s, d, pool_padding(x, c.out().dims, k, s, d, p));
+  auto r = c.b.reduce_window({x, plane_index(c.b, x.type.dims, n)}, max_init(c.b, x.type.dtype), w,
+                             extreme_with_index(true, x.type.dtype));
   return {r[0], r[1]};
 }
 
-V max_pool_backward(LoweringContext& c, size_t n) {
-  // (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices) -> grad_input
-  Value g = c.in(0), x = c.in(1), idx = c.raw(7);
+// Adaptive max pooling: along pooled dim i, output bin o covers [floor(o*in/out),
+// ceil((o+1)*in/out)). Each pooled dim is gathered into [out, widest bin] (a shorter bin repeats
+// its last element), then one max-with-index reduction over the bin dims picks CPU's element.
+V adaptive_max_pool(LoweringContext& c) {  // (self, output_size) -> (out, indices)
+  Value x = c.in(0);
+  auto out = c.int_list(1);
+  size_t n = out.size();
+  int64_t lead = x.type.rank() - static_cast<int64_t>(n);
+  Value index = plane_index(c.b, x.type.dims, n);
+  std::vector<int64_t> bin_dims;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t dim = lead + 2 * static_cast<int64_t>(i), in = x.type.dims[dim], o = out[i], widest = 0;
+    for (int64_t bin = 0; bin < o; ++bin) widest = std::max(widest, ((bin + 1) * in + o - 1) / o - bin * in / o);
+    std::vector<int64_t> positions;
+    for (int64_t bin = 0; bin < o; ++bin)
+      for (int64_t j = 0; j < widest; ++j) positions.push_back(std::min(bin * in / o + j, ((bin + 1) * in + o - 1) / o - 1));
+    Value at = c.b.constant_bytes(positions.data(), {DType::kS64, {o * widest}});
+    std::vector<int64_t> dims = x.type.dims;
+    dims[dim] = o;
+    dims.insert(dims.begin() + dim + 1, widest);
+    x = c.b.reshape(take_along(c.b, x, dim, at), dims);
+    index = c.b.reshape(take_along(c.b, index, dim, at), dims);
+    bin_dims.push_back(dim + 1);
+  }
+  auto r = c.b.reduce({x, index}, max_init(c.b, x.type.dtype), bin_dims, extreme_with_index(true, x.type.dtype));
+  return {r[0], r[1]};
+}
+
+// The gradient of a pooling that reports indices: grad_output added at its index in the plane.
+Value scatter_to_plane(hlo::Builder& b, const Value& g, const Value& x, const Value& idx, size_t n) {
   int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n);
   int64_t rows = 1, plane = 1, outs = 1;
   for (int64_t i = 0; i < lead; ++i) rows *= x.type.dims[i];
   for (int64_t i = lead; i < rank; ++i) plane *= x.type.dims[i], outs *= g.type.dims[i];
-  Value row = c.b.reshape(c.b.iota({DType::kS64, {rows, outs}}, 0), {rows * outs, 1});
-  Value col = c.b.reshape(cast(c.b, idx, DType::kS64), {rows * outs, 1});
-  Value coords = c.b.concatenate({row, col}, 1);
-  Value zeros = c.b.constant(0, {x.type.dtype, {rows, plane}});
-  Value grad = c.b.scatter(zeros, coords, c.b.reshape(g, {rows * outs}), {{}, {0, 1}, {0, 1}, 1}, combine_with(BinaryOp::kAdd));
-  return {c.b.reshape(grad, x.type.dims)};
+  Value row = b.reshape(b.iota({DType::kS64, {rows, outs}}, 0), {rows * outs, 1});
+  Value col = b.reshape(cast(b, idx, DType::kS64), {rows * outs, 1});
+  Value coords = b.concatenate({row, col}, 1);
+  Value zeros = b.constant(0, {x.type.dtype, {rows, plane}});
+  Value grad = b.scatter(zeros, coords, b.reshape(g, {rows * outs}), {{}, {0, 1}, {0, 1}, 1}, combine_with(BinaryOp::kAdd));
+  return b.reshape(grad, x.type.dims);
+}
+
+V max_pool_backward(LoweringContext& c, size_t n) {
+  // (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices) -> grad_input
+  return {scatter_to_plane(c.b, c.in(0), c.in(1), c.raw(7), n)};
+}
+
+V adaptive_max_pool_backward(LoweringContext& c, size_t n) {  // (grad_output, self, indices)
+  return {scatter_to_plane(c.b, c.in(0), c.in(1), c.raw(2), n)};
 }
 
 // Per-window element counts for average pooling, shaped like the output's spatial dims and
@@ -408,6 +455,9 @@ TORCHTPU_LOWERINGS(conv_pool) {
     register_lowering({mpb.c_str(), mpbo.c_str()}, with_n(max_pool_backward));
     register_lowering({ap.c_str(), apo.c_str()}, with_n(avg_pool));
     register_lowering({apb.c_str(), apbo.c_str()}, with_n(avg_pool_backward));
+    std::string amp = "adaptive_max_pool" + d, ampo = amp + ".out", ampb = amp + "_backward", ampbo = ampb + ".grad_input";
+    register_lowering({amp.c_str(), ampo.c_str()}, adaptive_max_pool);
+    register_lowering({ampb.c_str(), ampbo.c_str()}, with_n(adaptive_max_pool_backward));
   }
   register_lowering({"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool3d",
                      "_adaptive_avg_pool3d.out"}, adaptive_avg_pool);

@@ -1,6 +1,7 @@
 // Ops whose output size depends on the data: unique (of elements or of slices), unique_consecutive,
-// masked_select; and equal, whose answer is read back. As on CUDA, they are composed of device ops (sort, compare, cumsum, scatter) with
-// one host read, the output size; nonzero (indexing.cpp) works the same way.
+// masked_select; and equal and the Transformer's left-aligned-mask test, whose answers are read
+// back. As on CUDA, they are composed of device ops (sort, compare, cumsum, scatter) with one host
+// read, the output size or the answer; nonzero (indexing.cpp) works the same way.
 #include <algorithm>
 
 #include <ATen/ExpandUtils.h>
@@ -131,12 +132,21 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
 
 // torch.equal: same sizes and every element equal (after promotion; NaN is never equal), compared
 // on the device with one host read of the answer.
-bool equal(const at::Tensor& self, const at::Tensor& other) {
+bool equal_on_device(const at::Tensor& self, const at::Tensor& other) {
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
               self.device(), " and ", other.device());
   if (!self.sizes().equals(other.sizes())) return false;
   if (self.numel() == 0) return true;
   return at::eq(self, other).all().item<bool>();
+}
+
+// nn.TransformerEncoder's fast path (eval mode, padding mask) asks whether every row of the
+// [batch, length] mask of kept positions is a run of trues followed by falses.
+bool mask_left_aligned(const at::Tensor& t, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "Expected mask to be of type bool");
+  TORCH_CHECK(mask.dim() == 2, "Padding mask should be 2D");
+  at::Tensor lengths = mask.sum(1, /*keepdim=*/true);
+  return equal_on_device(mask, at::arange(mask.size(1), lengths.options()).lt(lengths));
 }
 
 }  // namespace
@@ -147,7 +157,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unique_dim", unique_dim);
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("masked_select", masked_select);
-  m.impl("equal", equal);
+  m.impl("equal", equal_on_device);
+  m.impl("_nested_tensor_from_mask_left_aligned", mask_left_aligned);
 }
 
 }  // namespace torchtpu::aten

@@ -22,7 +22,11 @@ Value operand_of(LoweringContext& c, size_t i, size_t k) {
   return broadcast_to(c.b, cast(c.b, v, c.out(k).dtype), c.out(k).dims);
 }
 
-Value self_of(LoweringContext& c, size_t k) { return cast(c.b, c.list(0).at(k), c.out(k).dtype); }
+// Element k of self, broadcast too: _foreach_mul([0-d tensors], [matrices]) (NAdam's capturable
+// step) broadcasts each pair as mul does.
+Value self_of(LoweringContext& c, size_t k) {
+  return broadcast_to(c.b, cast(c.b, c.list(0).at(k), c.out(k).dtype), c.out(k).dims);
+}
 
 template <typename F>
 Lowering per_element(F f) {

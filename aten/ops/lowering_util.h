@@ -56,4 +56,15 @@ inline hlo::Value all_in_range(hlo::Builder& b, const hlo::Value& index, int64_t
   return b.reduce({ok}, {b.constant(1, {DType::kBool, {}})}, all, combine_with(BinaryOp::kAnd))[0];
 }
 
+// Gathers x along dim at the given (s64, 1-D) source positions.
+inline hlo::Value take_along(hlo::Builder& b, const hlo::Value& x, int64_t dim, const hlo::Value& positions) {
+  int64_t n = positions.type.dims[0];
+  std::vector<int64_t> slice = x.type.dims, out = x.type.dims, offset;
+  slice[dim] = 1;
+  out[dim] = n;
+  for (int64_t d = 0; d < x.type.rank(); ++d)
+    if (d != dim) offset.push_back(d);
+  return b.gather(x, b.reshape(positions, {n, 1}), {offset, {dim}, {dim}, 1}, slice, out);
+}
+
 }  // namespace torchtpu::aten

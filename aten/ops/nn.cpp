@@ -88,7 +88,12 @@ V nll_loss_backward(LoweringContext& c) {
     if (i != class_dim) tdims.push_back(i);
   Value spread = c.b.broadcast_in_dim(c.b.unary(UnaryOp::kNegate, scale), x.type.dims, tdims);
   Value zeros = c.b.constant(0, {t, x.type.dims});
-  return {c.b.select(class_mask(c, c.raw(2), x.type.dims, class_dim), spread, zeros)};
+  // ignored targets get no gradient at all: a NaN from 0 / total_weight must not reach them
+  Value target = cast(c.b, c.raw(2), DType::kS64);
+  Value counted = c.b.broadcast_in_dim(c.b.compare(Compare::kNE, target, c.b.constant_int(ignore, target.type)),
+                                       x.type.dims, tdims);
+  Value where = c.b.binary(BinaryOp::kAnd, class_mask(c, c.raw(2), x.type.dims, class_dim), counted);
+  return {c.b.select(where, spread, zeros)};
 }
 
 // Element-wise losses (self, target, reduction, ...): the per-element loss reduced as PyTorch's

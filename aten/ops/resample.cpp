@@ -54,17 +54,6 @@ V replication_pad(LoweringContext& c) {
   return {pad_edges(b, c.in(0), c.int_list(1), edge)};
 }
 
-// Gathers x along dim at the given (s64, 1-D) source positions.
-Value take(hlo::Builder& b, const Value& x, int64_t dim, const Value& positions) {
-  int64_t n = positions.type.dims[0];
-  std::vector<int64_t> slice = x.type.dims, out = x.type.dims, offset;
-  slice[dim] = 1;
-  out[dim] = n;
-  for (int64_t d = 0; d < x.type.rank(); ++d)
-    if (d != dim) offset.push_back(d);
-  return b.gather(x, b.reshape(positions, {n, 1}), {offset, {dim}, {dim}, 1}, slice, out);
-}
-
 // The source scale PyTorch uses for output dim i: 1/scale when the optional `float? scales_*`
 // argument (number first_scale_arg + i) is given, else in/out.
 double source_scale(const LoweringContext& c, size_t first_scale_arg, size_t i, int64_t in, int64_t out,
@@ -108,7 +97,7 @@ Lowering upsample_nearest(bool exact) {  // (input, output_size, scales_*?...)
     size_t spatial = x.type.dims.size() - 2;
     for (size_t i = 0; i < spatial; ++i) {
       int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
-      x = take(c.b, x, dim, nearest_sources(m, in, out, source_scale(c, 2, i, in, out, false), exact));
+      x = take_along(c.b, x, dim, nearest_sources(m, in, out, source_scale(c, 2, i, in, out, false), exact));
     }
     return V{x};
   };
@@ -122,7 +111,7 @@ V upsample_linear(LoweringContext& c) {
   for (size_t i = 0; i + 2 < static_cast<size_t>(x.type.rank()); ++i) {
     int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
     LinearSources s = linear_sources(m, in, out, source_scale(c, 3, i, in, out, align), align);
-    Value a = take(c.b, x, dim, s.lo), bb = take(c.b, x, dim, s.hi);
+    Value a = take_along(c.b, x, dim, s.lo), bb = take_along(c.b, x, dim, s.hi);
     Value wb = c.b.broadcast_in_dim(cast(c.b, s.weight, x.type.dtype), a.type.dims, {dim});
     x = m.add(a, m.mul(wb, m.sub(bb, a)));
   }

@@ -36,6 +36,40 @@ Lowering unary(UnaryOp op) {
   };
 }
 
+// The Hurwitz zeta function sum_k (q + k)^-s, as CPU's Cephes loop computes it. XLA's zeta sums
+// nine terms before its asymptotic tail, which is accurate for q >= 0 only; CPU keeps summing until
+// q + k > 9. So a negative q is first moved up by kShift terms: zeta(s, q) = sum_{k < kShift}
+// (q + k)^-s + zeta(s, q + kShift) (a pole, q a non-positive integer, gives inf as on CPU).
+Value hurwitz_zeta(Ops& o, const Value& s, const Value& q) {
+  constexpr int kShift = 32;
+  Value negative = o.gt(o.k(0, q), q);
+  Value partial = o.k(0, q), minus_s = o.u(UnaryOp::kNegate, s), a = q;
+  for (int k = 0; k < kShift; ++k) {  // a = q + k by repeated increments, rounded as CPU's loop
+    partial = o.add(partial, o.b.binary(BinaryOp::kPower, a, minus_s));
+    a = o.add(a, o.k(1, a));
+  }
+  Value tail = o.b.binary(BinaryOp::kZeta, s, o.sel(negative, a, q));
+  return o.sel(negative, o.add(partial, tail), tail);
+}
+
+// polygamma(1, x) by CPU's own formula (reflection below 0.5, six recurrence steps, then the
+// asymptotic series), which near the poles differs from zeta(2, x) in float32's last digits.
+Value trigamma(Ops& o, Value x) {
+  Value reflect = o.gt(o.k(0.5, x), x);
+  Value sin_pi_x = o.u(UnaryOp::kSine, o.mul(o.k(M_PI, x), x));
+  Value result = o.sel(reflect, o.u(UnaryOp::kNegate, o.div(o.k(M_PI * M_PI, x), o.mul(sin_pi_x, sin_pi_x))), o.k(0, x));
+  x = o.sel(reflect, o.sub(o.k(1, x), x), x);
+  for (int i = 0; i < 6; ++i) {
+    result = o.add(result, o.div(o.k(1, x), o.mul(x, x)));
+    x = o.add(x, o.k(1, x));
+  }
+  Value ixx = o.div(o.k(1, x), o.mul(x, x));
+  Value series = o.mul(ixx, o.sub(o.k(1.0 / 30, x), o.mul(ixx, o.k(1.0 / 42, x))));
+  series = o.add(o.add(o.k(1, x), o.div(o.k(1, x), o.mul(o.k(2, x), x))), o.mul(ixx, o.sub(o.k(1.0 / 6, x), series)));
+  result = o.add(result, o.div(series, x));
+  return o.sel(reflect, o.u(UnaryOp::kNegate, result), result);
+}
+
 // A unary op defined by a formula over Ops.
 template <typename F>
 Lowering formula(F f) {
@@ -320,6 +354,22 @@ TORCHTPU_LOWERINGS(unary) {
     Value zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
     return o.sel(zero, o.k(1, x), o.div(o.u(UnaryOp::kSine, px), px));
   }));
+  register_with_variants("special_zeta", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {
+    Ops o(c);
+    return V{hurwitz_zeta(o, opmath_b(c, 0), opmath_b(c, 1))};
+  });
+  // polygamma(n, x) (x first in polygamma_) = (-1)^(n+1) n! zeta(n + 1, x) for n >= 1; n is an int,
+  // part of the program.
+  register_with_variants("polygamma", {""}, [](LoweringContext& c) {
+    Ops o(c);
+    bool self_first = c.arg(1).isInt();
+    Value x = opmath(c, self_first ? 0 : 1);
+    int64_t n = c.arg(self_first ? 1 : 0).toInt();
+    if (n == 0) return V{o.u(UnaryOp::kDigamma, x)};
+    if (n == 1) return V{trigamma(o, x)};
+    double factorial = std::tgamma(static_cast<double>(n) + 1);
+    return V{o.mul(o.k(n % 2 == 1 ? factorial : -factorial, x), hurwitz_zeta(o, o.k(static_cast<double>(n + 1), x), x))};
+  });
   register_lowering({"special_entr", "special_entr.out"}, formula([](Ops& o, const Value& x) {
     Value negative = o.b.compare(Compare::kLT, x, o.k(0, x)), zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
     Value h = o.u(UnaryOp::kNegate, o.mul(x, o.u(UnaryOp::kLog, x)));

@@ -1,6 +1,7 @@
-"""tpu kernels of the fused optimizer ops ``_fused_adam_``, ``_fused_adamw_``, ``_fused_sgd_``.
+"""tpu kernels of the fused optimizer ops ``_fused_adam_``, ``_fused_adamw_``, ``_fused_sgd_``,
+``_fused_adagrad_``.
 
-``torch.optim.Adam/AdamW/SGD(fused=True)`` (and Hugging Face's default ``adamw_torch_fused``) call
+``torch.optim.Adam/AdamW/SGD/Adagrad(fused=True)`` (and Hugging Face's default ``adamw_torch_fused``) call
 these ops once per step. Without a tpu kernel they ran through the CPU fallback, which copies every
 parameter, gradient and state to the host and back. The kernels here are ``PrivateUse1``
 implementations registered through ``torch.library`` and composed of ``_foreach_*`` ops (one
@@ -8,7 +9,7 @@ program for a whole list) and a few 0-d tensor ops, so a step stays on the devic
 no host copy, no Python branch on a tensor value.
 
 The math is that of PyTorch's fused CPU kernels (aten/src/ATen/native/cpu/FusedAdamKernel.cpp,
-FusedSGDKernel.cpp), which is also the CUDA kernels':
+FusedSGDKernel.cpp, FusedAdagradKernel.cpp), which is also the CUDA kernels':
 
 - ``grad_scale`` divides the gradients and the unscaled gradients are written back to ``grads``;
 - ``found_inf == 1`` skips the whole update (gradients included). On the device this is masking,
@@ -212,6 +213,48 @@ def _adam_kernel(decoupled):
     return kernel
 
 
+# Adagrad ------------------------------------------------------------------------------------------
+
+def _adagrad(params, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps, maximize,
+             grad_scale, found_inf):
+    if not params:
+        return
+    device = params[0].device
+    lr = _device_lr(lr, device)
+    skip = _skip_flag(found_inf, device)
+    p, s = _opmath(params), _opmath(state_sums)
+    # A skipped step meets zero gradients (see _working_grads) and a zero weight decay:
+    # state_sum += 0 and the update is 0 / std, with eps -> 1 so that std > 0 even when state_sum
+    # and eps are 0.
+    eps, decay = _gates(skip, [(eps, 1.0), (weight_decay, 0.0)])
+    g = _working_grads(grads, grad_scale, skip)
+    if maximize:
+        g = torch._foreach_neg(g)
+    if weight_decay != 0:
+        g = torch._foreach_add(g, torch._foreach_mul(p, decay) if skip is not None else p,
+                               alpha=1 if skip is not None else decay)
+    # clr = lr / (1 + (step - 1) * lr_decay) per tensor, from one vector of the steps
+    steps = torch.stack([t.to(device) for t in state_steps]).to(torch.float32)
+    neg_lr = -lr if isinstance(lr, torch.Tensor) else torch.tensor(-lr, dtype=torch.float32)
+    neg_clr = torch.div(neg_lr, (steps - 1) * lr_decay + 1).unbind(0)
+    torch._foreach_addcmul_(s, g, g)
+    std = torch._foreach_sqrt(s)
+    torch._foreach_add_(std, _per_tensor(eps, len(std)))
+    update = torch._foreach_mul(g, neg_clr)
+    torch._foreach_div_(update, std)
+    torch._foreach_add_(p, update)
+    _store(params, p)
+    _store(state_sums, s)
+
+
+def _adagrad_kernel(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps,
+                    maximize, grad_scale=None, found_inf=None):
+    with torch.no_grad():
+        _adagrad(self, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
+                 weight_decay=weight_decay, eps=eps, maximize=maximize, grad_scale=grad_scale,
+                 found_inf=found_inf)
+
+
 # SGD ----------------------------------------------------------------------------------------------
 
 def _sgd(params, grads, momentum_buffers, *, weight_decay, momentum, lr, dampening, nesterov,
@@ -265,6 +308,7 @@ def register() -> None:
         "_fused_adam_": _adam_kernel(decoupled=False),
         "_fused_adamw_": _adam_kernel(decoupled=True),
         "_fused_sgd_": _sgd_kernel,
+        "_fused_adagrad_": _adagrad_kernel,
     }
     for name, kernel in kernels.items():
         # The float-lr and tensor-lr overloads take the same arguments; the kernel handles both.

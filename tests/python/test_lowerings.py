@@ -123,6 +123,28 @@ CASES = {
                                 torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, left=False, adjoint=True)),
                   torch.randn(2, 4, 4, generator=g), torch.randn(2, 4, 4, generator=g)),
     "lu_rectangular": (lambda a: torch.linalg.lu(a), torch.randn(3, 5, generator=g)),
+    # pooling with indices; margin and sequence losses
+    "adaptive_max_pool": (lambda x: (*F.adaptive_max_pool2d(x, (2, 3), return_indices=True),
+                                     *F.adaptive_max_pool1d(x[0], 4, return_indices=True),
+                                     F.adaptive_max_pool3d(x[None], (1, 2, 2))),
+                          torch.randn(2, 5, 7, generator=g)),
+    "multi_margin_loss": (lambda x, y: (F.multi_margin_loss(x, y), F.multi_margin_loss(x, y, p=2, margin=0.5,
+                                        weight=class_weight.to(x.device), reduction="none"),
+                                        F.multi_margin_loss(x[0], y[:1], reduction="sum")),
+                          x45, torch.tensor([0, 4, 2, 2])),
+    "multilabel_margin_loss": (lambda x, y: (F.multilabel_margin_loss(x, y), F.multilabel_margin_loss(x, y, reduction="none"),
+                                             F.multilabel_margin_loss(x[1], y[1])),
+                               x45, torch.tensor([[3, 0, -1, 1, 2], [1, 1, 4, 2, -1], [-1, 0, 0, 0, 0], [0, 1, 2, 3, 4]])),
+    "ctc_loss": (lambda lp, t: (F.ctc_loss(lp, t, [7, 5, 6], [3, 0, 2], reduction="none"),
+                                F.ctc_loss(lp, t[:, :2], [7, 5, 6], [2, 0, 2]),
+                                F.ctc_loss(lp, t.flatten()[:5], [7, 5, 6], [3, 0, 2], reduction="sum", zero_infinity=True),
+                                F.ctc_loss(lp[:, 0], t[0, :2], [7], [2])),
+                 torch.randn(7, 3, 5, generator=g).log_softmax(2), torch.tensor([[1, 1, 2], [3, 4, 4], [2, 2, 1]])),
+    # special functions: digamma's gradient is trigamma (polygamma(1)), CPU's formula near the poles
+    "polygamma_zeta": (lambda x: (torch.digamma(x), torch.polygamma(1, x), torch.polygamma(3, x),
+                                  torch.special.zeta(torch.full_like(x, 3.0).detach(), x)),
+                       torch.tensor([-7.9506, -2.5, -0.7, 0.3, 1.0, 4.5, 30.0])),
+    "cross_entropy_all_ignored": (lambda x, t: F.cross_entropy(x, t, ignore_index=1), x45, torch.tensor([1, 1, 1, 1])),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
@@ -158,10 +180,20 @@ def test_vdot_conjugates_and_equal_compares_on_device(no_fallbacks):
     lambda: torch.take(torch.zeros(3, device="tpu"), torch.tensor([3], device="tpu")),
     lambda: F.max_unpool1d(torch.ones(1, 1, 2, device="tpu"), torch.tensor([[[0, 9]]], device="tpu"), 2),
     lambda: torch.linalg.cholesky(-torch.eye(3, device="tpu")),
+    lambda: F.multi_margin_loss(torch.zeros(2, 3, device="tpu"), torch.tensor([0, 3], device="tpu")),
+    lambda: F.multilabel_margin_loss(torch.zeros(1, 3, device="tpu"), torch.tensor([[0, 5, -1]], device="tpu")),
 ])
 def test_bad_values_raise_like_cpu(bad):
     with pytest.raises((RuntimeError, IndexError)):
         bad().cpu()
+
+
+def test_transformer_fast_path_mask_check_on_device(no_fallbacks):
+    """nn.TransformerEncoder in eval mode asks whether the padding mask is left aligned
+    (aten::_nested_tensor_from_mask_left_aligned): answered on the device, one host read."""
+    kept = torch.tensor([[True, True, False], [True, False, False]])
+    assert torch._nested_tensor_from_mask_left_aligned(x45.to("tpu"), kept.to("tpu"))
+    assert not torch._nested_tensor_from_mask_left_aligned(x45.to("tpu"), kept.flip(1).to("tpu"))
 
 
 def test_cholesky_ex_reports_failure_in_info(no_fallbacks):

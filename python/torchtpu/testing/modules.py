@@ -8,7 +8,7 @@
 modules materialized by one CPU forward), deep-copied to tpu, and both run the sample: outputs,
 buffers after the call (running statistics), and the gradients of the summed outputs with respect
 to the inputs and every parameter are compared (``assert_close`` defaults for values, 1e-4 for
-gradients). Modules that draw random numbers in training mode are excluded there.
+gradients). Modules that draw random numbers are excluded where they do (training mode, or always).
 
 **Optimizers** (``torch.testing._internal.common_optimizers.optim_db``): every configuration of
 ``optim_inputs_func`` (the CUDA list, which adds the ``capturable`` ones) in each implementation
@@ -36,8 +36,9 @@ OPTIM_TOL = dict(rtol=1e-5, atol=1e-5)
 OPTIM_STEPS = 5
 OPTIM_DTYPES = ("float32", "float64")
 # Modules that draw random numbers in training mode: their values cannot match CPU's there.
-RANDOM_IN_TRAINING = ("nn.Dropout", "nn.AlphaDropout", "nn.FeatureAlphaDropout", "nn.RReLU",
-                      "nn.FractionalMaxPool2d", "nn.FractionalMaxPool3d")
+RANDOM_IN_TRAINING = ("nn.Dropout", "nn.AlphaDropout", "nn.FeatureAlphaDropout", "nn.RReLU")
+# Modules that draw random numbers in both modes (random pooling regions).
+RANDOM = ("nn.FractionalMaxPool2d", "nn.FractionalMaxPool3d")
 
 
 def _short_error(e, limit=300):
@@ -45,11 +46,19 @@ def _short_error(e, limit=300):
     return (text[:limit] + "...") if len(text) > limit else text
 
 
-def _to_tpu(x):
+def _tpu_copier():
+    """Copies tensors to tpu; one tensor passed twice (KLDivLoss(x, x)) stays one tensor, so its
+    gradient sums both uses as on CPU."""
     import torch
-    if isinstance(x, torch.Tensor) and x.device.type == "cpu":
-        return x.detach().to("tpu").requires_grad_(x.requires_grad)
-    return x
+    copies = {}
+
+    def to_tpu(x):
+        if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+            return x
+        if id(x) not in copies:
+            copies[id(x)] = (x, x.detach().to("tpu").requires_grad_(x.requires_grad))
+        return copies[id(x)][1]
+    return to_tpu
 
 
 def _compare(actual, expected, **tol):
@@ -155,7 +164,8 @@ def _module_sample(info, module_input, training):
             m(*tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, f.args),
               **f.kwargs)
     t_m = copy.deepcopy(m).to("tpu")
-    t_args, t_kwargs = tree_map(_to_tpu, f.args), tree_map(_to_tpu, f.kwargs)  # before CPU mutates
+    to_tpu = _tpu_copier()
+    t_args, t_kwargs = tree_map(to_tpu, f.args), tree_map(to_tpu, f.kwargs)  # before CPU mutates
     try:
         expected = m(*f.args, **f.kwargs)
     except Exception as cpu_exc:
@@ -188,8 +198,8 @@ def _module_unit(info, mode):
                                                    requires_grad=True, training=training)):
         if mi.forward_input is None:
             continue
-        random = training and (info.name.startswith(RANDOM_IN_TRAINING)
-                               or mi.constructor_input.kwargs.get("dropout", 0))
+        random = info.name in RANDOM or training and (info.name.startswith(RANDOM_IN_TRAINING)
+                                                      or mi.constructor_input.kwargs.get("dropout", 0))
         if random:
             tally.rec["excluded_random"] += 1
             continue
