@@ -130,6 +130,13 @@ V multilabel_margin_loss_backward(LoweringContext& c) {  // (grad_output, self, 
   return {c.b.reshape(m.mul(grad, c.b.broadcast_in_dim(g, grad.type.dims, {0})), c.out().dims)};
 }
 
+// PyTorch's meta kernel gives the unreduced loss of a 1-D input the shape [1]; CPU gives 0-d.
+std::vector<c10::IValue> multilabel_meta(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  std::vector<c10::IValue> out = checked_meta([](const std::vector<c10::IValue>&) {})(schema, args);
+  if (args[0].toTensor().dim() <= 1 && args[2].toInt() == kNone) out[0].toTensor().resize_({});
+  return out;
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(margin_losses) {
@@ -141,8 +148,10 @@ TORCHTPU_LOWERINGS(margin_losses) {
   multi_margin_grad.meta = shaped_like(1);
   register_lowering({"multi_margin_loss_backward", "multi_margin_loss_backward.grad_input"},
                     multi_margin_loss_backward, multi_margin_grad);
+  LoweringOptions multilabel = checked_runtime("multilabel_margin_loss: target out of range");
+  multilabel.meta = multilabel_meta;
   register_lowering({"multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output"},
-                    multilabel_margin_loss, checked_runtime("multilabel_margin_loss: target out of range"));
+                    multilabel_margin_loss, multilabel);
   LoweringOptions multilabel_grad = checked_runtime("multilabel_margin_loss: target out of range");
   multilabel_grad.meta = shaped_like(1);
   register_lowering({"multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input"},

@@ -133,7 +133,8 @@ CASES = {
                                         F.multi_margin_loss(x[0], y[:1], reduction="sum")),
                           x45, torch.tensor([0, 4, 2, 2])),
     "multilabel_margin_loss": (lambda x, y: (F.multilabel_margin_loss(x, y), F.multilabel_margin_loss(x, y, reduction="none"),
-                                             F.multilabel_margin_loss(x[1], y[1])),
+                                             F.multilabel_margin_loss(x[1], y[1]),
+                                             F.multilabel_margin_loss(x[2], y[0], reduction="none")),  # 0-d
                                x45, torch.tensor([[3, 0, -1, 1, 2], [1, 1, 4, 2, -1], [-1, 0, 0, 0, 0], [0, 1, 2, 3, 4]])),
     "ctc_loss": (lambda lp, t: (F.ctc_loss(lp, t, [7, 5, 6], [3, 0, 2], reduction="none"),
                                 F.ctc_loss(lp, t[:, :2], [7, 5, 6], [2, 0, 2]),
