@@ -384,10 +384,10 @@ def main(argv=None):
     import torch
     started = time.time()
     modules, optims = _module_infos(), _optim_infos()
-    only_optims = args.optimizers is not None and args.modules is None
-    only_modules = args.modules is not None and args.optimizers is None
-    module_names = [] if only_optims else (args.modules or list(modules))
-    optim_names = [] if only_modules else (args.optimizers or list(optims))
+    # naming only one kind runs only that kind; a flag with no names runs none of its kind
+    either = args.modules is not None or args.optimizers is not None
+    module_names = list(modules) if args.modules is None and not either else (args.modules or [])
+    optim_names = list(optims) if args.optimizers is None and not either else (args.optimizers or [])
     unknown = sorted(set(module_names) - set(modules)) + sorted(set(optim_names) - set(optims))
     if unknown:
         parser.error(f"not in module_db or optim_db: {', '.join(unknown)}")
