@@ -146,6 +146,12 @@ CASES = {
                                   torch.special.zeta(torch.full_like(x, 3.0).detach(), x)),
                        torch.tensor([-7.9506, -2.5, -0.7, 0.3, 1.0, 4.5, 30.0])),
     "cross_entropy_all_ignored": (lambda x, t: F.cross_entropy(x, t, ignore_index=1), x45, torch.tensor([1, 1, 1, 1])),
+    "qr_family": (lambda a, c: (*torch.linalg.qr(a), *torch.linalg.qr(a[..., :3, :], mode="complete"),
+                                *torch.geqrf(a.detach()),  # geqrf has no derivative
+                                torch.ormqr(*torch.geqrf(a.detach()), c, transpose=True),
+                                torch.ormqr(*torch.geqrf(a.detach()), c.mT, left=False),
+                                torch.linalg.householder_product(*torch.geqrf(a.detach()))),
+                  torch.randn(2, 5, 4, generator=g), torch.randn(2, 5, 3, generator=g)),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
