@@ -302,11 +302,10 @@ Lowering running_extreme(bool is_max) {
 }
 
 // scatter_reduce.two(self, dim, index, src, reduce, include_self)
-V scatter_reduce(LoweringContext& c) {
+// self with src reduced into it at `index` along `dim` (scatter_reduce's and index_reduce's
+// (self, dim, index, src, reduce, include_self); index shaped like src).
+Value reduce_into(LoweringContext& c, const Value& self, int64_t dim, const Value& index, const Value& src) {
   Math m{c.b};
-  Value self = c.in(0), index = c.raw(2);
-  int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
-  Value src = corner(c, c.in(3), index);
   std::string reduce = c.arg(4).toStringRef();
   bool include_self = c.arg(5).toBool();
   DType t = self.type.dtype;
@@ -315,14 +314,28 @@ V scatter_reduce(LoweringContext& c) {
   if (!include_self)  // positions that receive values start from the reduction's identity
     base = scatter_along(c, self, dim, index, c.b.constant(identity, src.type), replace());
   Value result = scatter_along(c, base, dim, index, src, reduce_named(reduce == "mean" ? "sum" : reduce));
-  if (reduce != "mean") return {result};
+  if (reduce != "mean") return result;
   Value ones = c.b.constant(1, src.type);
   Value counts = scatter_along(c, c.b.constant(include_self ? 1 : 0, self.type), dim, index, ones,
                                combine_with(BinaryOp::kAdd));
   counts = c.b.binary(BinaryOp::kMaximum, counts, m.k(1, counts));
   Value mean = m.div(result, counts);
-  if (!is_floating(t)) mean = c.b.unary(UnaryOp::kFloor, mean);
-  return {mean};
+  if (is_floating(t) || is_complex(t)) return mean;
+  // integers divide with floor rounding, as CPU does (XLA's division truncates); counts are > 0
+  Value inexact = c.b.compare(Compare::kNE, c.b.binary(BinaryOp::kRemainder, result, counts), m.k(0, result));
+  Value below = c.b.binary(BinaryOp::kAnd, inexact, c.b.compare(Compare::kLT, result, m.k(0, result)));
+  return c.b.select(below, m.sub(mean, m.k(1, mean)), mean);
+}
+
+V scatter_reduce(LoweringContext& c) {
+  Value self = c.in(0), index = c.raw(2);
+  return {reduce_into(c, self, wrap_dim(c.arg(1).toInt(), self.type.rank()), index, corner(c, c.in(3), index))};
+}
+
+V index_reduce(LoweringContext& c) {  // the 1-d index addresses whole slices of source along dim
+  Value self = c.in(0), source = c.in(3);
+  int64_t dim = self.type.rank() == 0 ? 0 : wrap_dim(c.arg(1).toInt(), self.type.rank());
+  return {reduce_into(c, self, dim, along_dim(c.b, c.raw(2), source.type.dims, dim), source)};
 }
 
 // masked_scatter(self, mask, source): the k-th true position of mask takes source.flatten()[k].
@@ -340,29 +353,29 @@ V masked_scatter(LoweringContext& c) {
   return {c.b.select(mask, c.b.reshape(picked, self.type.dims), self)};
 }
 
+// The coordinates of x's non-zero elements in order, one per row, into `rows` rows: rows past the
+// last element hold `fill`, elements past the last row are dropped (an out-of-bounds scatter).
+Value nonzero_coordinates(hlo::Builder& b, const Value& x, int64_t rows, int64_t fill) {
+  int64_t rank = x.type.rank(), total = x.type.element_count();
+  Value mask = x.type.dtype == DType::kBool ? x : b.compare(Compare::kNE, x, b.constant(0, x.type));
+  mask = b.reshape(mask, {total});
+  Value rank_of = b.binary(BinaryOp::kSubtract, cumulative(b, cast(b, mask, DType::kS64), 0, BinaryOp::kAdd, 0),
+                           b.constant(1, {DType::kS64, {total}}));
+  Value row = b.select(mask, rank_of, b.constant_int(rows, {DType::kS64, {total}}));
+  std::vector<Value> columns;
+  for (int64_t d = 0; d < rank; ++d)
+    columns.push_back(b.reshape(b.iota({DType::kS64, x.type.dims}, d), {total, 1}));
+  return b.scatter(b.constant_int(fill, {DType::kS64, {rows, rank}}), b.reshape(row, {total, 1}),
+                   b.concatenate(columns, 1), {{1}, {0}, {0}, 1}, replace());
+}
+
 // nonzero's output size depends on the data: count on the device first (a host sync, as on
 // CUDA), then place each true position's coordinates at its rank among the true positions.
 at::Tensor nonzero(const at::Tensor& self) {
   int64_t count = self.ne(0).sum().item<int64_t>();
-  int64_t rank = self.dim(), total = self.numel();
-  at::Tensor out = at::empty({count, rank}, self.options().dtype(at::kLong));
-  if (count == 0 || rank == 0) return out;
-  std::vector<int64_t> sizes = self.sizes().vec();
-  exec::Lowering lower = [=](hlo::Builder& b, const V& in) {
-    Value x = in[0];
-    Value mask = x.type.dtype == DType::kBool ? x : b.compare(Compare::kNE, x, b.constant(0, x.type));
-    mask = b.reshape(mask, {total});
-    Value rank_of = b.binary(BinaryOp::kSubtract, cumulative(b, cast(b, mask, DType::kS64), 0, BinaryOp::kAdd, 0),
-                             b.constant(1, {DType::kS64, {total}}));
-    // Positions that are false go to row `count`: out of bounds, so the scatter drops them.
-    Value row = b.select(mask, rank_of, b.constant_int(count, {DType::kS64, {total}}));
-    std::vector<Value> columns;
-    for (int64_t d = 0; d < rank; ++d)
-      columns.push_back(b.reshape(b.iota({DType::kS64, sizes}, d), {total, 1}));
-    Value coords = b.concatenate(columns, 1);
-    return V{b.scatter(b.constant(0, {DType::kS64, {count, rank}}), b.reshape(row, {total, 1}), coords,
-                       {{1}, {0}, {0}, 1}, replace())};
-  };
+  at::Tensor out = at::empty({count, self.dim()}, self.options().dtype(at::kLong));
+  if (count == 0 || self.dim() == 0) return out;
+  exec::Lowering lower = [count](hlo::Builder& b, const V& in) { return V{nonzero_coordinates(b, in[0], count, 0)}; };
   run_on_device({"nonzero", lower, {operand(self)}, {operand(out)}, origin_of("aten::nonzero")});
   return out;
 }
@@ -492,6 +505,8 @@ TORCHTPU_LOWERINGS(indexing) {
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
   }, checked_runtime("index out of range in self"));
+  register_lowering({"index_reduce", "index_reduce_", "index_reduce.out"}, index_reduce,
+                    checked_runtime("index out of range in self"));
   register_lowering({"index_copy", "index_copy_", "index_copy.out"}, [](LoweringContext& c) {
     return V{index_scatter(c, c.in(3), replace())};
   }, checked_runtime("index out of range in self"));
@@ -567,6 +582,11 @@ TORCHTPU_LOWERINGS(indexing) {
     return V{c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), x.type.dims)};
   });
   register_lowering({"take", "take.out"}, take, checked("take(): index out of range"));
+  // nonzero with a static size (torch.compile-friendly): (self, size, fill_value)
+  register_lowering({"nonzero_static", "nonzero_static.out"}, [](LoweringContext& c) {
+    if (c.out().element_count() == 0) return V{c.b.constant(0, c.out())};
+    return V{nonzero_coordinates(c.b, c.raw(0), c.out().dims[0], c.arg(2).toInt())};
+  });
   register_lowering({"put_"}, put, checked("put_(): index out of range"));
   register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;

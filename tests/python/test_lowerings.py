@@ -152,6 +152,10 @@ CASES = {
                                 torch.ormqr(*torch.geqrf(a.detach()), c.mT, left=False),
                                 torch.linalg.householder_product(*torch.geqrf(a.detach()))),
                   torch.randn(2, 5, 4, generator=g), torch.randn(2, 5, 3, generator=g)),
+    "index_reduce": (lambda x, i, s: (x.index_reduce(0, i, s, "mean"), x.index_reduce(0, i, s, "amax", include_self=False),
+                                      x.index_reduce(0, i, s, "prod")),
+                     x45, torch.tensor([0, 2, 0]), torch.randn(3, 5, generator=g)),
+    "nonzero_static": (lambda x: (torch.nonzero_static(x > 0, size=4), torch.nonzero_static(x > 0, size=30, fill_value=-7)), x45),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
@@ -193,6 +197,12 @@ def test_vdot_conjugates_and_equal_compares_on_device(no_fallbacks):
 def test_bad_values_raise_like_cpu(bad):
     with pytest.raises((RuntimeError, IndexError)):
         bad().cpu()
+
+
+def test_integer_means_round_down_like_cpu(no_fallbacks):
+    x, i, s = torch.tensor([-5, 3, -7, 4]), torch.tensor([0, 0, 2]), torch.tensor([-2, 4, 1])
+    for reduce in (lambda x, i, s: x.index_reduce(0, i, s, "mean"), lambda x, i, s: x.scatter_reduce(0, i, s, "mean")):
+        assert torch.equal(reduce(x.to("tpu"), i.to("tpu"), s.to("tpu")).cpu(), reduce(x, i, s))
 
 
 def test_transformer_fast_path_mask_check_on_device(no_fallbacks):
