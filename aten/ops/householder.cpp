@@ -17,16 +17,6 @@ constexpr int64_t kMaxUnrolledColumns = 128;
 
 hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
 
-// Slice j of `dim`, the dimension dropped.
-Value slice_at(Builder& b, const Value& x, int64_t dim, int64_t j) {
-  std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1), dims;
-  start[dim] = j;
-  limit[dim] = j + 1;
-  for (int64_t d = 0; d < x.type.rank(); ++d)
-    if (d != dim) dims.push_back(x.type.dims[d]);
-  return b.reshape(b.slice(x, start, limit, step), dims);
-}
-
 // Per matrix of the batch, a value broadcast over `dims` (batch dimensions first).
 Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
   std::vector<int64_t> lead;
@@ -38,7 +28,7 @@ Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
 // row i, 1 at row i and a's column i below it.
 Value reflector(Builder& b, const Value& a, int64_t i) {
   int64_t rank = a.type.rank();
-  Value column = slice_at(b, a, rank - 1, i);
+  Value column = take_slice(b, a, rank - 1, i);
   Value rows = b.iota(index_type(column.type.dims), rank - 2), at_i = b.constant_int(i, rows.type);
   return b.select(b.compare(Compare::kEQ, rows, at_i), b.constant(1, column.type),
                   b.select(b.compare(Compare::kGT, rows, at_i), column, b.constant(0, column.type)));
@@ -66,7 +56,7 @@ Value apply_q(Math& m, const Value& reflectors, const Value& tau, Value c, bool 
   bool descending = left != transpose;  // Q c = H_0 (H_1 (... H_{k-1} c)): the last reflector first
   for (int64_t s = 0; s < k; ++s) {
     int64_t i = descending ? k - 1 - s : s;
-    c = reflect(m, c, reflector(m.b, reflectors, i), slice_at(m.b, tau, tau.type.rank() - 1, i), left);
+    c = reflect(m, c, reflector(m.b, reflectors, i), take_slice(m.b, tau, tau.type.rank() - 1, i), left);
   }
   return c;
 }
@@ -87,8 +77,8 @@ Qr geqrf(Math& m, Value a) {
   Value rows = b.iota(index_type(column_dims), rank - 2), cols = b.iota(index_type(a.type.dims), rank - 1);
   std::vector<Value> taus;
   for (int64_t j = 0; j < k; ++j) {
-    Value column = slice_at(b, a, rank - 1, j), at_j = b.constant_int(j, rows.type);
-    Value alpha = slice_at(b, column, rank - 2, j);
+    Value column = take_slice(b, a, rank - 1, j), at_j = b.constant_int(j, rows.type);
+    Value alpha = take_slice(b, column, rank - 2, j);
     Value below = b.compare(Compare::kGT, rows, at_j);
     Value x = b.select(below, column, m.k(0, column));
     Value xnorm2 = m.sum(m.mul(x, x), {rank - 2});

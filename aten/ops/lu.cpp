@@ -43,16 +43,6 @@ Value entry_at(Builder& b, const Value& x, int64_t dim, const Value& at) {
                   combine_with(BinaryOp::kAdd))[0];
 }
 
-// Slice j of `dim` (dropping the dimension).
-Value take_slice(Builder& b, const Value& x, int64_t dim, int64_t j) {
-  std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1), dims;
-  start[dim] = j;
-  limit[dim] = j + 1;
-  for (int64_t d = 0; d < x.type.rank(); ++d)
-    if (d != dim) dims.push_back(x.type.dims[d]);
-  return b.reshape(b.slice(x, start, limit, step), dims);
-}
-
 // LAPACK's pivot magnitude: |x| for reals, |re| + |im| for complex (izamax).
 Value magnitude(Builder& b, const Value& x) {
   if (!is_complex(x.type.dtype)) return b.unary(UnaryOp::kAbs, x);

@@ -37,6 +37,16 @@ inline Value identity(Builder& b, const hlo::TensorType& type) {
   return b.convert(b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1)), type.dtype);
 }
 
+// Slice j of `dim`, the dimension dropped.
+inline Value take_slice(Builder& b, const Value& x, int64_t dim, int64_t j) {
+  std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1), dims;
+  start[dim] = j;
+  limit[dim] = j + 1;
+  for (int64_t d = 0; d < x.type.rank(); ++d)
+    if (d != dim) dims.push_back(x.type.dims[d]);
+  return b.reshape(b.slice(x, start, limit, step), dims);
+}
+
 inline Value conj(Builder& b, const Value& x) {
   if (!is_complex(x.type.dtype)) return x;
   return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, x), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, x)));
