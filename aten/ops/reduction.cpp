@@ -223,10 +223,103 @@ V histc(LoweringContext& c) {
   return {counts};
 }
 
+// histogram has no meta kernel: hist [bins] and bin_edges [bins + 1] in self's dtype, after the
+// argument checks CPU makes.
+std::vector<c10::IValue> histogram_meta(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  const at::Tensor& self = args[0].toTensor();
+  bool given_edges = args[1].isTensor();
+  TORCH_CHECK(self.is_floating_point(), "torch.histogram: input tensor should be floating point, got ", self.scalar_type());
+  int64_t bins = given_edges ? args[1].toTensor().numel() - 1 : args[1].toInt();
+  TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins);
+  if (given_edges) {
+    TORCH_CHECK(args[1].toTensor().dim() == 1 && args[1].toTensor().scalar_type() == self.scalar_type(),
+                "torch.histogram(): bins must be a 1-d tensor of the input's dtype");
+  } else if (!args[2].isNone()) {
+    auto range = args[2].toDoubleVector();
+    TORCH_CHECK(range.size() == 2 && range[0] <= range[1] && std::isfinite(range[0]) && std::isfinite(range[1]),
+                "torch.histogram(): range must be two finite values, min <= max");
+  }
+  size_t weight = given_edges ? 2 : 3;
+  if (!args[weight].isNone())
+    TORCH_CHECK(args[weight].toTensor().sizes() == self.sizes(), "torch.histogram(): weight should have the same shape as input");
+  std::vector<c10::IValue> out;
+  for (int64_t size : {bins, bins + 1}) {
+    bool out_form = args.size() > weight + 2;
+    at::Tensor t = out_form ? args[weight + 2 + out.size()].toTensor() : at::empty({size}, self.options());
+    if (out_form) t.resize_({size});
+    out.push_back(t);
+  }
+  return out;
+}
+
+// Element i of a 1-d value, as a 0-d value.
+Value take_slice_1d(hlo::Builder& b, const Value& v, int64_t i) { return b.reshape(b.slice(v, {i}, {i + 1}, {1}), {}); }
+
+Value count_into_bins(LoweringContext& c, const Value& x, const Value& edges, int64_t bins, size_t weight_arg);
+
+// histogram(self, bins, range / edges, weight, density) -> (hist, bin_edges), as CPU's
+// histogramdd kernel counts: element x falls in bin (number of edges <= x) - 1, the last edge
+// inclusive, elements outside [first edge, last edge] (and NaNs) not counted.
+V histogram(LoweringContext& c) {
+  Math m{c.b};
+  DType t = c.out(0).dtype;
+  int64_t bins = c.out(0).dims[0];
+  Value x = c.b.reshape(c.raw(0), {c.raw(0).type.element_count()});
+  int64_t n = x.type.element_count();
+  bool given_edges = c.arg(1).isTensor();
+  size_t weight_arg = given_edges ? 2 : 3, density_arg = weight_arg + 1;
+  Value edges;
+  if (given_edges) {
+    edges = cast(c.b, c.raw(1), t);
+  } else {  // bins + 1 edges evenly over the range (the data's when none), built as linspace is
+    Value lo, hi;
+    if (!c.arg(2).isNone()) {
+      auto range = c.arg(2).toDoubleVector();
+      lo = c.scalar(range[0], t), hi = c.scalar(range[1], t);
+    } else {
+      lo = n ? m.reduce(x, {0}, BinaryOp::kMinimum, INFINITY) : c.scalar(0, t);  // no data: [0, 1]
+      hi = n ? m.reduce(x, {0}, BinaryOp::kMaximum, -INFINITY) : c.scalar(1, t);
+    }
+    Value same = c.b.compare(Compare::kEQ, lo, hi);  // one value: widen by 0.5 on each side
+    lo = c.b.select(same, m.sub(lo, m.k(0.5, lo)), lo);
+    hi = c.b.select(same, m.add(hi, m.k(0.5, hi)), hi);
+    Value i = c.b.convert(c.b.iota({DType::kS64, {bins + 1}}, 0), t);
+    Value step = broadcast_to(c.b, m.div(m.sub(hi, lo), m.k(static_cast<double>(bins), lo)), {bins + 1});
+    Value from_lo = m.add(broadcast_to(c.b, lo, {bins + 1}), m.mul(step, i));
+    Value from_hi = m.sub(broadcast_to(c.b, hi, {bins + 1}), m.mul(step, m.sub(m.k(static_cast<double>(bins), i), i)));
+    edges = c.b.select(c.b.compare(Compare::kLT, i, m.k(static_cast<double>((bins + 1) / 2), i)), from_lo, from_hi);
+  }
+  Value hist = n == 0 ? c.b.constant(0, {t, {bins}}) : count_into_bins(c, x, edges, bins, weight_arg);
+  if (c.arg(density_arg).toBool()) {  // no data: 0 / 0, as on CPU
+    Value widths = m.sub(c.b.slice(edges, {1}, {bins + 1}, {1}), c.b.slice(edges, {0}, {bins}, {1}));
+    hist = m.div(hist, m.mul(broadcast_to(c.b, m.sum(hist, {0}), {bins}), widths));
+  }
+  return {hist, edges};
+}
+
+// The (weighted) count of x's elements per bin of the sorted `edges`.
+Value count_into_bins(LoweringContext& c, const Value& x, const Value& edges, int64_t bins, size_t weight_arg) {
+  Math m{c.b};
+  DType t = edges.type.dtype;
+  int64_t n = x.type.element_count();
+  Value xt = cast(c.b, x, t);
+  Value xs = c.b.broadcast_in_dim(xt, {n, bins + 1}, {0}), es = c.b.broadcast_in_dim(edges, {n, bins + 1}, {1});
+  Value bin = m.sub(m.sum(c.b.convert(c.b.compare(Compare::kGE, xs, es), DType::kS64), {1}), c.b.constant(1, {DType::kS64, {n}}));
+  bin = c.b.binary(BinaryOp::kMinimum, bin, c.b.constant_int(bins - 1, bin.type));  // the last edge is inclusive
+  Value first = c.b.broadcast_in_dim(take_slice_1d(c.b, edges, 0), {n}, {}), last = c.b.broadcast_in_dim(take_slice_1d(c.b, edges, bins), {n}, {});
+  Value inside = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, xt, first), c.b.compare(Compare::kLE, xt, last));
+  bin = c.b.select(inside, bin, c.b.constant_int(bins, bin.type));  // dropped by the scatter
+  Value weights = c.has(weight_arg) ? c.b.reshape(cast(c.b, c.raw(weight_arg), t), {n}) : c.b.constant(1, {t, {n}});
+  return c.b.scatter(c.b.constant(0, {t, {bins}}), c.b.reshape(bin, {n, 1}), weights, {{}, {0}, {0}, 1},
+                     combine_with(BinaryOp::kAdd));
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(reduction) {
   register_lowering({"histc", "histc.out"}, histc);
+  register_lowering({"histogram.bin_ct", "histogram.bin_ct_out", "histogram.bins_tensor", "histogram.bins_tensor_out"},
+                    histogram, with_meta(histogram_meta));
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
   register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));
