@@ -80,12 +80,22 @@ struct Ctc {
   Value neg_inf() { return b.constant(-INFINITY, {dtype, {batch, width}}); }
   Value emission(int64_t t) { return b.reshape(b.slice(emissions, {t, 0, 0}, {t + 1, batch, width}, {1, 1, 1}), {batch, width}); }
 
-  // log(exp(x) + exp(y) + exp(z)), -inf when all are.
+  // A largest term to factor out of a log-sum-exp: 0 where all terms are -inf (the result is then
+  // log(0) = -inf, not NaN).
+  Value pivot(const Value& top) { return b.select(b.compare(Compare::kEQ, top, m.k(-INFINITY, top)), m.k(0, top), top); }
+
+  // log(exp(x) + exp(y) + exp(z)).
   Value log_sum_exp(const Value& x, const Value& y, const Value& z) {
-    Value top = b.binary(BinaryOp::kMaximum, b.binary(BinaryOp::kMaximum, x, y), z);
-    Value safe = b.select(b.compare(Compare::kEQ, top, m.k(-INFINITY, top)), m.k(0, top), top);
+    Value safe = pivot(b.binary(BinaryOp::kMaximum, b.binary(BinaryOp::kMaximum, x, y), z));
     auto e = [&](const Value& v) { return b.unary(UnaryOp::kExponential, m.sub(v, safe)); };
     return m.add(safe, b.unary(UnaryOp::kLog, m.add(m.add(e(x), e(y)), e(z))));
+  }
+
+  // log sum exp over `dim`.
+  Value log_sum_exp_over(const Value& x, int64_t dim) {
+    Value safe = pivot(m.reduce(x, {dim}, BinaryOp::kMaximum, -INFINITY));
+    Value sum = m.sum(b.unary(UnaryOp::kExponential, m.sub(x, m.expand_back(safe, x, {dim}))), {dim});
+    return m.add(safe, b.unary(UnaryOp::kLog, sum));
   }
 
   // The forward variables of every step: [N, W] each.
@@ -109,10 +119,7 @@ struct Ctc {
       ends = b.select(mask([&](int64_t n, int64_t s) {
                         return input_lengths[n] - 1 == t && s >= label_lengths[n] - 2 && s < label_lengths[n];
                       }), alpha[t], ends);
-    Value top = m.reduce(ends, {1}, BinaryOp::kMaximum, -INFINITY);
-    Value safe = b.select(b.compare(Compare::kEQ, top, m.k(-INFINITY, top)), m.k(0, top), top);
-    Value sum = m.sum(b.unary(UnaryOp::kExponential, m.sub(ends, b.broadcast_in_dim(safe, ends.type.dims, {0}))), {1});
-    return b.unary(UnaryOp::kNegate, m.add(safe, b.unary(UnaryOp::kLog, sum)));
+    return b.unary(UnaryOp::kNegate, log_sum_exp_over(ends, 1));
   }
 };
 
@@ -160,9 +167,7 @@ V ctc_loss_backward(LoweringContext& c) {
     // d nll / d lp[t, n, c] = exp(lp) - exp(log sum_{s: l'(s) = c} exp(alpha + beta) + nll - lp)
     Value alpha_t = b.reshape(b.slice(log_alpha, {0, t, 0}, {n, t + 1, w}, {1, 1, 1}), {n, w});
     Value ab = b.select(onehot, b.broadcast_in_dim(m.add(alpha_t, beta), cube, {0, 1}), b.constant(-INFINITY, {ctc.dtype, cube}));
-    Value top = m.reduce(ab, {1}, BinaryOp::kMaximum, -INFINITY);
-    Value safe = b.select(b.compare(Compare::kEQ, top, m.k(-INFINITY, top)), m.k(0, top), top);
-    Value lcab = m.add(safe, b.unary(UnaryOp::kLog, m.sum(b.unary(UnaryOp::kExponential, m.sub(ab, b.broadcast_in_dim(safe, cube, {0, 2}))), {1})));
+    Value lcab = ctc.log_sum_exp_over(ab, 1);
     Value lp_t = b.reshape(b.slice(lp, {t, 0, 0}, {t + 1, n, k}, {1, 1, 1}), {n, k});
     Value grad = m.sub(b.unary(UnaryOp::kExponential, lp_t),
                        b.unary(UnaryOp::kExponential, m.sub(m.add(lcab, b.broadcast_in_dim(nll, {n, k}, {0})), lp_t)));
