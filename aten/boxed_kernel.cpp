@@ -1,7 +1,7 @@
 // The one kernel behind every lowered op (see aten/lowering.h).
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
@@ -600,7 +600,7 @@ MetaFn shaped_like(size_t like) {
       out.resize_(model.sizes());
       return std::vector<c10::IValue>{out};
     }
-    return std::vector<c10::IValue>{at::empty(model.sizes(), model.options())};
+    return std::vector<c10::IValue>{at::empty_like(model)};
   };
 }
 

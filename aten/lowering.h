@@ -177,8 +177,8 @@ inline MetaFn checked_meta(std::function<void(const std::vector<c10::IValue>& ar
     return stack;
   };
 }
-// A backward op PyTorch has no meta kernel for: the gradient is shaped like argument `like` (the
-// forward's input); an out= form's output is resized to it.
+// An op PyTorch has no meta kernel for whose result is shaped like argument `like` (a gradient
+// like the forward's input, a scan like its input); an out= form's output is resized to it.
 MetaFn shaped_like(size_t like);
 // Ops that only write arguments PyTorch allocated for them (no returns, no meta kernel).
 inline LoweringOptions written_only() {

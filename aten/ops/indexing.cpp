@@ -5,7 +5,6 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <ATen/ops/index.h>
 #include <torch/library.h>
 
@@ -558,15 +557,7 @@ TORCHTPU_LOWERINGS(indexing) {
     Value x = c.in_as(0, accumulator(c.compute_dtype()));
     return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), log_add_exp, -INFINITY)};
   }, [] {
-    LoweringOptions o;  // no meta kernel: the input's shape and dtype
-    o.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
-      if (args.size() > 2 && args[2].isTensor()) {
-        at::Tensor out = args[2].toTensor();
-        out.resize_(args[0].toTensor().sizes());
-        return std::vector<c10::IValue>{out};
-      }
-      return std::vector<c10::IValue>{at::empty_like(args[0].toTensor())};
-    };
+    LoweringOptions o = with_meta(shaped_like(0));  // no meta kernel: the input's shape and dtype
     // complex: CPU's own formula, not lowered yet
     o.cpu_when = [](const std::vector<c10::IValue>& args) { return args[0].toTensor().is_complex(); };
     return o;

@@ -3,13 +3,12 @@
 // Both compare pairs of scores within a row, so they are computed on [N, C] (a 1-D input is one
 // row) and reshaped to PyTorch's output shapes.
 #include "aten/lowering.h"
+#include "aten/ops/loss_util.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
-
-enum Reduction { kNone = 0, kMean = 1, kSum = 2 };  // PyTorch's `reduction` argument
 
 // x as [N, C] rows.
 Value rows(hlo::Builder& b, const Value& x) {
@@ -23,11 +22,6 @@ Value row_grad(LoweringContext& c, Math& m, const Value& grad, int64_t n, int64_
   if (reduction == kNone) return c.b.reshape(g, {n});
   if (reduction == kMean) g = m.div(g, c.b.constant(static_cast<double>(n), g.type));
   return c.b.broadcast_in_dim(g, {n}, {});
-}
-
-Value reduce_rows(Math& m, const Value& losses, int64_t reduction) {
-  if (reduction == kNone) return losses;
-  return reduction == kMean ? m.mean(losses, {0}) : m.sum(losses, {0});
 }
 
 // multi_margin_loss: row n adds, over classes j != y, max(0, margin - x[y] + x[j])^p (times
@@ -66,7 +60,7 @@ V multi_margin_loss(LoweringContext& c) {  // (self, target, p, margin, weight?,
   Value h = c.b.select(mm.active, mm.z, m.k(0, mm.z));
   if (mm.p == 2) h = m.mul(h, h);
   Value losses = m.sum(m.mul(h, mm.scale), {1});
-  return {c.b.reshape(reduce_rows(m, losses, c.arg(5).toInt()), c.out().dims)};
+  return {c.b.reshape(reduce_loss(m, losses, c.arg(5).toInt()), c.out().dims)};
 }
 
 V multi_margin_loss_backward(LoweringContext& c) {  // (grad_output, self, target, p, margin, weight?, reduction)
@@ -117,7 +111,7 @@ V multilabel_margin_loss(LoweringContext& c) {  // (self, target, reduction) -> 
   Math m{c.b};
   MultiLabel ml(c, m, 0, 1);
   Value losses = m.sum(ml.hinge, {1, 2});
-  return {c.b.reshape(reduce_rows(m, losses, c.arg(2).toInt()), c.out(0).dims),
+  return {c.b.reshape(reduce_loss(m, losses, c.arg(2).toInt()), c.out(0).dims),
           c.b.reshape(c.b.convert(ml.is_target, c.out(1).dtype), c.out(1).dims)};
 }
 

@@ -3,13 +3,12 @@
 #include <cmath>
 
 #include "aten/lowering.h"
+#include "aten/ops/loss_util.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
 
 namespace torchtpu::aten {
 namespace {
-
-enum Reduction { kNone = 0, kMean = 1, kSum = 2 };  // PyTorch's `reduction` argument
 
 Value softmax(Math& m, const Value& x, int64_t dim, bool log) {
   if (x.type.rank() == 0) return m.k(log ? 0 : 1, x);
@@ -98,13 +97,6 @@ V nll_loss_backward(LoweringContext& c) {
 
 // Element-wise losses (self, target, reduction, ...): the per-element loss reduced as PyTorch's
 // `reduction` says. Computed in f32 for low-precision inputs.
-
-Value reduce_loss(Math& m, const Value& losses, int64_t reduction) {
-  if (reduction == kNone) return losses;
-  std::vector<int64_t> all(losses.type.rank());
-  for (int64_t d = 0; d < losses.type.rank(); ++d) all[d] = d;
-  return reduction == kMean ? m.mean(losses, all) : m.sum(losses, all);
-}
 
 template <typename F>  // f(m, diff = self - target, param) -> per-element loss
 Lowering pointwise_loss(F f) {
