@@ -130,7 +130,8 @@ CASES = {
                           torch.randn(2, 5, 7, generator=g)),
     "multi_margin_loss": (lambda x, y: (F.multi_margin_loss(x, y), F.multi_margin_loss(x, y, p=2, margin=0.5,
                                         weight=class_weight.to(x.device), reduction="none"),
-                                        F.multi_margin_loss(x[0], y[:1], reduction="sum")),
+                                        F.multi_margin_loss(x[0], y[:1], reduction="sum"),
+                                        F.multi_margin_loss(x, y, margin=-3.0)),  # margin is a runtime Scalar
                           x45, torch.tensor([0, 4, 2, 2])),
     "multilabel_margin_loss": (lambda x, y: (F.multilabel_margin_loss(x, y), F.multilabel_margin_loss(x, y, reduction="none"),
                                              F.multilabel_margin_loss(x[1], y[1]),
