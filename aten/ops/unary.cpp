@@ -37,12 +37,12 @@ Lowering unary(UnaryOp op) {
 }
 
 // The Hurwitz zeta function sum_k (q + k)^-s, as CPU's Cephes loop computes it. XLA's zeta sums
-// nine terms before its asymptotic tail, which is accurate for q >= 0 only; CPU keeps summing until
-// q + k > 9. So a negative q is first moved up by kShift terms: zeta(s, q) = sum_{k < kShift}
+// nine terms before its asymptotic tail, which is accurate for q > 0 only; CPU keeps summing until
+// q + k > 9. So a q <= 0 is first moved up by kShift terms: zeta(s, q) = sum_{k < kShift}
 // (q + k)^-s + zeta(s, q + kShift) (a pole, q a non-positive integer, gives inf as on CPU).
 Value hurwitz_zeta(Ops& o, const Value& s, const Value& q) {
   constexpr int kShift = 32;
-  Value negative = o.gt(o.k(0, q), q);
+  Value negative = o.le(q, o.k(0, q));
   Value partial = o.k(0, q), minus_s = o.u(UnaryOp::kNegate, s), a = q;
   for (int k = 0; k < kShift; ++k) {  // a = q + k by repeated increments, rounded as CPU's loop
     partial = o.add(partial, o.b.binary(BinaryOp::kPower, a, minus_s));
@@ -50,6 +50,12 @@ Value hurwitz_zeta(Ops& o, const Value& s, const Value& q) {
   }
   Value tail = o.b.binary(BinaryOp::kZeta, s, o.sel(negative, a, q));
   return o.sel(negative, o.add(partial, tail), tail);
+}
+
+// digamma with CPU's pole at zero: -inf at +0, +inf at -0 (XLA's gives NaN there).
+Value digamma(Ops& o, const Value& x) {
+  Value pole = o.sel(o.gt(o.k(0, x), o.div(o.k(1, x), x)), o.k(INFINITY, x), o.k(-INFINITY, x));
+  return o.sel(o.b.compare(Compare::kEQ, x, o.k(0, x)), pole, o.u(UnaryOp::kDigamma, x));
 }
 
 // polygamma(1, x) by CPU's own formula (reflection below 0.5, six recurrence steps, then the
@@ -141,7 +147,7 @@ TORCHTPU_LOWERINGS(unary) {
                   {"asinh", UnaryOp::kAsinh}, {"acosh", UnaryOp::kAcosh}, {"atanh", UnaryOp::kAtanh},
                   {"sigmoid", UnaryOp::kLogistic}, {"erf", UnaryOp::kErf}, {"erfc", UnaryOp::kErfc},
                   {"erfinv", UnaryOp::kErfInv}, {"lgamma", UnaryOp::kLgamma},
-                  {"digamma", UnaryOp::kDigamma}, {"ceil", UnaryOp::kCeil}, {"floor", UnaryOp::kFloor},
+                  {"ceil", UnaryOp::kCeil}, {"floor", UnaryOp::kFloor},
                   {"round", UnaryOp::kRoundNearestEven}, {"bitwise_not", UnaryOp::kNot}})
     register_with_variants(e.name, {""}, unary(e.op));
 
@@ -354,6 +360,7 @@ TORCHTPU_LOWERINGS(unary) {
     Value zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
     return o.sel(zero, o.k(1, x), o.div(o.u(UnaryOp::kSine, px), px));
   }));
+  register_with_variants("digamma", {""}, formula([](Ops& o, const Value& x) { return digamma(o, x); }));
   register_with_variants("special_zeta", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {
     Ops o(c);
     return V{hurwitz_zeta(o, opmath_b(c, 0), opmath_b(c, 1))};
@@ -365,7 +372,7 @@ TORCHTPU_LOWERINGS(unary) {
     bool self_first = c.arg(1).isInt();
     Value x = opmath(c, self_first ? 0 : 1);
     int64_t n = c.arg(self_first ? 1 : 0).toInt();
-    if (n == 0) return V{o.u(UnaryOp::kDigamma, x)};
+    if (n == 0) return V{digamma(o, x)};
     if (n == 1) return V{trigamma(o, x)};
     double factorial = std::tgamma(static_cast<double>(n) + 1);
     return V{o.mul(o.k(n % 2 == 1 ? factorial : -factorial, x), hurwitz_zeta(o, o.k(static_cast<double>(n + 1), x), x))};
