@@ -153,6 +153,17 @@ class Builder {
   // Random numbers: returns {new_state, bits}.
   std::pair<Value, Value> rng_bit_generator(const Value& state, const TensorType& bits_type);
 
+  // stablehlo.while: `body` maps the carried values to their next ones as long as `condition` (a
+  // 0-d bool of them) holds. The regions see only the carried values: pass what they read
+  // through them.
+  std::vector<Value> while_loop(const std::vector<Value>& carried, const RegionBody& condition,
+                                const RegionBody& body);
+
+  // The values unchanged, but XLA may not fuse or move computation across this point: it keeps
+  // the steps of an unrolled sequential algorithm (QR, Jacobi) from being fused into one
+  // expression whose compile time grows with the square of the steps.
+  std::vector<Value> optimization_barrier(const std::vector<Value>& values);
+
   std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
                                  const std::vector<TensorType>& result_types,
                                  const std::string& backend_config = "",

@@ -1,5 +1,5 @@
 // Ops with dimension numbers or regions: dot_general, reduce, reduce_window, gather, scatter, sort,
-// plus rng_bit_generator and custom_call.
+// plus while, rng_bit_generator, optimization_barrier and custom_call.
 #include <algorithm>
 
 #include "hlo/attributes.h"
@@ -211,6 +211,21 @@ std::pair<Value, Value> Builder::rng_bit_generator(const Value& state, const Ten
   auto out = emit("stablehlo.rng_bit_generator", {state}, {state.type, bits_type},
                   "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>");
   return {out[0], out[1]};
+}
+
+std::vector<Value> Builder::while_loop(const std::vector<Value>& carried, const RegionBody& condition,
+                                       const RegionBody& body) {
+  std::vector<TensorType> types;
+  for (const Value& v : carried) types.push_back(v.type);
+  std::string condition_text = region(types, condition);
+  std::string body_text = region(types, body);
+  return emit("stablehlo.while", carried, types, "", {condition_text, body_text});
+}
+
+std::vector<Value> Builder::optimization_barrier(const std::vector<Value>& values) {
+  std::vector<TensorType> types;
+  for (const Value& v : values) types.push_back(v.type);
+  return emit("stablehlo.optimization_barrier", values, types);
 }
 
 std::vector<Value> Builder::custom_call(const std::string& target, const std::vector<Value>& operands,

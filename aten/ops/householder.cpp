@@ -1,19 +1,15 @@
 // Householder QR as LAPACK computes it for real matrices (geqr2, org2r, orm2r): one reflector
-// H_i = I - tau_i v_i v_i^T per column, unrolled over the (static) columns with whole-matrix
+// H_i = I - tau_i v_i v_i^T per column, a stablehlo.while over the columns with whole-matrix
 // masked updates, so a batch factors at once and Q and R have CPU's signs. geqrf, orgqr
-// (linalg_householder_product), ormqr and linalg_qr build on it; complex inputs and matrices
-// wider than kMaxUnrolledColumns run on the CPU.
+// (linalg_householder_product), ormqr and linalg_qr build on it; complex inputs run on the CPU.
 #include <ATen/ops/empty.h>
 
 #include <cmath>
 
-#include "aten/ops/math.h"
-#include "aten/ops/matrix_util.h"
+#include "aten/ops/householder.h"
 
 namespace torchtpu::aten {
 namespace {
-
-constexpr int64_t kMaxUnrolledColumns = 128;
 
 hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
 
@@ -24,14 +20,31 @@ Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
   return b.broadcast_in_dim(v, dims, lead);
 }
 
+// x's slice at the (0-d s64, runtime) index i of `dim`, that dimension dropped.
+Value slice_at(Builder& b, const Value& x, int64_t dim, const Value& i) {
+  std::vector<Value> start;
+  std::vector<int64_t> sizes = x.type.dims, dims;
+  for (int64_t d = 0; d < x.type.rank(); ++d) {
+    start.push_back(d == dim ? i : b.constant(0, i.type));
+    if (d != dim) dims.push_back(x.type.dims[d]);
+  }
+  sizes[dim] = 1;
+  return b.reshape(b.dynamic_slice(x, start, sizes), dims);
+}
+
+// Where the iota along `dim` of `dims` compares `dir` to the 0-d index i.
+Value positions(Builder& b, const std::vector<int64_t>& dims, int64_t dim, Compare dir, const Value& i) {
+  return b.compare(dir, b.iota(index_type(dims), dim), b.broadcast_in_dim(i, dims, {}));
+}
+
 // v_i of the reflectors stored below the diagonal of `a` ([..., m, *]): [..., m] with zeros above
 // row i, 1 at row i and a's column i below it.
-Value reflector(Builder& b, const Value& a, int64_t i) {
+Value reflector(Builder& b, const Value& a, const Value& i) {
   int64_t rank = a.type.rank();
-  Value column = take_slice(b, a, rank - 1, i);
-  Value rows = b.iota(index_type(column.type.dims), rank - 2), at_i = b.constant_int(i, rows.type);
-  return b.select(b.compare(Compare::kEQ, rows, at_i), b.constant(1, column.type),
-                  b.select(b.compare(Compare::kGT, rows, at_i), column, b.constant(0, column.type)));
+  Value column = slice_at(b, a, rank - 1, i);
+  return b.select(positions(b, column.type.dims, rank - 2, Compare::kEQ, i), b.constant(1, column.type),
+                  b.select(positions(b, column.type.dims, rank - 2, Compare::kGT, i), column,
+                           b.constant(0, column.type)));
 }
 
 // c - tau v (v^T c) (from the left) or c - tau (c v) v^T (from the right).
@@ -50,60 +63,50 @@ Value reflect(Math& m, const Value& c, const Value& v, const Value& tau, bool le
   return m.sub(c, m.mul(per_matrix(m.b, tau, c.type.dims), outer));
 }
 
-// c with Q = H_0 H_1 ... H_{k-1} applied: Q c, Q^T c (left) or c Q, c Q^T.
+}  // namespace
+
 Value apply_q(Math& m, const Value& reflectors, const Value& tau, Value c, bool left, bool transpose) {
   int64_t k = tau.type.dims.back();
   bool descending = left != transpose;  // Q c = H_0 (H_1 (... H_{k-1} c)): the last reflector first
-  for (int64_t s = 0; s < k; ++s) {
-    int64_t i = descending ? k - 1 - s : s;
-    c = reflect(m, c, reflector(m.b, reflectors, i), take_slice(m.b, tau, tau.type.rank() - 1, i), left);
-  }
-  return c;
+  return counted_loop(m.b, k, {c, reflectors, tau}, [&](Builder& b, const Value& step, const V& a) {
+    Math lm{b};
+    Value i = descending ? b.binary(BinaryOp::kSubtract, b.constant_int(k - 1, step.type), step) : step;
+    Value next = reflect(lm, a[0], reflector(b, a[1], i), slice_at(b, a[2], a[2].type.rank() - 1, i), left);
+    return V{next, a[1], a[2]};
+  })[0];
 }
-
-struct Qr {
-  Value a;    // R on and above the diagonal, v_i below it
-  Value tau;  // [..., min(m, n)]
-};
 
 // LAPACK's dlarfg per column: beta = -sign(alpha) |(alpha, x)|, tau = (beta - alpha) / beta,
 // v = x / (alpha - beta); tau = 0 (H = I) when x is zero.
 Qr geqrf(Math& m, Value a) {
-  Builder& b = m.b;
-  int64_t rank = a.type.rank(), rows_n = a.type.dims[rank - 2], cols_n = a.type.dims[rank - 1];
-  int64_t k = std::min(rows_n, cols_n);
-  std::vector<int64_t> column_dims = batch_of(a.type);
-  column_dims.push_back(rows_n);
-  Value rows = b.iota(index_type(column_dims), rank - 2), cols = b.iota(index_type(a.type.dims), rank - 1);
-  std::vector<Value> taus;
-  for (int64_t j = 0; j < k; ++j) {
-    Value column = take_slice(b, a, rank - 1, j), at_j = b.constant_int(j, rows.type);
-    Value alpha = take_slice(b, column, rank - 2, j);
-    Value below = b.compare(Compare::kGT, rows, at_j);
-    Value x = b.select(below, column, m.k(0, column));
-    Value xnorm2 = m.sum(m.mul(x, x), {rank - 2});
-    Value norm = b.unary(UnaryOp::kSqrt, m.add(m.mul(alpha, alpha), xnorm2));
-    Value beta = b.select(b.compare(Compare::kGE, alpha, m.k(0, alpha)), b.unary(UnaryOp::kNegate, norm), norm);
-    Value trivial = b.compare(Compare::kEQ, xnorm2, m.k(0, xnorm2));
-    Value tau = b.select(trivial, m.k(0, beta), m.div(m.sub(beta, alpha), beta));
-    Value scale = b.select(trivial, m.k(0, beta), m.div(m.k(1, beta), m.sub(alpha, beta)));
-    Value v_below = m.mul(x, per_matrix(b, scale, column_dims));
-    Value v = b.select(b.compare(Compare::kEQ, rows, at_j), m.k(1, column), v_below);
-    Value reflected = reflect(m, a, v, tau, true);
-    Value new_column = b.select(b.compare(Compare::kEQ, rows, at_j), per_matrix(b, b.select(trivial, alpha, beta), column_dims),
+  int64_t rank = a.type.rank(), k = std::min(a.type.dims[rank - 2], a.type.dims[rank - 1]);
+  std::vector<int64_t> tau_dims = batch_of(a.type);
+  tau_dims.push_back(k);
+  V out = counted_loop(m.b, k, {a, m.b.constant(0, {a.type.dtype, tau_dims})}, [&](Builder& b, const Value& j, const V& state) {
+    Math lm{b};
+    Value a = state[0];
+    Value column = slice_at(b, a, rank - 1, j), alpha = slice_at(b, column, rank - 2, j);
+    Value below = positions(b, column.type.dims, rank - 2, Compare::kGT, j);
+    Value at_j = positions(b, column.type.dims, rank - 2, Compare::kEQ, j);
+    Value x = b.select(below, column, lm.k(0, column));
+    Value xnorm2 = lm.sum(lm.mul(x, x), {rank - 2});
+    Value norm = b.unary(UnaryOp::kSqrt, lm.add(lm.mul(alpha, alpha), xnorm2));
+    Value beta = b.select(b.compare(Compare::kGE, alpha, lm.k(0, alpha)), b.unary(UnaryOp::kNegate, norm), norm);
+    Value trivial = b.compare(Compare::kEQ, xnorm2, lm.k(0, xnorm2));
+    Value tau = b.select(trivial, lm.k(0, beta), lm.div(lm.sub(beta, alpha), beta));
+    Value scale = b.select(trivial, lm.k(0, beta), lm.div(lm.k(1, beta), lm.sub(alpha, beta)));
+    Value v_below = lm.mul(x, per_matrix(b, scale, column.type.dims));
+    Value reflected = reflect(lm, a, b.select(at_j, lm.k(1, column), v_below), tau, true);
+    Value new_column = b.select(at_j, per_matrix(b, b.select(trivial, alpha, beta), column.type.dims),
                                 b.select(below, v_below, column));
     std::vector<int64_t> map;
     for (int64_t d = 0; d < rank - 1; ++d) map.push_back(d);
-    Value at_col = b.compare(Compare::kEQ, cols, b.constant_int(j, cols.type));
-    a = b.select(at_col, b.broadcast_in_dim(new_column, a.type.dims, map),
-                 b.select(b.compare(Compare::kGT, cols, b.constant_int(j, cols.type)), reflected, a));
-    std::vector<int64_t> one = batch_of(a.type);
-    one.push_back(1);
-    taus.push_back(b.reshape(tau, one));
-  }
-  std::vector<int64_t> tau_dims = batch_of(a.type);
-  tau_dims.push_back(k);
-  return {a, k == 0 ? b.constant(0, {a.type.dtype, tau_dims}) : b.concatenate(taus, rank - 2)};
+    a = b.select(positions(b, a.type.dims, rank - 1, Compare::kEQ, j), b.broadcast_in_dim(new_column, a.type.dims, map),
+                 b.select(positions(b, a.type.dims, rank - 1, Compare::kGT, j), reflected, a));
+    Value taus = b.select(positions(b, tau_dims, rank - 2, Compare::kEQ, j), per_matrix(b, tau, tau_dims), state[1]);
+    return V{a, taus};
+  });
+  return {out[0], out[1]};
 }
 
 // The first `rows` rows and `columns` columns of the identity, per matrix of `batch`.
@@ -112,6 +115,8 @@ Value eye(Builder& b, std::vector<int64_t> batch, int64_t rows, int64_t columns,
   batch.push_back(columns);
   return identity(b, {t, batch});
 }
+
+namespace {
 
 Value rows_upto(Builder& b, const Value& x, int64_t count) {  // x[..., :count, :]
   std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
@@ -146,20 +151,17 @@ std::vector<c10::IValue> geqrf_meta(const c10::FunctionSchema&, const std::vecto
   return {at::empty(self.sizes(), self.options()), at::empty(tau_dims, self.options())};
 }
 
-// Real matrices up to kMaxUnrolledColumns reflectors run here; the rest on the CPU.
-LoweringOptions unrolled(size_t matrix_arg) {
+// Real matrices run here; complex ones on the CPU.
+LoweringOptions real_only(size_t matrix_arg) {
   LoweringOptions o;
-  o.cpu_when = [matrix_arg](const std::vector<c10::IValue>& args) {
-    const at::Tensor& a = args[matrix_arg].toTensor();
-    return a.is_complex() || (a.dim() >= 2 && std::min(a.size(-1), a.size(-2)) > kMaxUnrolledColumns);
-  };
+  o.cpu_when = [matrix_arg](const std::vector<c10::IValue>& args) { return args[matrix_arg].toTensor().is_complex(); };
   return o;
 }
 
 }  // namespace
 
 TORCHTPU_LOWERINGS(householder) {
-  LoweringOptions geqrf_options = unrolled(0);
+  LoweringOptions geqrf_options = real_only(0);
   geqrf_options.meta = geqrf_meta;
   register_lowering({"geqrf", "geqrf.a"}, [](LoweringContext& c) {
     Math m{c.b};
@@ -173,13 +175,13 @@ TORCHTPU_LOWERINGS(householder) {
     int64_t rank = a.type.rank();
     return V{apply_q(m, a, c.raw(1), eye(c.b, batch_of(a.type), a.type.dims[rank - 2], a.type.dims[rank - 1], a.type.dtype),
                      true, false)};
-  }, unrolled(0));
+  }, real_only(0));
   // (reflectors, tau, other, left, transpose) -> op(Q) other or other op(Q)
   register_lowering({"ormqr", "ormqr.out"}, [](LoweringContext& c) {
     Math m{c.b};
     return V{apply_q(m, c.raw(0), c.raw(1), c.raw(2), c.arg(3).toBool(), c.arg(4).toBool())};
-  }, unrolled(0));
-  register_lowering({"linalg_qr", "linalg_qr.out"}, linalg_qr, unrolled(0));
+  }, real_only(0));
+  register_lowering({"linalg_qr", "linalg_qr.out"}, linalg_qr, real_only(0));
 }
 
 }  // namespace torchtpu::aten

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "hlo/builder.h"
@@ -65,6 +66,29 @@ inline hlo::Value take_along(hlo::Builder& b, const hlo::Value& x, int64_t dim, 
   for (int64_t d = 0; d < x.type.rank(); ++d)
     if (d != dim) offset.push_back(d);
   return b.gather(x, b.reshape(positions, {n, 1}), {offset, {dim}, {dim}, 1}, slice, out);
+}
+
+// for (i = 0; i < count; ++i) carried = body(i, carried) as one stablehlo.while, so a program
+// stays the size of one step however many steps run (i: a 0-d s64). Like the while's regions,
+// the body may use only the carried values: pass what it reads through them.
+using LoopBody = std::function<std::vector<hlo::Value>(hlo::Builder&, const hlo::Value& i,
+                                                       const std::vector<hlo::Value>& carried)>;
+inline std::vector<hlo::Value> counted_loop(hlo::Builder& b, int64_t count, std::vector<hlo::Value> carried,
+                                            const LoopBody& body) {
+  hlo::TensorType index{DType::kS64, {}};
+  carried.insert(carried.begin(), b.constant(0, index));
+  std::vector<hlo::Value> out = b.while_loop(
+      carried,
+      [&](hlo::Builder& rb, const std::vector<hlo::Value>& a) {
+        return std::vector<hlo::Value>{rb.compare(hlo::Compare::kLT, a[0], rb.constant_int(count, index))};
+      },
+      [&](hlo::Builder& rb, const std::vector<hlo::Value>& a) {
+        std::vector<hlo::Value> next = body(rb, a[0], {a.begin() + 1, a.end()});
+        next.insert(next.begin(), rb.binary(hlo::BinaryOp::kAdd, a[0], rb.constant(1, index)));
+        return next;
+      });
+  out.erase(out.begin());
+  return out;
 }
 
 }  // namespace torchtpu::aten

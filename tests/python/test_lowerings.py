@@ -160,6 +160,22 @@ CASES = {
                                    *torch.histogram(x, e), *torch.histogram(x[:0], 3, density=True)),
                   x45, torch.rand(4, 5, generator=g), torch.tensor([-2.0, -0.5, 0.0, 0.25, 3.0]), False),  # no derivative
     "nonzero_static": (lambda x: (torch.nonzero_static(x > 0, size=4), torch.nonzero_static(x > 0, size=30, fill_value=-7)), x45),
+    # singular values and what depends on them only (singular vectors are unique up to sign)
+    "svd_invariants": (lambda a: (torch.linalg.svdvals(a), torch.linalg.pinv(a), torch.linalg.matrix_norm(a, "nuc"),
+                                  torch.linalg.cond(a), torch.linalg.matrix_rank(a.detach()),
+                                  *[u.abs() for u in torch.linalg.svd(a, full_matrices=False)],
+                                  torch.linalg.svd(a[0].mT)[0].abs(), torch.linalg.svd(a[1, :2])[2][:2].abs()),
+                       torch.randn(2, 5, 4, generator=g, dtype=torch.float64)),  # f32 rounding: cond's gradient ~1e-5 rel
+    "segment_reduce": (lambda x: tuple(torch.segment_reduce(x, reduce, **{k: torch.tensor(v, device=x.device) if isinstance(v, list)
+                                                                           else v for k, v in kw.items()})
+                                       for reduce in ["sum", "mean", "max", "min", "prod"]
+                                       for kw in [{"lengths": [2, 0, 3, 1]}, {"offsets": [0, 1, 1, 5], "initial": 2.0},
+                                                  {"lengths": [[1, 3, 0], [2, 0, 2], [0, 0, 4], [4, 0, 0], [1, 1, 1], [0, 2, 1]],
+                                                   "axis": 1, "unsafe": True}]),
+                       # max/min ties only along axis 1 (the last dim): along axis 0, CPU's backward gives
+                       # every tied element the whole gradient instead of a share (not followed here)
+                       torch.tensor([[5.0, 0.5, 2, 1], [6, 0, 0, 1.5], [2, -0.5, -1, 0.125], [7, 0, 0.5, 0],
+                                     [-3, 1, 3, 0.75], [4, 4, 3.5, 0.5]])),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }

@@ -241,6 +241,25 @@ TEST(Compute, SortKeysWithValues) {
   EXPECT_EQ(download<int32_t>(out[1]), (std::vector<int32_t>{4, 1, 3, 2, 0}));  // stable
 }
 
+TEST(Compute, WhileLoopRunsUntilTheConditionFails) {
+  // doubles x until it reaches the limit, counting the steps; the barrier passes values through
+  Builder b;
+  TensorType scalar{DType::kF32, {}}, count{DType::kS32, {}};
+  Value x = b.parameter(scalar), limit = b.parameter(scalar);
+  auto out = b.while_loop(
+      {x, b.constant(0, count), limit},
+      [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.compare(hlo::Compare::kLT, a[0], a[2])}; },
+      [](Builder& rb, const std::vector<Value>& a) {
+        Value next = rb.binary(hlo::BinaryOp::kMultiply, a[0], rb.constant(2.0, a[0].type));
+        return rb.optimization_barrier({next, rb.binary(hlo::BinaryOp::kAdd, a[1], rb.constant(1, a[1].type)), a[2]});
+      });
+  b.results({out[0], out[1]});
+  auto bx = upload(std::vector<float>{3}, DType::kF32, {}), bl = upload(std::vector<float>{100}, DType::kF32, {});
+  auto result = run_single(b, {&bx, &bl});
+  EXPECT_EQ(download<float>(result[0]), (std::vector<float>{192}));
+  EXPECT_EQ(download<int32_t>(result[1]), (std::vector<int32_t>{6}));
+}
+
 TEST(Compute, RngBitGeneratorIsDeterministicPerState) {
   Builder b;
   Value state = b.parameter({DType::kU64, {2}});

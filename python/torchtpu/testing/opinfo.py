@@ -8,8 +8,9 @@ foreach databases (``foreach_unary_op_db``, ``foreach_binary_op_db``, ``foreach_
 ``foreach_reduce_op_db``, ``foreach_other_op_db``), or the named ones. A foreach op appears twice:
 ``_foreach_add`` (the out-of-place function) and ``_foreach_add_`` (the in-place one, compared by
 the tensors it mutates). For each dtype the op supports on CPU (by default all twelve of
-``DTYPES``), every sample input runs on CPU and on tpu and the outputs are compared with
-``torch.testing.assert_close`` at the dtype's default tolerances. Ops that support autograd also get
+``DTYPES``), every sample input runs on CPU and on tpu and the outputs (after the sample's
+``output_process_fn_grad``, as PyTorch's ``test_compare_cpu`` does: singular vectors are compared
+up to sign) are compared with ``torch.testing.assert_close`` at the dtype's default tolerances. Ops that support autograd also get
 a gradient check in float32: backward of the summed outputs on tpu vs CPU.
 
 Samples are made on the CPU and copied to tpu keeping their structure: a view becomes the same
@@ -224,8 +225,11 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
             return _short_error(e)
         return "ok"
 
-    def run_sample(name, fn, args, kwargs, want_grad):
-        """-> (result, why, grad_result) with result one of passed / failed / errors."""
+    def run_sample(name, fn, args, kwargs, want_grad, process):
+        """-> (result, why, grad_result) with result one of passed / failed / errors. `process` is
+        the sample's output_process_fn_grad, applied to both results as PyTorch's own
+        test_compare_cpu and gradient tests do: it keeps the well-defined part of outputs that
+        are not unique (singular vectors up to sign, the thin part of a full U)."""
         # tpu copies first: the CPU call may mutate its inputs
         to_tpu = tpu_copier()
         keep = CPU_ARGS.get(name, ())
@@ -265,10 +269,11 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
                         f"{type(e).__name__}: {_short_error(e)}", None)
             return "failed", f"CPU raised, tpu did not: {_short_error(cpu_exc)}", None
         try:
-            actual = fn(*t_args, **t_kwargs)
+            actual = process(fn(*t_args, **t_kwargs))
             torch.tpu.synchronize()
         except Exception as e:
             return "errors", f"{type(e).__name__}: {_short_error(e)}", None
+        expected = process(expected)
         try:
             compare(actual, expected, out_device)
         except Exception as e:
@@ -332,7 +337,8 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
                 args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
                 before = torchtpu.metrics.cpu_fallbacks()
                 try:
-                    result, why, grad = run_sample(name, fn, args, kwargs, want_grad)
+                    result, why, grad = run_sample(name, fn, args, kwargs, want_grad,
+                                                   sample.output_process_fn_grad)
                 except Exception as e:  # the harness itself, e.g. copying an odd argument
                     result, why, grad = "errors", f"harness: {_short_error(e)}", None
                 after = torchtpu.metrics.cpu_fallbacks()

@@ -1,0 +1,187 @@
+// segment_reduce and its backward: data reduced over consecutive segments of one dimension, the
+// segments given by their lengths or offsets (device tensors: their values stay runtime inputs).
+// A segment is a mask over the dimension (start <= j < end); reductions are masked reductions
+// over it, and the backward spreads each segment's value back to its elements with the same
+// mask. Elements past the last segment (lengths summing to less than the dimension) get no
+// gradient, as on CPU.
+#include <optional>
+
+#include "aten/lowering.h"
+#include "aten/ops/math.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using hlo::Builder;
+
+// The segments of data's dimension `axis` ([D..., J, R...] with D the dims before it).
+struct Segments {
+  Value member;   // [D..., S, J] bool: element j lies in segment s
+  Value lengths;  // [D..., S] s64
+};
+
+// dims 0..n-1 of a value placed at the same positions of a larger shape.
+std::vector<int64_t> leading(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 0; i < n; ++i) d.push_back(i);
+  return d;
+}
+
+// From the lengths ([D..., S]) or offsets ([D..., S + 1]) argument, whichever the call passed.
+Segments segments(LoweringContext& c, int64_t axis, int64_t count, size_t lengths_arg, size_t offsets_arg) {
+  Builder& b = c.b;
+  Math m{b};
+  Value starts, ends, lengths;
+  if (c.has(lengths_arg)) {
+    lengths = cast(b, c.raw(lengths_arg), DType::kS64);
+    int64_t s = lengths.type.dims.back();
+    std::vector<int64_t> square = lengths.type.dims;
+    square.push_back(s);  // [D..., s, t]: t <= s
+    hlo::TensorType index{DType::kS64, square};
+    std::vector<int64_t> map = leading(axis);
+    map.push_back(axis + 1);
+    Value upto = b.compare(Compare::kLE, b.iota(index, axis + 1), b.iota(index, axis));
+    ends = m.sum(b.select(upto, b.broadcast_in_dim(lengths, square, map), b.constant(0, index)), {axis + 1});
+    starts = m.sub(ends, lengths);
+  } else {
+    Value offsets = cast(b, c.raw(offsets_arg), DType::kS64);
+    int64_t s = offsets.type.dims.back() - 1;
+    std::vector<int64_t> start(offsets.type.rank(), 0), limit = offsets.type.dims, step(offsets.type.rank(), 1);
+    limit.back() = s;
+    starts = b.slice(offsets, start, limit, step);
+    start.back() = 1;
+    limit.back() = s + 1;
+    ends = b.slice(offsets, start, limit, step);
+    lengths = m.sub(ends, starts);
+  }
+  std::vector<int64_t> member_dims = lengths.type.dims;
+  member_dims.push_back(count);
+  std::vector<int64_t> map = leading(axis + 1);
+  Value j = b.iota({DType::kS64, member_dims}, axis + 1);
+  Value after_start = b.compare(Compare::kGE, j, b.broadcast_in_dim(starts, member_dims, map));
+  Value before_end = b.compare(Compare::kLT, j, b.broadcast_in_dim(ends, member_dims, map));
+  return {b.binary(BinaryOp::kAnd, after_start, before_end), lengths};
+}
+
+// Shapes around the [D..., S, J, R...] layout where each segment sees every element.
+struct Layout {
+  int64_t axis;
+  std::vector<int64_t> all;  // [D..., S, J, R...]
+
+  Layout(const hlo::TensorType& data, int64_t axis, int64_t segments) : axis(axis), all(data.dims) {
+    all.insert(all.begin() + axis, segments);
+  }
+  // data-shaped [D..., J, R...] (skip S) or output-shaped [D..., S, R...] (skip J) values
+  Value spread(Builder& b, const Value& v, bool data_shaped) const {
+    std::vector<int64_t> map;
+    int64_t skipped = data_shaped ? axis : axis + 1;
+    for (int64_t d = 0; d < static_cast<int64_t>(all.size()); ++d)
+      if (d != skipped) map.push_back(d);
+    return b.broadcast_in_dim(v, all, map);
+  }
+  Value mask(Builder& b, const Segments& s) const { return b.broadcast_in_dim(s.member, all, leading(axis + 2)); }
+  std::vector<int64_t> out_dims() const {  // [D..., S, R...]
+    std::vector<int64_t> out = all;
+    out.erase(out.begin() + axis + 1);
+    return out;
+  }
+  Value lengths(Builder& b, const Segments& s, DType t) const {  // output-shaped
+    return b.broadcast_in_dim(b.convert(s.lengths, t), out_dims(), leading(axis + 1));
+  }
+};
+
+Value masked_reduce(Builder& b, const Value& in, const Value& x, int64_t dim, BinaryOp op, double identity) {
+  Value kept = b.select(in, x, b.constant(identity, x.type));
+  bool extreme = op == BinaryOp::kMaximum || op == BinaryOp::kMinimum;
+  return b.reduce({kept}, {b.constant(identity, {x.type.dtype, {}})}, {dim},
+                  extreme ? nan_extreme_with(op) : combine_with(op))[0];
+}
+
+// segment_reduce(data, reduce, *, lengths, indices, offsets, axis, unsafe, initial)
+V segment_reduce(LoweringContext& c) {
+  Builder& b = c.b;
+  Math m{b};
+  Value data = c.raw(0);
+  DType acc = accumulator(data.type.dtype);
+  int64_t axis = wrap_dim(c.arg(5).toInt(), data.type.rank());
+  std::string reduce = c.arg(1).toStringRef();
+  Segments seg = segments(c, axis, data.type.dims[axis], 2, 4);
+  Layout layout(data.type, axis, seg.lengths.type.dims.back());
+  Value x = layout.spread(b, cast(b, data, acc), true), in = layout.mask(b, seg);
+  int64_t j = axis + 1;
+  Value r;
+  std::optional<Value> initial;
+  if (c.has(7)) initial = b.broadcast_in_dim(cast(b, c.raw(7), acc), layout.out_dims(), {});
+  if (reduce == "sum" || reduce == "mean") {
+    r = masked_reduce(b, in, x, j, BinaryOp::kAdd, 0);
+    if (initial) r = m.add(r, *initial);
+    if (reduce == "mean") {
+      Value n = layout.lengths(b, seg, acc);
+      r = m.div(r, n);
+      if (initial) r = b.select(b.compare(Compare::kEQ, n, m.k(0, n)), *initial, r);
+    }
+  } else if (reduce == "prod") {
+    r = masked_reduce(b, in, x, j, BinaryOp::kMultiply, 1);
+    if (initial) r = m.mul(r, *initial);
+  } else {
+    bool is_max = reduce == "max";
+    TORCH_CHECK(is_max || reduce == "min", "segment_reduce: unsupported reduction ", reduce);
+    BinaryOp op = is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum;
+    r = masked_reduce(b, in, x, j, op, is_max ? -INFINITY : INFINITY);
+    if (initial) r = nan_extreme(b, op, r, *initial);
+  }
+  return {cast(b, r, c.out().dtype)};
+}
+
+// _segment_reduce_backward(grad, output, data, reduce, *, lengths, offsets, axis, initial)
+V segment_reduce_backward(LoweringContext& c) {
+  Builder& b = c.b;
+  Math m{b};
+  Value data = c.raw(2);
+  DType acc = accumulator(data.type.dtype);
+  int64_t axis = wrap_dim(c.arg(6).toInt(), data.type.rank());
+  std::string reduce = c.arg(3).toStringRef();
+  Segments seg = segments(c, axis, data.type.dims[axis], 4, 5);
+  Layout layout(data.type, axis, seg.lengths.type.dims.back());
+  Value in = layout.mask(b, seg), x = cast(b, data, acc), x_all = layout.spread(b, x, true);
+  Value grad = cast(b, c.raw(0), acc), out = cast(b, c.raw(1), acc);
+  // each element gets its segment's value (0 outside every segment)
+  auto to_elements = [&](const Value& per_segment) {
+    return masked_reduce(b, in, layout.spread(b, per_segment, false), axis, BinaryOp::kAdd, 0);
+  };
+  Value in_any = b.reduce({in}, {b.constant(0, {DType::kBool, {}})}, {axis}, combine_with(BinaryOp::kOr))[0];
+  Value r;
+  if (reduce == "sum") {
+    r = to_elements(grad);
+  } else if (reduce == "mean") {
+    r = to_elements(m.div(grad, layout.lengths(b, seg, acc)));
+  } else if (reduce == "prod") {
+    // the product of the segment's other elements: output / x without zeros, the product of the
+    // non-zeros (times initial) for a segment's only zero, else 0
+    Value zero_all = b.compare(Compare::kEQ, x_all, m.k(0, x_all));
+    Value zeros = masked_reduce(b, in, b.convert(zero_all, acc), axis + 1, BinaryOp::kAdd, 0);
+    Value nonzero_product = masked_reduce(b, b.binary(BinaryOp::kAnd, in, b.unary(UnaryOp::kNot, zero_all)), x_all,
+                                          axis + 1, BinaryOp::kMultiply, 1);
+    if (c.has(7)) nonzero_product = m.mul(nonzero_product, b.broadcast_in_dim(cast(b, c.raw(7), acc), nonzero_product.type.dims, {}));
+    Value g = to_elements(grad), z = to_elements(zeros);
+    Value only_zero = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, x, m.k(0, x)), b.compare(Compare::kEQ, z, m.k(1, z)));
+    r = b.select(b.compare(Compare::kEQ, z, m.k(0, z)), m.div(m.mul(g, to_elements(out)), x),
+                 b.select(only_zero, m.mul(g, to_elements(nonzero_product)), m.k(0, x)));
+  } else {  // max / min: shared equally by the elements equal to the result
+    Value tie_all = b.binary(BinaryOp::kAnd, in, b.compare(Compare::kEQ, x_all, layout.spread(b, out, false)));
+    Value ties = masked_reduce(b, tie_all, b.convert(tie_all, acc), axis + 1, BinaryOp::kAdd, 0);
+    Value is_tie = b.reduce({tie_all}, {b.constant(0, {DType::kBool, {}})}, {axis}, combine_with(BinaryOp::kOr))[0];
+    r = b.select(is_tie, to_elements(b.select(b.compare(Compare::kEQ, ties, m.k(0, ties)), m.k(0, ties), m.div(grad, ties))),
+                 m.k(0, x));
+  }
+  return {cast(b, b.select(in_any, r, m.k(0, r)), c.out().dtype)};
+}
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(segment_reduce) {
+  register_lowering({"segment_reduce", "segment_reduce.out"}, segment_reduce);
+  register_lowering({"_segment_reduce_backward", "_segment_reduce_backward.out"}, segment_reduce_backward);
+}
+
+}  // namespace torchtpu::aten
