@@ -159,11 +159,6 @@ class Builder {
   std::vector<Value> while_loop(const std::vector<Value>& carried, const RegionBody& condition,
                                 const RegionBody& body);
 
-  // The values unchanged, but XLA may not fuse or move computation across this point: it keeps
-  // the steps of an unrolled sequential algorithm (QR, Jacobi) from being fused into one
-  // expression whose compile time grows with the square of the steps.
-  std::vector<Value> optimization_barrier(const std::vector<Value>& values);
-
   std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
                                  const std::vector<TensorType>& result_types,
                                  const std::string& backend_config = "",

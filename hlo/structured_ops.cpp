@@ -1,5 +1,5 @@
 // Ops with dimension numbers or regions: dot_general, reduce, reduce_window, gather, scatter, sort,
-// plus while, rng_bit_generator, optimization_barrier and custom_call.
+// plus while, rng_bit_generator and custom_call.
 #include <algorithm>
 
 #include "hlo/attributes.h"
@@ -220,12 +220,6 @@ std::vector<Value> Builder::while_loop(const std::vector<Value>& carried, const 
   std::string condition_text = region(types, condition);
   std::string body_text = region(types, body);
   return emit("stablehlo.while", carried, types, "", {condition_text, body_text});
-}
-
-std::vector<Value> Builder::optimization_barrier(const std::vector<Value>& values) {
-  std::vector<TensorType> types;
-  for (const Value& v : values) types.push_back(v.type);
-  return emit("stablehlo.optimization_barrier", values, types);
 }
 
 std::vector<Value> Builder::custom_call(const std::string& target, const std::vector<Value>& operands,

@@ -20,23 +20,6 @@ Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
   return b.broadcast_in_dim(v, dims, lead);
 }
 
-// x's slice at the (0-d s64, runtime) index i of `dim`, that dimension dropped.
-Value slice_at(Builder& b, const Value& x, int64_t dim, const Value& i) {
-  std::vector<Value> start;
-  std::vector<int64_t> sizes = x.type.dims, dims;
-  for (int64_t d = 0; d < x.type.rank(); ++d) {
-    start.push_back(d == dim ? i : b.constant(0, i.type));
-    if (d != dim) dims.push_back(x.type.dims[d]);
-  }
-  sizes[dim] = 1;
-  return b.reshape(b.dynamic_slice(x, start, sizes), dims);
-}
-
-// Where the iota along `dim` of `dims` compares `dir` to the 0-d index i.
-Value positions(Builder& b, const std::vector<int64_t>& dims, int64_t dim, Compare dir, const Value& i) {
-  return b.compare(dir, b.iota(index_type(dims), dim), b.broadcast_in_dim(i, dims, {}));
-}
-
 // v_i of the reflectors stored below the diagonal of `a` ([..., m, *]): [..., m] with zeros above
 // row i, 1 at row i and a's column i below it.
 Value reflector(Builder& b, const Value& a, const Value& i) {

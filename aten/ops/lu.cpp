@@ -1,6 +1,6 @@
 // LU factorization with partial pivoting, and what PyTorch builds on it: lu_unpack, linalg_lu,
-// lu_solve, solve, inv, det, slogdet. The factorization is LAPACK's getf2 unrolled over the
-// (static) number of columns, each step on whole matrices with masks, so a batch factors at once.
+// lu_solve, solve, inv, det, slogdet. The factorization is LAPACK's getf2 as a stablehlo.while
+// over the columns, each step on whole matrices with masks, so a batch factors at once.
 #include <cmath>
 
 #include "aten/ops/math.h"
@@ -15,9 +15,6 @@ Value as_det_factors_it(const LoweringContext& c, const Value& a) {
   const at::Tensor& meta = c.arg(0).toTensor();
   return meta.is_contiguous() && !meta.is_complex() ? transpose_last(c.b, a) : a;
 }
-
-// Larger matrices run on the CPU (counted as a fallback) rather than unroll into a huge program.
-constexpr int64_t kMaxUnrolledColumns = 128;
 
 struct Lu {
   Value lu;      // L (unit diagonal, below) and U (on and above the diagonal) in one [..., m, n]
@@ -50,80 +47,69 @@ Value magnitude(Builder& b, const Value& x) {
                   b.unary(UnaryOp::kAbs, b.unary(UnaryOp::kImag, x)));
 }
 
-Lu factor(Builder& b, Value a, bool pivot) {
-  int64_t rank = a.type.rank(), m = a.type.dims[rank - 2], n = a.type.dims[rank - 1], k = std::min(m, n);
-  std::vector<int64_t> batch = batch_of(a.type), column_dims = batch;
+Lu factor(Builder& outer, const Value& input, bool pivot) {
+  int64_t rank = input.type.rank(), m = input.type.dims[rank - 2], n = input.type.dims[rank - 1], k = std::min(m, n);
+  std::vector<int64_t> batch = batch_of(input.type), column_dims = batch, pivot_dims = batch;
   column_dims.push_back(m);
-  Value rows = b.iota(index_type(a.type.dims), rank - 2), cols = b.iota(index_type(a.type.dims), rank - 1);
-  Value column_rows = b.iota(index_type(column_dims), rank - 2);
-  std::vector<Value> pivots;
-  Value info = b.constant(0, index_type(batch));
-  auto per_matrix = [&](const Value& v) { return b.broadcast_in_dim(v, a.type.dims, leading(rank - 2)); };
-  for (int64_t j = 0; j < k; ++j) {
-    Value j_index = b.constant_int(j, index_type(batch));
-    Value p = j_index;
+  pivot_dims.push_back(k);
+  V start{input, outer.constant(0, index_type(pivot_dims)), outer.constant(0, index_type(batch))};
+  V out = counted_loop(outer, k, start, [&](Builder& b, const Value& j, const V& state) {
+    Value a = state[0];
+    auto per_matrix = [&](const Value& v) { return b.broadcast_in_dim(v, a.type.dims, leading(rank - 2)); };
+    Value p = b.broadcast_in_dim(j, batch, {});
     if (pivot) {  // the first row at or below j with the largest magnitude in column j
-      Value column = take_slice(b, a, rank - 1, j);
-      Value below = b.compare(Compare::kGE, column_rows, b.constant_int(j, index_type(column_dims)));
-      Value candidates = b.select(below, magnitude(b, column), b.constant(-1, {magnitude(b, column).type.dtype, column_dims}));
-      p = b.reduce({candidates, column_rows}, {b.constant(-INFINITY, {candidates.type.dtype, {}}), b.constant(0, {DType::kS64, {}})},
-                   {rank - 2}, extreme_with_index(true, candidates.type.dtype))[1];
-      Value row_p = entry_at(b, a, rank - 2, p), row_j = take_slice(b, a, rank - 2, j);
+      Value column = slice_at(b, a, rank - 1, j), column_rows = b.iota(index_type(column_dims), rank - 2);
+      Value size = magnitude(b, column);
+      Value candidates = b.select(positions(b, column_dims, rank - 2, Compare::kGE, j), size, b.constant(-1, size.type));
+      p = b.reduce({candidates, column_rows}, {b.constant(-INFINITY, {size.type.dtype, {}}), b.constant(0, {DType::kS64, {}})},
+                   {rank - 2}, extreme_with_index(true, size.type.dtype))[1];
+      Value row_p = entry_at(b, a, rank - 2, p), row_j = slice_at(b, a, rank - 2, j);
       std::vector<int64_t> row_map = leading(rank - 2);
       row_map.push_back(rank - 1);
-      Value is_j = b.compare(Compare::kEQ, rows, b.constant_int(j, rows.type)), is_p = b.compare(Compare::kEQ, rows, per_matrix(p));
-      a = b.select(is_j, b.broadcast_in_dim(row_p, a.type.dims, row_map),
+      Value is_p = b.compare(Compare::kEQ, b.iota(index_type(a.type.dims), rank - 2), per_matrix(p));
+      a = b.select(positions(b, a.type.dims, rank - 2, Compare::kEQ, j), b.broadcast_in_dim(row_p, a.type.dims, row_map),
                    b.select(is_p, b.broadcast_in_dim(row_j, a.type.dims, row_map), a));
     }
-    pivots.push_back(p);
+    Value pivots = b.select(positions(b, pivot_dims, rank - 2, Compare::kEQ, j),
+                            b.broadcast_in_dim(p, pivot_dims, leading(rank - 2)), state[1]);
     // Multipliers below the pivot (left unscaled when the pivot is 0, as LAPACK), then the
     // rank-1 update of the trailing block.
-    Value pivot_value = per_matrix(take_slice(b, take_slice(b, a, rank - 2, j), rank - 2, j));
+    Value pivot_value = per_matrix(slice_at(b, slice_at(b, a, rank - 2, j), rank - 2, j));
     Value zero_pivot = b.compare(Compare::kEQ, pivot_value, b.constant(0, pivot_value.type));
-    Value below_j = b.compare(Compare::kGT, rows, b.constant_int(j, rows.type));
-    Value in_column = b.binary(BinaryOp::kAnd, below_j, b.compare(Compare::kEQ, cols, b.constant_int(j, cols.type)));
-    Value scaled = b.select(zero_pivot, a, b.binary(BinaryOp::kDivide, a, pivot_value));
-    a = b.select(in_column, scaled, a);
+    Value below_j = positions(b, a.type.dims, rank - 2, Compare::kGT, j);
+    Value in_column = b.binary(BinaryOp::kAnd, below_j, positions(b, a.type.dims, rank - 1, Compare::kEQ, j));
+    a = b.select(in_column, b.select(zero_pivot, a, b.binary(BinaryOp::kDivide, a, pivot_value)), a);
     std::vector<int64_t> as_column = leading(rank - 2), as_row = leading(rank - 2);
     as_column.push_back(rank - 2);
     as_row.push_back(rank - 1);
-    Value multipliers = b.broadcast_in_dim(take_slice(b, a, rank - 1, j), a.type.dims, as_column);
-    Value pivot_row = b.broadcast_in_dim(take_slice(b, a, rank - 2, j), a.type.dims, as_row);
-    Value trailing = b.binary(BinaryOp::kAnd, below_j, b.compare(Compare::kGT, cols, b.constant_int(j, cols.type)));
+    Value multipliers = b.broadcast_in_dim(slice_at(b, a, rank - 1, j), a.type.dims, as_column);
+    Value pivot_row = b.broadcast_in_dim(slice_at(b, a, rank - 2, j), a.type.dims, as_row);
+    Value trailing = b.binary(BinaryOp::kAnd, below_j, positions(b, a.type.dims, rank - 1, Compare::kGT, j));
     a = b.select(trailing, b.binary(BinaryOp::kSubtract, a, b.binary(BinaryOp::kMultiply, multipliers, pivot_row)), a);
+    Value info = state[2];
     Value first_zero = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, info, b.constant(0, info.type)),
-                                take_slice(b, take_slice(b, zero_pivot, rank - 2, j), rank - 2, j));
-    info = b.select(first_zero, b.constant_int(j + 1, info.type), info);
-  }
-  std::vector<int64_t> pivot_dims = batch;
-  pivot_dims.push_back(k);
-  std::vector<Value> columns;
-  for (const Value& p : pivots) {
-    std::vector<int64_t> one = batch;
-    one.push_back(1);
-    columns.push_back(b.reshape(p, one));
-  }
-  Value pivot_values = k == 0 ? b.constant(0, index_type(pivot_dims)) : b.concatenate(columns, rank - 2);
-  return {a, pivot_values, b.convert(info, DType::kS32)};
+                                slice_at(b, slice_at(b, zero_pivot, rank - 2, j), rank - 2, j));
+    Value column_number = b.broadcast_in_dim(b.binary(BinaryOp::kAdd, j, b.constant(1, j.type)), batch, {});
+    return V{a, pivots, b.select(first_zero, column_number, info)};
+  });
+  return {out[0], out[1], outer.convert(out[2], DType::kS32)};
 }
 
 // The row permutation the pivots describe: perm[i] is the row of A that row i of L U holds.
-Value permutation(Builder& b, const Value& pivots, int64_t m) {
+Value permutation(Builder& outer, const Value& pivots, int64_t m) {
   int64_t rank = pivots.type.rank(), k = pivots.type.dims.back();
   std::vector<int64_t> dims(pivots.type.dims.begin(), pivots.type.dims.end() - 1);
-  std::vector<int64_t> batch = dims;
   dims.push_back(m);
-  Value positions = b.iota(index_type(dims), rank - 1), perm = positions;
-  for (int64_t j = 0; j < k; ++j) {
-    Value p = take_slice(b, pivots, rank - 1, j);
+  Value identity = outer.iota(index_type(dims), rank - 1);
+  return counted_loop(outer, k, {identity, pivots}, [&](Builder& b, const Value& j, const V& state) {
+    Value perm = state[0], p = slice_at(b, state[1], rank - 1, j);
     std::vector<int64_t> lead = leading(rank - 1);
     Value p_b = b.broadcast_in_dim(p, dims, lead);
     Value at_p = b.broadcast_in_dim(entry_at(b, perm, rank - 1, p), dims, lead);
-    Value at_j = b.broadcast_in_dim(take_slice(b, perm, rank - 1, j), dims, lead);
-    Value is_j = b.compare(Compare::kEQ, positions, b.constant_int(j, positions.type));
-    perm = b.select(is_j, at_p, b.select(b.compare(Compare::kEQ, positions, p_b), at_j, perm));
-  }
-  return perm;
+    Value at_j = b.broadcast_in_dim(slice_at(b, perm, rank - 1, j), dims, lead);
+    Value is_p = b.compare(Compare::kEQ, b.iota(index_type(dims), rank - 1), p_b);
+    return V{b.select(positions(b, dims, rank - 1, Compare::kEQ, j), at_p, b.select(is_p, at_j, perm)), state[1]};
+  })[0];
 }
 
 // P with A = P L U: P[r, c] = 1 where r == perm[c].
@@ -195,16 +181,6 @@ Value zero_based(Builder& b, const Value& pivots) {
 
 bool empty(const hlo::TensorType& t) { return t.element_count() == 0; }
 
-// The matrix operand is small enough to unroll (else the op runs on the CPU).
-LoweringOptions unrolled(size_t matrix_arg, const char* device_check = nullptr) {
-  LoweringOptions o;
-  o.device_check = device_check;
-  o.cpu_when = [matrix_arg](const std::vector<c10::IValue>& args) {
-    const at::Tensor& a = args[matrix_arg].toTensor();
-    return a.dim() >= 2 && std::min(a.size(-1), a.size(-2)) > kMaxUnrolledColumns;
-  };
-  return o;
-}
 
 const char kSingular[] = "linalg.solve: The solver failed because the input matrix is singular.";
 
@@ -217,7 +193,7 @@ TORCHTPU_LOWERINGS(lu) {
     Lu f = factor(c.b, c.in(0), c.arg(1).toBool());
     if (c.arg(2).toBool()) c.check_on_device(all_in_range(c.b, f.info, 1));
     return V{f.lu, one_based(c.b, f.pivots), f.info};
-  }, unrolled(0, "torch.linalg.lu_factor_ex: the factorization could not be completed (a zero pivot)"));
+  }, checked("torch.linalg.lu_factor_ex: the factorization could not be completed (a zero pivot)"));
   // lu_unpack(LU, pivots, unpack_data, unpack_pivots) -> (P, L, U)
   register_lowering({"lu_unpack", "lu_unpack.out"}, [](LoweringContext& c) {
     Value lu = c.in(0);
@@ -248,7 +224,7 @@ TORCHTPU_LOWERINGS(lu) {
     Value p = c.arg(1).toBool() ? permutation_matrix(c.b, permutation(c.b, f.pivots, m), c.out(0).dtype) : c.b.constant(0, c.out(0));
     return V{p, c.b.binary(BinaryOp::kAdd, triangle(c.b, l, true, -1), identity(c.b, l.type)),
              triangle(c.b, c.b.slice(f.lu, start, u_limit, step), false)};
-  }, unrolled(0));
+  });
   // linalg_lu_solve(LU, pivots, B, left, adjoint)
   register_lowering({"linalg_lu_solve", "linalg_lu_solve.out"}, [](LoweringContext& c) {
     if (empty(c.out())) return V{c.b.constant(0, c.out())};
@@ -258,7 +234,7 @@ TORCHTPU_LOWERINGS(lu) {
     pivot_dims.push_back(c.raw(1).type.dims.back());
     Lu f{lu, broadcast_to(c.b, zero_based(c.b, c.raw(1)), pivot_dims), {}};
     return V{solve(c.b, f, rhs, c.arg(3).toBool(), c.arg(4).toBool())};
-  }, unrolled(0));
+  });
   // _linalg_solve_ex(A, B, left, check_errors) -> (X, LU, pivots, info); B may be a (batch of)
   // vector(s), solved as one column.
   register_lowering({"_linalg_solve_ex", "_linalg_solve_ex.result"}, [](LoweringContext& c) {
@@ -277,7 +253,7 @@ TORCHTPU_LOWERINGS(lu) {
     if (c.arg(3).toBool()) c.check_on_device(all_in_range(c.b, f.info, 1));
     Value x = solve(c.b, f, with_batch(c.b, rhs, batch), left, false);
     return V{c.b.reshape(x, c.out(0).dims), f.lu, one_based(c.b, f.pivots), f.info};
-  }, unrolled(0, kSingular));
+  }, checked(kSingular));
   // linalg_inv_ex(A, check_errors) -> (inverse, info)
   register_lowering({"linalg_inv_ex", "linalg_inv_ex.inverse"}, [](LoweringContext& c) {
     if (empty(c.out(0))) return V{c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
@@ -285,7 +261,7 @@ TORCHTPU_LOWERINGS(lu) {
     Lu f = factor(c.b, a, true);
     if (c.arg(1).toBool()) c.check_on_device(all_in_range(c.b, f.info, 1));
     return V{lu_solve(c.b, f, identity(c.b, a.type), false), f.info};
-  }, unrolled(0, "linalg.inv: The diagonal element is zero, the inversion could not be completed because the input matrix is singular."));
+  }, checked("linalg.inv: The diagonal element is zero, the inversion could not be completed because the input matrix is singular."));
   // _linalg_det(A) -> (det, LU, pivots): the product of U's diagonal, signed by the permutation.
   register_lowering({"_linalg_det", "_linalg_det.result"}, [](LoweringContext& c) {
     Value a = c.in(0);
@@ -294,7 +270,7 @@ TORCHTPU_LOWERINGS(lu) {
     Value d = product(c.b, diagonal(c.b, f.lu), a.type.rank() - 2);
     return V{c.b.binary(BinaryOp::kMultiply, d, permutation_sign(c.b, f.pivots, d.type.dtype)), f.lu,
              one_based(c.b, f.pivots)};
-  }, unrolled(0));
+  });
   // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
   register_lowering({"_linalg_slogdet", "_linalg_slogdet.sign"}, [](LoweringContext& c) {
     Value a = c.in(0);
@@ -311,7 +287,7 @@ TORCHTPU_LOWERINGS(lu) {
     Value singular = c.b.compare(Compare::kEQ, log_size, c.b.constant(-INFINITY, log_size.type));
     sign = c.b.select(singular, c.b.constant(0, sign.type), sign);
     return V{sign, log_size, f.lu, one_based(c.b, f.pivots)};
-  }, unrolled(0));
+  });
 }
 
 }  // namespace torchtpu::aten

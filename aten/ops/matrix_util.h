@@ -47,6 +47,23 @@ inline Value take_slice(Builder& b, const Value& x, int64_t dim, int64_t j) {
   return b.reshape(b.slice(x, start, limit, step), dims);
 }
 
+// x's slice at the (0-d s64, runtime) index i of `dim`, that dimension dropped.
+inline Value slice_at(Builder& b, const Value& x, int64_t dim, const Value& i) {
+  std::vector<Value> start;
+  std::vector<int64_t> sizes = x.type.dims, dims;
+  for (int64_t d = 0; d < x.type.rank(); ++d) {
+    start.push_back(d == dim ? i : b.constant(0, i.type));
+    if (d != dim) dims.push_back(x.type.dims[d]);
+  }
+  sizes[dim] = 1;
+  return b.reshape(b.dynamic_slice(x, start, sizes), dims);
+}
+
+// Where the iota along `dim` of `dims` compares `dir` to the 0-d index i.
+inline Value positions(Builder& b, const std::vector<int64_t>& dims, int64_t dim, Compare dir, const Value& i) {
+  return b.compare(dir, b.iota({DType::kS64, dims}, dim), b.broadcast_in_dim(i, dims, {}));
+}
+
 inline Value conj(Builder& b, const Value& x) {
   if (!is_complex(x.type.dtype)) return x;
   return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, x), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, x)));
