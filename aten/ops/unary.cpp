@@ -36,6 +36,22 @@ Lowering unary(UnaryOp op) {
   };
 }
 
+// log of the standard normal CDF, log(erfc(-x / sqrt 2) / 2): as log1p(-erfc(x / sqrt 2) / 2)
+// from -1 up (no cancellation where the CDF is near 1), and below where erfc underflows (-10 in
+// float32, -30 in float64) through its asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 +
+// log(sum_k (-1)^k (2k-1)!! / x^2k), seven terms.
+Value log_ndtr(Ops& o, const Value& x) {
+  Value z = o.mul(x, o.k(M_SQRT1_2, x));
+  Value upper = o.u(UnaryOp::kLogPlusOne, o.mul(o.k(-0.5, x), o.u(UnaryOp::kErfc, z)));
+  Value lower = o.u(UnaryOp::kLog, o.mul(o.k(0.5, x), o.u(UnaryOp::kErfc, o.u(UnaryOp::kNegate, z))));
+  Value r2 = o.div(o.k(1, x), o.square(x)), series = o.k(0, x);
+  for (double c : {10395.0, -945.0, 105.0, -15.0, 3.0, -1.0, 1.0}) series = o.add(o.mul(series, r2), o.k(c, x));
+  Value tail = o.sub(o.sub(o.mul(o.k(-0.5, x), o.square(x)), o.u(UnaryOp::kLog, o.u(UnaryOp::kNegate, x))),
+                     o.sub(o.k(0.5 * std::log(2 * M_PI), x), o.u(UnaryOp::kLog, series)));
+  Value far = o.b.compare(Compare::kLT, x, o.k(x.type.dtype == DType::kF64 ? -30 : -10, x));
+  return o.sel(o.b.compare(Compare::kGE, x, o.k(-1, x)), upper, o.sel(far, tail, lower));
+}
+
 // The Hurwitz zeta function sum_k (q + k)^-s, as CPU's Cephes loop computes it. XLA's zeta sums
 // nine terms before its asymptotic tail, which is accurate for q > 0 only; CPU keeps summing until
 // q + k > 9. So a q <= 0 is first moved up by kShift terms: zeta(s, q) = sum_{k < kShift}
@@ -377,6 +393,11 @@ TORCHTPU_LOWERINGS(unary) {
     double factorial = std::tgamma(static_cast<double>(n) + 1);
     return V{o.mul(o.k(n % 2 == 1 ? factorial : -factorial, x), hurwitz_zeta(o, o.k(static_cast<double>(n + 1), x), x))};
   });
+  // the standard normal quantile: sqrt(2) erfinv(2p - 1)
+  register_lowering({"special_ndtri", "special_ndtri.out"}, formula([](Ops& o, const Value& p) {
+    return o.mul(o.k(M_SQRT2, p), o.u(UnaryOp::kErfInv, o.sub(o.add(p, p), o.k(1, p))));
+  }));
+  register_lowering({"special_log_ndtr", "special_log_ndtr.out"}, formula(log_ndtr));
   register_lowering({"special_entr", "special_entr.out"}, formula([](Ops& o, const Value& x) {
     Value negative = o.b.compare(Compare::kLT, x, o.k(0, x)), zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
     Value h = o.u(UnaryOp::kNegate, o.mul(x, o.u(UnaryOp::kLog, x)));

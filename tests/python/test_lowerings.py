@@ -176,6 +176,21 @@ CASES = {
                        # every tied element the whole gradient instead of a share (not followed here)
                        torch.tensor([[5.0, 0.5, 2, 1], [6, 0, 0, 1.5], [2, -0.5, -1, 0.125], [7, 0, 0.5, 0],
                                      [-3, 1, 3, 0.75], [4, 4, 3.5, 0.5]])),
+    # orthogonal polynomials: recurrences in a loop up to the largest degree; CPU's closed forms
+    # for Chebyshev at |x| < 1 and high degrees; negative and fractional degrees
+    "orthogonal_polynomials": (lambda x, n: tuple(getattr(torch.special, f)(x, n) for f in [
+        "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+        "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+        "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+        "legendre_polynomial_p"]) + (torch.special.legendre_polynomial_p(x, 4), torch.special.hermite_polynomial_he(x, n.long())),
+                               torch.tensor([-1.5, -1, -0.7, -0.2, 0, 0.3, 0.6, 0.9, 1, 2.5])[:, None],
+                               torch.tensor([-1, 0, 1, 2, 3.7, 5, 7, 8, 9, 12]), False),  # no derivatives
+    "normal_tails": (lambda x, p: (torch.special.log_ndtr(x), torch.special.ndtri(p)),
+                     torch.tensor([-60.0, -31, -25, -12, -9, -3, -1.5, -1, -0.3, 0, 0.7, 4, 9], dtype=torch.float64),
+                     torch.tensor([1e-3, 0.02, 0.3, 0.5, 0.77, 0.999], dtype=torch.float64)),
+    "normal_tails_f32": (lambda x, p: (torch.special.log_ndtr(x), torch.special.ndtri(p)),
+                         torch.tensor([-30.0, -12, -9, -3, -1.5, -1, -0.3, 0, 0.7, 4, 9]), torch.tensor([0.02, 0.3, 0.5, 0.77, 0.98]),
+                         False),  # the gradient, exp(-(log_ndtr + x^2/2)), turns one ulp of -454 into 3e-5
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
