@@ -13,69 +13,23 @@
 #include <cmath>
 
 #include "aten/ops/householder.h"
+#include "aten/ops/jacobi.h"
 
 namespace torchtpu::aten {
 namespace {
 
-
-// x[..., from:to] along dimension `dim`.
-Value range(Builder& b, const Value& x, int64_t dim, int64_t from, int64_t to) {
-  std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
-  start[dim] = from;
-  limit[dim] = to;
-  return b.slice(x, start, limit, step);
-}
-
-Value columns(Builder& b, const Value& x, int64_t from, int64_t to) { return range(b, x, x.type.rank() - 1, from, to); }
-Value rows(Builder& b, const Value& x, int64_t from, int64_t to) { return range(b, x, x.type.rank() - 2, from, to); }
-
-// The non-empty pieces side by side (along the last dimension).
-Value side_by_side(Builder& b, const std::vector<Value>& pieces) {
-  std::vector<Value> kept;
-  for (const Value& p : pieces)
-    if (p.type.dims.back() > 0) kept.push_back(p);
-  return kept.size() == 1 ? kept[0] : b.concatenate(kept, kept[0].type.rank() - 1);
-}
-
-// v ([..., k]) broadcast to `dims` ([..., rows, k]): one value per column.
-Value per_column(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
-  std::vector<int64_t> map;
-  for (int64_t d = 0; d + 1 < v.type.rank(); ++d) map.push_back(d);
-  map.push_back(static_cast<int64_t>(dims.size()) - 1);
-  return b.broadcast_in_dim(v, dims, map);
-}
-
-constexpr int64_t kMaxSweeps = 30;
-
-double epsilon(DType t) { return t == DType::kF64 ? 0x1p-52 : 0x1p-23; }
-
-// One round over the column pairs (t_i, u_i) of w = [t | u] ([..., rows, 2h]): each pair is rotated
-// so that its first `p` rows become orthogonal, then the columns move to the next round's pairs
-// (the round-robin tournament with column 0 fixed), so 2h - 1 rounds pair every two columns once.
-// Also returns the largest |cos| of the angle between two paired columns before the rotation.
+// One round over the column pairs (t_i, u_i) of w ([..., rows, 2h]): each pair is rotated so that
+// its first `p` rows become orthogonal. Also returns the largest |cos| of the angle between two
+// paired columns before the rotation.
 std::pair<Value, Value> jacobi_round(Math& m, const Value& w, int64_t p) {
   Builder& b = m.b;
   int64_t rank = w.type.rank(), h = w.type.dims.back() / 2;
-  Value t = columns(b, w, 0, h), u = columns(b, w, h, 2 * h);
-  auto dot = [&](const Value& x, const Value& y) { return m.sum(m.mul(rows(b, x, 0, p), rows(b, y, 0, p)), {rank - 2}); };
+  Value t = rows(b, columns(b, w, 0, h), 0, p), u = rows(b, columns(b, w, h, 2 * h), 0, p);
+  auto dot = [&](const Value& x, const Value& y) { return m.sum(m.mul(x, y), {rank - 2}); };
   Value alpha = dot(t, t), beta = dot(u, u), gamma = dot(t, u);  // [..., h]
   Value cosine = m.div(b.unary(UnaryOp::kAbs, gamma), b.unary(UnaryOp::kSqrt, m.mul(alpha, beta)));
   cosine = b.select(b.compare(Compare::kEQ, gamma, m.k(0, gamma)), m.k(0, gamma), cosine);
-  std::vector<int64_t> all;
-  for (int64_t d = 0; d < cosine.type.rank(); ++d) all.push_back(d);
-  Value largest = m.reduce(cosine, all, BinaryOp::kMaximum, 0);
-  // tan of the angle zeroing gamma: the smaller root of tan^2 + 2 zeta tan - 1 = 0
-  Value zeta = m.div(m.sub(beta, alpha), m.mul(m.k(2, gamma), gamma));
-  Value root = m.add(b.unary(UnaryOp::kAbs, zeta), b.unary(UnaryOp::kSqrt, m.add(m.k(1, zeta), m.square(zeta))));
-  Value sign = b.select(b.compare(Compare::kGE, zeta, m.k(0, zeta)), m.k(1, zeta), m.k(-1, zeta));
-  Value tan = b.select(b.compare(Compare::kEQ, gamma, m.k(0, gamma)), m.k(0, gamma), m.div(sign, root));
-  Value cos = m.div(m.k(1, tan), b.unary(UnaryOp::kSqrt, m.add(m.k(1, tan), m.square(tan))));
-  Value c = per_column(b, cos, t.type.dims), s = per_column(b, m.mul(cos, tan), t.type.dims);
-  Value t2 = m.sub(m.mul(c, t), m.mul(s, u)), u2 = m.add(m.mul(s, t), m.mul(c, u));
-  if (h == 1) return {side_by_side(b, {t2, u2}), largest};
-  return {side_by_side(b, {columns(b, t2, 0, 1), columns(b, u2, 0, 1), columns(b, t2, 1, h - 1),
-                           columns(b, u2, 1, h), columns(b, t2, h - 1, h)}),
-          largest};
+  return {rotate_pairs(m, w, jacobi_rotation(m, alpha, beta, gamma), rank - 1), largest(m, cosine)};
 }
 
 struct Rotated {
@@ -89,35 +43,17 @@ Rotated jacobi(Math& m, const Value& x) {
   Builder& b = m.b;
   int64_t rank = x.type.rank(), p = x.type.dims[rank - 2], q = x.type.dims[rank - 1];
   std::vector<int64_t> batch = batch_of(x.type);
-  Value w = b.concatenate({x, eye(b, batch, q, q, x.type.dtype)}, rank - 2);  // [..., p + q, q]
-  if (q % 2) {  // a zero column (its V part zero too) makes the pairs even; it sorts last below
-    std::vector<int64_t> zero_dims = w.type.dims;
-    zero_dims.back() = 1;
-    w = b.concatenate({w, b.constant(0, {x.type.dtype, zero_dims})}, rank - 1);
-  }
+  // V stacked under x rotates with it; a zero column (its V part zero too) evens the pairs and
+  // sorts last below
+  Value w = padded_to_even(b, b.concatenate({x, eye(b, batch, q, q, x.type.dtype)}, rank - 2), rank - 1);
   // sweep while some pair was further from orthogonal than rounding (sqrt(p) ulps) allows
-  double tolerance = std::sqrt(static_cast<double>(p)) * epsilon(x.type.dtype);
-  hlo::TensorType scalar{x.type.dtype, {}}, count{DType::kS32, {}};
-  w = b.while_loop(
-      {w, b.constant(0, count), b.constant(1, scalar)},
-      [&](Builder& rb, const V& a) {
-        return V{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, a[1], rb.constant(kMaxSweeps, count)),
-                           rb.compare(Compare::kGT, a[2], rb.constant(tolerance, scalar)))};
-      },
-      [&](Builder& rb, const V& a) {  // one sweep: every round moves the columns the same way
-        V swept = counted_loop(rb, a[0].type.dims.back() - 1, {a[0], rb.constant(0, scalar)},
-                               [&](Builder& lb, const Value&, const V& state) {
-                                 Math lm{lb};
-                                 auto [next, cosine] = jacobi_round(lm, state[0], p);
-                                 return V{next, lb.binary(BinaryOp::kMaximum, state[1], cosine)};
-                               });
-        return V{swept[0], rb.binary(BinaryOp::kAdd, a[1], rb.constant(1, count)), swept[1]};
-      })[0];
+  Value tolerance = b.constant(std::sqrt(static_cast<double>(p)) * epsilon(x.type.dtype), {x.type.dtype, {}});
+  w = jacobi_sweeps(b, w, rank - 1, tolerance, [p](Math& lm, const Value& cols) { return jacobi_round(lm, cols, p); });
   // by decreasing norm of the A part; the padding column (no V part) last
   Value norms = b.unary(UnaryOp::kSqrt, m.sum(m.square(rows(b, w, 0, p)), {rank - 2}));
   Value v_norms = m.sum(m.square(rows(b, w, p, p + q)), {rank - 2});
   Value key = b.select(b.compare(Compare::kLT, v_norms, m.k(0.25, v_norms)), m.k(-1, norms), norms);
-  Value sorted = b.sort({per_column(b, key, w.type.dims), w}, rank - 1, true, [](Builder& bb, const V& a) {
+  Value sorted = b.sort({spread_at(b, key, w.type.dims, rank - 1), w}, rank - 1, true, [](Builder& bb, const V& a) {
     return V{bb.compare(Compare::kGT, a[0], a[1])};
   })[1];
   Value g = columns(b, rows(b, sorted, 0, p), 0, q);
@@ -141,7 +77,7 @@ Value left_vectors(Math& m, const Value& g, bool full) {
     rest.push_back(q_full.type.dims.back() - q);
     sign = b.concatenate({sign, b.constant(1, {g.type.dtype, rest})}, rank - 2);
   }
-  return m.mul(q_full, per_column(b, sign, q_full.type.dims));
+  return m.mul(q_full, spread_at(b, sign, q_full.type.dims, rank - 1));
 }
 
 // _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh). A wide matrix is decomposed

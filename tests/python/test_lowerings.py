@@ -166,6 +166,9 @@ CASES = {
                                   *[u.abs() for u in torch.linalg.svd(a, full_matrices=False)],
                                   torch.linalg.svd(a[0].mT)[0].abs(), torch.linalg.svd(a[1, :2])[2][:2].abs()),
                        torch.randn(2, 5, 4, generator=g, dtype=torch.float64)),  # f32 rounding: cond's gradient ~1e-5 rel
+    "eigh": (lambda a: (torch.linalg.eigvalsh(a), torch.linalg.eigh(a)[1].abs(), torch.linalg.eigh(a, UPLO="U")[0],
+                        torch.linalg.pinv(a, hermitian=True), torch.linalg.matrix_rank(a.detach(), hermitian=True)),
+             torch.randn(2, 5, 5, generator=g, dtype=torch.float64)),  # one triangle is read
     "segment_reduce": (lambda x: tuple(torch.segment_reduce(x, reduce, **{k: torch.tensor(v, device=x.device) if isinstance(v, list)
                                                                            else v for k, v in kw.items()})
                                        for reduce in ["sum", "mean", "max", "min", "prod"]
