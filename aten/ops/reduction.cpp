@@ -416,6 +416,26 @@ TORCHTPU_LOWERINGS(reduction) {
     o.static_scalars = {1};
     return o;
   }());
+  // renorm(x, p, dim, maxnorm): each slice along dim whose p-norm exceeds maxnorm scaled down to
+  // it, by maxnorm / (norm + 1e-7) as on CPU
+  register_with_variants("renorm", {""}, [](LoweringContext& c) {
+    Math m{c.b};
+    DType acc = accumulator(c.out().dtype);
+    Value x = c.in_as(0, acc);
+    int64_t dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
+    std::vector<int64_t> others;
+    for (int64_t d = 0; d < x.type.rank(); ++d)
+      if (d != dim) others.push_back(d);
+    Value norm = m.vector_norm(x, others, c.arg(1).toScalar().toDouble(), acc);
+    Value maxnorm = c.b.broadcast_in_dim(c.in_as(3, acc), norm.type.dims, {});
+    Value factor = c.b.select(c.b.compare(Compare::kGT, norm, maxnorm), m.div(maxnorm, m.add(norm, m.k(1e-7, norm))),
+                              m.k(1, norm));
+    return V{cast(c.b, m.mul(x, c.b.broadcast_in_dim(factor, x.type.dims, {dim})), c.out().dtype)};
+  }, [] {
+    LoweringOptions o;
+    o.static_scalars = {1};
+    return o;
+  }());
   register_lowering({"linalg_vector_norm", "linalg_vector_norm.out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     double ord = c.arg(1).toScalar().toDouble();

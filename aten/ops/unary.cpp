@@ -1,5 +1,6 @@
 // Element-wise ops of one operand, activation functions and their backward formulas.
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 #include <ATen/ops/empty_like.h>
@@ -9,6 +10,8 @@
 
 namespace torchtpu::aten {
 namespace {
+
+using hlo::Builder;
 
 // Math plus the few extra shorthands activation formulas use.
 struct Ops : Math {
@@ -50,6 +53,43 @@ Value log_ndtr(Ops& o, const Value& x) {
                      o.sub(o.k(0.5 * std::log(2 * M_PI), x), o.u(UnaryOp::kLog, series)));
   Value far = o.b.compare(Compare::kLT, x, o.k(x.type.dtype == DType::kF64 ? -30 : -10, x));
   return o.sel(o.b.compare(Compare::kGE, x, o.k(-1, x)), upper, o.sel(far, tail, lower));
+}
+
+// frexp(x) -> (mantissa, exponent) with x = mantissa 2^exponent, 0.5 <= |mantissa| < 1 (0, inf
+// and NaN give themselves and 0), all on the bits: the exponent field gives the power and the
+// mantissa keeps x's sign and fraction under the exponent of 0.5. A subnormal's leading fraction
+// bit becomes the implicit one (integer ops only: XLA flushes subnormal arithmetic to zero).
+V frexp(LoweringContext& c) {
+  Builder& b = c.b;
+  Value x = c.raw(0);
+  struct Format {
+    DType bits;
+    int64_t width, fraction, bias;
+  };
+  DType t = x.type.dtype;
+  Format f = t == DType::kF64   ? Format{DType::kS64, 64, 52, 1023}
+             : t == DType::kF32 ? Format{DType::kS32, 32, 23, 127}
+             : t == DType::kF16 ? Format{DType::kS16, 16, 10, 15}
+                                : Format{DType::kS16, 16, 7, 127};
+  hlo::TensorType int_type{f.bits, x.type.dims};
+  auto i = [&](int64_t v) { return b.constant_int(v, int_type); };
+  auto op = [&](BinaryOp o, const Value& p, const Value& q) { return b.binary(o, p, q); };
+  auto eq = [&](const Value& p, const Value& q) { return b.compare(Compare::kEQ, p, q); };
+  int64_t exponent_mask = (int64_t{1} << (f.width - 1 - f.fraction)) - 1, fraction_mask = (int64_t{1} << f.fraction) - 1;
+  Value bits = b.bitcast_convert(x, f.bits);
+  Value field = op(BinaryOp::kAnd, op(BinaryOp::kShiftRightLogical, bits, i(f.fraction)), i(exponent_mask));
+  Value fraction = op(BinaryOp::kAnd, bits, i(fraction_mask));
+  Value sign = op(BinaryOp::kAnd, bits, i(std::numeric_limits<int64_t>::min() >> (64 - f.width)));
+  Value lead = op(BinaryOp::kSubtract, i(f.width - 1), b.unary(UnaryOp::kCountLeadingZeros, fraction));
+  Value subnormal = eq(field, i(0));
+  Value normalized = op(BinaryOp::kAnd, op(BinaryOp::kShiftLeft, fraction, op(BinaryOp::kSubtract, i(f.fraction), lead)),
+                        i(fraction_mask));
+  Value exponent = b.select(subnormal, op(BinaryOp::kSubtract, lead, i(f.fraction - 2 + f.bias)),
+                            op(BinaryOp::kSubtract, field, i(f.bias - 1)));
+  Value mantissa_bits = op(BinaryOp::kOr, op(BinaryOp::kOr, sign, i((f.bias - 1) << f.fraction)),
+                           b.select(subnormal, normalized, fraction));
+  Value special = op(BinaryOp::kOr, op(BinaryOp::kAnd, subnormal, eq(fraction, i(0))), eq(field, i(exponent_mask)));
+  return {b.select(special, x, b.bitcast_convert(mantissa_bits, t)), b.convert(b.select(special, i(0), exponent), DType::kS32)};
 }
 
 // The Hurwitz zeta function sum_k (q + k)^-s, as CPU's Cephes loop computes it. XLA's zeta sums
@@ -398,6 +438,17 @@ TORCHTPU_LOWERINGS(unary) {
     return o.mul(o.k(M_SQRT2, p), o.u(UnaryOp::kErfInv, o.sub(o.add(p, p), o.k(1, p))));
   }));
   register_lowering({"special_log_ndtr", "special_log_ndtr.out"}, formula(log_ndtr));
+  register_lowering({"frexp.Tensor", "frexp.Tensor_out"}, frexp);
+  // round(x, decimals=d): to a multiple of 10^-d, halves to even; like CPU, a negative d divides
+  // by 10^-d rather than multiply by its (inexact) inverse
+  register_with_variants("round", {"decimals"}, [](LoweringContext& c) {
+    Ops o(c);
+    Value x = opmath(c, 0);
+    int64_t d = c.arg(1).toInt();
+    Value p = o.k(std::pow(10.0, static_cast<double>(std::abs(d))), x);
+    if (d >= 0) return V{o.div(o.u(UnaryOp::kRoundNearestEven, o.mul(x, p)), p)};
+    return V{o.mul(o.u(UnaryOp::kRoundNearestEven, o.div(x, p)), p)};
+  });
   register_lowering({"special_entr", "special_entr.out"}, formula([](Ops& o, const Value& x) {
     Value negative = o.b.compare(Compare::kLT, x, o.k(0, x)), zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
     Value h = o.u(UnaryOp::kNegate, o.mul(x, o.u(UnaryOp::kLog, x)));

@@ -194,6 +194,11 @@ CASES = {
     "normal_tails_f32": (lambda x, p: (torch.special.log_ndtr(x), torch.special.ndtri(p)),
                          torch.tensor([-30.0, -12, -9, -3, -1.5, -1, -0.3, 0, 0.7, 4, 9]), torch.tensor([0.02, 0.3, 0.5, 0.77, 0.98]),
                          False),  # the gradient, exp(-(log_ndtr + x^2/2)), turns one ulp of -454 into 3e-5
+    "frexp_round_renorm": (lambda x: (*torch.frexp(x), torch.frexp(torch.tensor([1e-40, -3e-42, 0.0, float("inf")],
+                                                                                device=x.device))[1],  # subnormals
+                                      torch.round(x, decimals=2), torch.round(x * 100, decimals=-1),
+                                      torch.renorm(x, 2, 0, 1.5), torch.renorm(x, float("inf"), 1, 0.7)),
+                           x45 * 3),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
