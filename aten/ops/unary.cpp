@@ -438,6 +438,22 @@ TORCHTPU_LOWERINGS(unary) {
     return o.mul(o.k(M_SQRT2, p), o.u(UnaryOp::kErfInv, o.sub(o.add(p, p), o.k(1, p))));
   }));
   register_lowering({"special_log_ndtr", "special_log_ndtr.out"}, formula(log_ndtr));
+  // angle: atan2(imag, real) of complex numbers; pi for negative reals, else 0 (NaN stays NaN)
+  register_with_variants("angle", {""}, [](LoweringContext& c) {
+    Ops o(c);
+    Value x = c.raw(0);
+    if (is_complex(x.type.dtype)) return V{o.b.binary(BinaryOp::kAtan2, o.u(UnaryOp::kImag, x), o.u(UnaryOp::kReal, x))};
+    Value r = opmath(c, 0);
+    return V{o.sel(o.b.compare(Compare::kNE, r, r), r, o.sel(o.b.compare(Compare::kLT, r, o.k(0, r)), o.k(M_PI, r), o.k(0, r)))};
+  });
+  // sin(x) / x, by its Taylor series below |x| = 1/2 (as CPU), 0 at infinity
+  register_lowering({"special_spherical_bessel_j0", "special_spherical_bessel_j0.out"}, formula([](Ops& o, const Value& x) {
+    Value x2 = o.square(x), series = o.k(0, x);
+    for (double f : {6227020800.0, -39916800.0, 362880.0, -5040.0, 120.0, -6.0, 1.0}) series = o.add(o.mul(series, x2), o.k(1 / f, x));
+    Value ax = o.u(UnaryOp::kAbs, x);
+    return o.sel(o.b.compare(Compare::kEQ, ax, o.k(INFINITY, x)), o.k(0, x),
+                 o.sel(o.b.compare(Compare::kLT, ax, o.k(0.5, x)), series, o.div(o.u(UnaryOp::kSine, x), x)));
+  }));
   register_lowering({"frexp.Tensor", "frexp.Tensor_out"}, frexp);
   // round(x, decimals=d): to a multiple of 10^-d, halves to even; like CPU, a negative d divides
   // by 10^-d rather than multiply by its (inexact) inverse

@@ -207,6 +207,8 @@ CASES = {
     "modified_bessel_i_f32": (lambda x: (torch.i0(x), torch.special.i0e(x), torch.special.i1(x), torch.special.i1e(x)),
                               torch.tensor([0.0, 1e-3, -0.5, 1, -3, 7.5, -9, 15, 19.9, 20.1, -25, 40, 85]),
                               False),  # float32 gradients cancel (CPU's too are 1e-5 off float64 there)
+    "angle_spherical_j0": (lambda x: (torch.angle(x), torch.special.spherical_bessel_j0(x)),
+                           torch.tensor([1.0, -2, 0, -0.0, float("nan"), float("-inf"), 0.3, -0.49, 5, 1e-4, float("inf")]), False),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
