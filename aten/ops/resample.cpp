@@ -206,6 +206,48 @@ Lowering upsample_bicubic(bool backward) {
   };
 }
 
+// The [out, in] matrix of antialiased resampling (PyTorch's _upsample_*_aa, after PIL): output i
+// averages the inputs under a filter centred at scale (i + 1/2), widened by the scale when
+// downsampling, its weights normalized to sum 1. Built on the host: it depends on shapes only.
+Value antialias_matrix(hlo::Builder& b, int64_t in, int64_t out, double scale, bool cubic, DType dtype) {
+  auto filter = [cubic](double x) {
+    x = std::abs(x);
+    if (!cubic) return std::max(0.0, 1 - x);
+    constexpr double a = -0.5;
+    if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+    return x < 2 ? (((x - 5) * x + 8) * x - 4) * a : 0.0;
+  };
+  double support = (cubic ? 2.0 : 1.0) * std::max(scale, 1.0), inverse = scale >= 1 ? 1 / scale : 1;
+  std::vector<double> w(static_cast<size_t>(out * in), 0.0);
+  for (int64_t i = 0; i < out; ++i) {
+    double center = scale * (static_cast<double>(i) + 0.5), total = 0;
+    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
+    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
+    for (int64_t j = lo; j < hi; ++j) total += w[i * in + j] = filter((static_cast<double>(j) - center + 0.5) * inverse);
+    for (int64_t j = lo; j < hi && total != 0; ++j) w[i * in + j] /= total;
+  }
+  Value matrix = b.constant_bytes(w.data(), {DType::kF64, {out, in}});
+  return cast(b, matrix, dtype);
+}
+
+// _upsample_{bilinear,bicubic}2d_aa(input, output_size, align_corners, scales_h?, scales_w?) and
+// their backwards (grad_output, output_size, input_size, align_corners, scales...).
+Lowering upsample_antialiased(bool cubic, bool backward) {
+  return [cubic, backward](LoweringContext& c) {
+    Value x = c.in_as(0, accumulator(c.out().dtype));
+    const std::vector<int64_t>& input = backward ? c.out().dims : x.type.dims;
+    const std::vector<int64_t>& output = backward ? x.type.dims : c.out().dims;
+    size_t flags = backward ? 3 : 2;
+    bool align = c.arg(flags).toBool();
+    for (size_t i = 0; i < 2; ++i) {
+      int64_t dim = 2 + static_cast<int64_t>(i), in = input[dim], out = output[dim];
+      double scale = source_scale(c, flags + 1, i, in, out, align);
+      x = resample_with(c.b, x, dim, antialias_matrix(c.b, in, out, scale, cubic, x.type.dtype), backward);
+    }
+    return V{x};
+  };
+}
+
 // Backward of reflection / replication padding (grad_output, self, padding): each padded dim is
 // a gather of the input (reflected or clamped positions), so its gradient is the transposed sum.
 Lowering pad_backward(bool reflected) {
@@ -385,6 +427,12 @@ TORCHTPU_LOWERINGS(resample) {
                      "upsample_bilinear2d_backward.grad_input", "upsample_trilinear3d_backward",
                      "upsample_trilinear3d_backward.grad_input"}, upsample_linear_backward);
   register_lowering({"upsample_bicubic2d_backward", "upsample_bicubic2d_backward.grad_input"}, upsample_bicubic(true));
+  register_lowering({"_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa.out"}, upsample_antialiased(false, false));
+  register_lowering({"_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa.out"}, upsample_antialiased(true, false));
+  register_lowering({"_upsample_bilinear2d_aa_backward", "_upsample_bilinear2d_aa_backward.grad_input"},
+                    upsample_antialiased(false, true));
+  register_lowering({"_upsample_bicubic2d_aa_backward", "_upsample_bicubic2d_aa_backward.grad_input"},
+                    upsample_antialiased(true, true));
   register_lowering({"reflection_pad1d_backward", "reflection_pad1d_backward.grad_input", "reflection_pad2d_backward",
                      "reflection_pad2d_backward.grad_input", "reflection_pad3d_backward",
                      "reflection_pad3d_backward.grad_input"}, pad_backward(true));

@@ -108,6 +108,10 @@ CASES = {
                               F.interpolate(x.flatten(2), scale_factor=1.7, mode="linear", align_corners=True),
                               F.interpolate(x[:, :, None], size=(2, 5, 9), mode="trilinear")),
                    torch.randn(1, 2, 4, 6, generator=g)),
+    "antialiased_resize": (lambda x: (F.interpolate(x, size=(4, 5), mode="bilinear", antialias=True),
+                                      F.interpolate(x, size=(12, 4), mode="bicubic", antialias=True, align_corners=True),
+                                      F.interpolate(x, scale_factor=0.37, mode="bilinear", antialias=True)),
+                           torch.randn(2, 3, 9, 13, generator=g, dtype=torch.float64)),
     "padding_backward": (lambda x: (F.pad(x, (2, 1, 1, 3), mode="reflect"), F.pad(x, (3, 0, -1, 2), mode="replicate")),
                          torch.randn(1, 2, 4, 6, generator=g)),
     # products
