@@ -255,63 +255,133 @@ std::vector<c10::IValue> histogram_meta(const c10::FunctionSchema& schema, const
 // Element i of a 1-d value, as a 0-d value.
 Value take_slice_1d(hlo::Builder& b, const Value& v, int64_t i) { return b.reshape(b.slice(v, {i}, {i + 1}, {1}), {}); }
 
-Value count_into_bins(LoweringContext& c, const Value& x, const Value& edges, int64_t bins, size_t weight_arg);
+// bins + 1 edges evenly over [lo, hi] (x's min and max when no range is given; a single value
+// widened by 0.5 on each side; no data: [0, 1]), built as linspace is.
+Value linear_edges(LoweringContext& c, const Value& x, int64_t bins, const c10::IValue& range, size_t range_at) {
+  Math m{c.b};
+  DType t = x.type.dtype;
+  int64_t n = x.type.element_count();
+  Value lo, hi;
+  if (!range.isNone()) {
+    auto r = range.toDoubleVector();
+    lo = c.scalar(r[range_at], t), hi = c.scalar(r[range_at + 1], t);
+  } else {
+    lo = n ? m.reduce(x, {0}, BinaryOp::kMinimum, INFINITY) : c.scalar(0, t);
+    hi = n ? m.reduce(x, {0}, BinaryOp::kMaximum, -INFINITY) : c.scalar(1, t);
+  }
+  Value same = c.b.compare(Compare::kEQ, lo, hi);
+  lo = c.b.select(same, m.sub(lo, m.k(0.5, lo)), lo);
+  hi = c.b.select(same, m.add(hi, m.k(0.5, hi)), hi);
+  Value i = c.b.convert(c.b.iota({DType::kS64, {bins + 1}}, 0), t);
+  Value step = broadcast_to(c.b, m.div(m.sub(hi, lo), m.k(static_cast<double>(bins), lo)), {bins + 1});
+  Value from_lo = m.add(broadcast_to(c.b, lo, {bins + 1}), m.mul(step, i));
+  Value from_hi = m.sub(broadcast_to(c.b, hi, {bins + 1}), m.mul(step, m.sub(m.k(static_cast<double>(bins), i), i)));
+  return c.b.select(c.b.compare(Compare::kLT, i, m.k(static_cast<double>((bins + 1) / 2), i)), from_lo, from_hi);
+}
+
+// The bin of each element of x (1-d) among the sorted `edges`: (number of edges <= x) - 1, the
+// last edge inclusive; `bins` (one past the last) for elements outside [first, last] and NaNs.
+Value bin_of(hlo::Builder& b, const Value& x, const Value& edges) {
+  Math m{b};
+  int64_t n = x.type.element_count(), bins = edges.type.dims[0] - 1;
+  Value xt = cast(b, x, edges.type.dtype);
+  Value xs = b.broadcast_in_dim(xt, {n, bins + 1}, {0}), es = b.broadcast_in_dim(edges, {n, bins + 1}, {1});
+  Value bin = m.sub(m.sum(b.convert(b.compare(Compare::kGE, xs, es), DType::kS64), {1}), b.constant(1, {DType::kS64, {n}}));
+  bin = b.binary(BinaryOp::kMinimum, bin, b.constant_int(bins - 1, bin.type));
+  Value first = b.broadcast_in_dim(take_slice_1d(b, edges, 0), {n}, {});
+  Value last = b.broadcast_in_dim(take_slice_1d(b, edges, bins), {n}, {});
+  Value inside = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, xt, first), b.compare(Compare::kLE, xt, last));
+  return b.select(inside, bin, b.constant_int(bins, bin.type));
+}
+
+Value column_of(hlo::Builder& b, const Value& points, int64_t d) {
+  int64_t n = points.type.dims[0];
+  return b.reshape(b.slice(points, {0, d}, {n, d + 1}, {1, 1}), {n});
+}
+
+// The (weighted) count of the points (rows of [N, D]) per cell of the D-dimensional grid of
+// `edges`, divided by the total and the cell volumes when `density` (no data: 0 / 0, as CPU).
+Value count_into_cells(LoweringContext& c, const Value& points, const std::vector<Value>& edges, size_t weight_arg,
+                       bool density) {
+  Math m{c.b};
+  DType t = edges[0].type.dtype;
+  int64_t n = points.type.dims[0], cells = 1;
+  std::vector<int64_t> shape;
+  for (const Value& e : edges) shape.push_back(e.type.dims[0] - 1);
+  for (int64_t s : shape) cells *= s;
+  Value flat = c.b.constant(0, {DType::kS64, {n}}), outside = c.b.constant(0, {DType::kBool, {n}});
+  for (size_t d = 0; d < edges.size(); ++d) {  // row-major cell index; a coordinate outside drops the point
+    Value bin = bin_of(c.b, column_of(c.b, points, static_cast<int64_t>(d)), edges[d]);
+    outside = c.b.binary(BinaryOp::kOr, outside, c.b.compare(Compare::kEQ, bin, c.b.constant_int(shape[d], bin.type)));
+    flat = c.b.binary(BinaryOp::kAdd, c.b.binary(BinaryOp::kMultiply, flat, c.b.constant_int(shape[d], flat.type)), bin);
+  }
+  flat = c.b.select(outside, c.b.constant_int(cells, flat.type), flat);  // dropped by the scatter
+  Value weights = c.has(weight_arg) ? c.b.reshape(cast(c.b, c.raw(weight_arg), t), {n}) : c.b.constant(1, {t, {n}});
+  Value counts = c.b.scatter(c.b.constant(0, {t, {cells}}), c.b.reshape(flat, {n, 1}), weights, {{}, {0}, {0}, 1},
+                             combine_with(BinaryOp::kAdd));
+  Value hist = c.b.reshape(counts, shape);
+  if (!density) return hist;
+  hist = m.div(hist, c.b.broadcast_in_dim(m.sum(counts, {0}), shape, {}));
+  for (size_t d = 0; d < edges.size(); ++d) {
+    int64_t b = shape[d];
+    Value widths = m.sub(c.b.slice(edges[d], {1}, {b + 1}, {1}), c.b.slice(edges[d], {0}, {b}, {1}));
+    hist = m.div(hist, c.b.broadcast_in_dim(widths, shape, {static_cast<int64_t>(d)}));
+  }
+  return hist;
+}
+
+// histogramdd's points: its input [..., D] as [N, D].
+Value points_of(LoweringContext& c) {
+  Value x = c.raw(0);
+  int64_t d = x.type.dims.back();
+  return c.b.reshape(x, {d ? x.type.element_count() / d : 0, d});
+}
+
+// The linear edges of each dimension (_histogramdd_bin_edges, _histogramdd_from_bin_cts: self,
+// bins, range, weight, density).
+std::vector<Value> histogramdd_edges(LoweringContext& c, const Value& points) {
+  std::vector<int64_t> bins = c.int_list(1);
+  std::vector<Value> edges;
+  for (size_t d = 0; d < bins.size(); ++d)
+    edges.push_back(linear_edges(c, column_of(c.b, points, static_cast<int64_t>(d)), bins[d], c.arg(2), 2 * d));
+  return edges;
+}
+
+// histogramdd has no meta kernels: the edges (one [bins + 1] per dimension) or the counts
+// ([bins...]), after CPU's checks.
+MetaFn histogramdd_meta(bool edges_out) {
+  return [edges_out](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+    const at::Tensor& self = args[0].toTensor();
+    TORCH_CHECK(self.dim() >= 2, "torch.histogramdd: input tensor should have at least 2 dimensions, but got ", self.dim());
+    std::vector<int64_t> bins;
+    if (args[1].isIntList()) {
+      bins = args[1].toIntVector();
+    } else {
+      for (const at::Tensor& e : args[1].toTensorVector()) bins.push_back(e.numel() - 1);
+    }
+    TORCH_CHECK(static_cast<int64_t>(bins.size()) == self.size(-1), "torch.histogramdd: expected ", self.size(-1),
+                " sequences of bin edges for each of the ", self.size(-1), " input dimensions, but got ", bins.size());
+    for (int64_t b : bins) TORCH_CHECK(b > 0, "torch.histogramdd(): bins must be > 0, but got ", b);
+    if (!edges_out) return std::vector<c10::IValue>{at::empty(bins, self.options())};
+    std::vector<at::Tensor> edges;
+    for (int64_t b : bins) edges.push_back(at::empty({b + 1}, self.options()));
+    return std::vector<c10::IValue>{c10::IValue(edges)};
+  };
+}
 
 // histogram(self, bins, range / edges, weight, density) -> (hist, bin_edges), as CPU's
 // histogramdd kernel counts: element x falls in bin (number of edges <= x) - 1, the last edge
 // inclusive, elements outside [first edge, last edge] (and NaNs) not counted.
 V histogram(LoweringContext& c) {
-  Math m{c.b};
   DType t = c.out(0).dtype;
   int64_t bins = c.out(0).dims[0];
   Value x = c.b.reshape(c.raw(0), {c.raw(0).type.element_count()});
   int64_t n = x.type.element_count();
   bool given_edges = c.arg(1).isTensor();
   size_t weight_arg = given_edges ? 2 : 3, density_arg = weight_arg + 1;
-  Value edges;
-  if (given_edges) {
-    edges = cast(c.b, c.raw(1), t);
-  } else {  // bins + 1 edges evenly over the range (the data's when none), built as linspace is
-    Value lo, hi;
-    if (!c.arg(2).isNone()) {
-      auto range = c.arg(2).toDoubleVector();
-      lo = c.scalar(range[0], t), hi = c.scalar(range[1], t);
-    } else {
-      lo = n ? m.reduce(x, {0}, BinaryOp::kMinimum, INFINITY) : c.scalar(0, t);  // no data: [0, 1]
-      hi = n ? m.reduce(x, {0}, BinaryOp::kMaximum, -INFINITY) : c.scalar(1, t);
-    }
-    Value same = c.b.compare(Compare::kEQ, lo, hi);  // one value: widen by 0.5 on each side
-    lo = c.b.select(same, m.sub(lo, m.k(0.5, lo)), lo);
-    hi = c.b.select(same, m.add(hi, m.k(0.5, hi)), hi);
-    Value i = c.b.convert(c.b.iota({DType::kS64, {bins + 1}}, 0), t);
-    Value step = broadcast_to(c.b, m.div(m.sub(hi, lo), m.k(static_cast<double>(bins), lo)), {bins + 1});
-    Value from_lo = m.add(broadcast_to(c.b, lo, {bins + 1}), m.mul(step, i));
-    Value from_hi = m.sub(broadcast_to(c.b, hi, {bins + 1}), m.mul(step, m.sub(m.k(static_cast<double>(bins), i), i)));
-    edges = c.b.select(c.b.compare(Compare::kLT, i, m.k(static_cast<double>((bins + 1) / 2), i)), from_lo, from_hi);
-  }
-  Value hist = n == 0 ? c.b.constant(0, {t, {bins}}) : count_into_bins(c, x, edges, bins, weight_arg);
-  if (c.arg(density_arg).toBool()) {  // no data: 0 / 0, as on CPU
-    Value widths = m.sub(c.b.slice(edges, {1}, {bins + 1}, {1}), c.b.slice(edges, {0}, {bins}, {1}));
-    hist = m.div(hist, m.mul(broadcast_to(c.b, m.sum(hist, {0}), {bins}), widths));
-  }
-  return {hist, edges};
-}
-
-// The (weighted) count of x's elements per bin of the sorted `edges`.
-Value count_into_bins(LoweringContext& c, const Value& x, const Value& edges, int64_t bins, size_t weight_arg) {
-  Math m{c.b};
-  DType t = edges.type.dtype;
-  int64_t n = x.type.element_count();
-  Value xt = cast(c.b, x, t);
-  Value xs = c.b.broadcast_in_dim(xt, {n, bins + 1}, {0}), es = c.b.broadcast_in_dim(edges, {n, bins + 1}, {1});
-  Value bin = m.sub(m.sum(c.b.convert(c.b.compare(Compare::kGE, xs, es), DType::kS64), {1}), c.b.constant(1, {DType::kS64, {n}}));
-  bin = c.b.binary(BinaryOp::kMinimum, bin, c.b.constant_int(bins - 1, bin.type));  // the last edge is inclusive
-  Value first = c.b.broadcast_in_dim(take_slice_1d(c.b, edges, 0), {n}, {}), last = c.b.broadcast_in_dim(take_slice_1d(c.b, edges, bins), {n}, {});
-  Value inside = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, xt, first), c.b.compare(Compare::kLE, xt, last));
-  bin = c.b.select(inside, bin, c.b.constant_int(bins, bin.type));  // dropped by the scatter
-  Value weights = c.has(weight_arg) ? c.b.reshape(cast(c.b, c.raw(weight_arg), t), {n}) : c.b.constant(1, {t, {n}});
-  return c.b.scatter(c.b.constant(0, {t, {bins}}), c.b.reshape(bin, {n, 1}), weights, {{}, {0}, {0}, 1},
-                     combine_with(BinaryOp::kAdd));
+  Value edges = given_edges ? cast(c.b, c.raw(1), t) : linear_edges(c, x, bins, c.arg(2), 0);
+  Value points = c.b.reshape(cast(c.b, x, t), {n, 1});
+  return {count_into_cells(c, points, {edges}, weight_arg, c.arg(density_arg).toBool()), edges};
 }
 
 }  // namespace
@@ -320,6 +390,19 @@ TORCHTPU_LOWERINGS(reduction) {
   register_lowering({"histc", "histc.out"}, histc);
   register_lowering({"histogram.bin_ct", "histogram.bin_ct_out", "histogram.bins_tensor", "histogram.bins_tensor_out"},
                     histogram, with_meta(histogram_meta));
+  register_lowering({"_histogramdd_bin_edges", "_histogramdd_bin_edges.out"}, [](LoweringContext& c) {
+    return histogramdd_edges(c, points_of(c));
+  }, with_meta(histogramdd_meta(true)));
+  register_lowering({"_histogramdd_from_bin_cts", "_histogramdd_from_bin_cts.out"}, [](LoweringContext& c) {
+    Value points = points_of(c);
+    return V{count_into_cells(c, points, histogramdd_edges(c, points), 3, c.arg(4).toBool())};
+  }, with_meta(histogramdd_meta(false)));
+  register_lowering({"_histogramdd_from_bin_tensors", "_histogramdd_from_bin_tensors.out"}, [](LoweringContext& c) {
+    Value points = points_of(c);
+    std::vector<Value> edges;
+    for (const Value& e : c.list(1)) edges.push_back(cast(c.b, e, points.type.dtype));
+    return V{count_into_cells(c, points, edges, 2, c.arg(3).toBool())};
+  }, with_meta(histogramdd_meta(false)));
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
   register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));

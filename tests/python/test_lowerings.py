@@ -164,6 +164,11 @@ CASES = {
     "histogram": (lambda x, w, e: (*torch.histogram(x, 7), *torch.histogram(x, 4, range=(-1.0, 1.5), weight=w, density=True),
                                    *torch.histogram(x, e), *torch.histogram(x[:0], 3, density=True)),
                   x45, torch.rand(4, 5, generator=g), torch.tensor([-2.0, -0.5, 0.0, 0.25, 3.0]), False),  # no derivative
+    "histogramdd": (lambda x, w, e0, e1: (*torch.histogramdd(x, [3, 4]), torch.histogramdd(x, [2, 5], weight=w, density=True)[0],
+                                          torch.histogramdd(x, [2, 2], range=[-1.0, 1.0, -2.0, 0.0])[0],
+                                          torch.histogramdd(x, [e0, e1], density=True)[0]),
+                    torch.randn(20, 2, generator=g), torch.rand(20, generator=g), torch.tensor([-2.0, 0, 2]),
+                    torch.tensor([-1.0, 0, 0.5, 3]), False),  # no derivative
     "nonzero_static": (lambda x: (torch.nonzero_static(x > 0, size=4), torch.nonzero_static(x > 0, size=30, fill_value=-7)), x45),
     # singular values and what depends on them only (singular vectors are unique up to sign)
     "svd_invariants": (lambda a: (torch.linalg.svdvals(a), torch.linalg.pinv(a), torch.linalg.matrix_norm(a, "nuc"),
