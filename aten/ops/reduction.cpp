@@ -403,6 +403,14 @@ TORCHTPU_LOWERINGS(reduction) {
     for (const Value& e : c.list(1)) edges.push_back(cast(c.b, e, points.type.dtype));
     return V{count_into_cells(c, points, edges, 2, c.arg(3).toBool())};
   }, with_meta(histogramdd_meta(false)));
+  // hash_tensor(self, dim, keepdim, mode=0): the XOR of the elements' 64-bit patterns, integers
+  // (and bools) as int64, floats as float64 (so float32 needs float64 support, as on CPU)
+  register_lowering({"hash_tensor", "hash_tensor.out"}, [](LoweringContext& c) {
+    Value x = c.raw(0);
+    DType wide = is_floating(x.type.dtype) ? DType::kF64 : DType::kS64;
+    Value bits = c.b.bitcast_convert(cast(c.b, x, wide), DType::kU64);
+    return V{c.b.reshape(reduce(c, bits, reduced_dims(c, 1, x.type.rank()), BinaryOp::kXor, 0), c.out().dims)};
+  });
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
   register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));

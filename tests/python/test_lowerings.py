@@ -169,6 +169,8 @@ CASES = {
                                           torch.histogramdd(x, [e0, e1], density=True)[0]),
                     torch.randn(20, 2, generator=g), torch.rand(20, generator=g), torch.tensor([-2.0, 0, 2]),
                     torch.tensor([-1.0, 0, 0.5, 3]), False),  # no derivative
+    "hash_tensor": (lambda x: (torch.hash_tensor(x), torch.hash_tensor(x, 1), torch.hash_tensor((x * 10).long(), 0, keepdim=True)),
+                    x45, False),
     "nonzero_static": (lambda x: (torch.nonzero_static(x > 0, size=4), torch.nonzero_static(x > 0, size=30, fill_value=-7)), x45),
     # singular values and what depends on them only (singular vectors are unique up to sign)
     "svd_invariants": (lambda a: (torch.linalg.svdvals(a), torch.linalg.pinv(a), torch.linalg.matrix_norm(a, "nuc"),
