@@ -92,6 +92,41 @@ Lowering median_dim(bool ignore_nan) {
   };
 }
 
+// mode(self, dim, keepdim) -> (values, indices): the most frequent value along dim, the smallest
+// among equally frequent ones, and its last position (CPU's choices). Each element's count is a
+// sum over an [n, n] equality mask; one reduction then picks by (count, value, position).
+V mode(LoweringContext& c) {
+  hlo::Builder& b = c.b;
+  Value x = c.raw(0);
+  int64_t rank = x.type.rank(), dim = rank ? wrap_dim(c.arg(1).toInt(), rank) : 0;
+  if (rank == 0) return V{x, b.constant(0, c.out(1))};
+  std::vector<int64_t> pairs = x.type.dims, other(x.type.rank());
+  pairs.insert(pairs.begin() + dim + 1, x.type.dims[dim]);  // [.., n (i), n (j), ..]
+  for (int64_t d = 0; d < rank; ++d) other[d] = d < dim ? d : d + 1;
+  std::vector<int64_t> mine = other;
+  mine[dim] = dim;
+  Value same = b.compare(Compare::kEQ, b.broadcast_in_dim(x, pairs, mine), b.broadcast_in_dim(x, pairs, other));
+  Value count = b.reduce({b.convert(same, DType::kS64)}, {b.constant(0, {DType::kS64, {}})}, {dim + 1},
+                         combine_with(BinaryOp::kAdd))[0];
+  Value index = b.iota({DType::kS64, x.type.dims}, dim);
+  auto better = [](hlo::Builder& rb, const V& a) {  // (count, value, index) of the accumulator, then of the element
+    Value more = rb.compare(Compare::kGT, a[3], a[0]), tie = rb.compare(Compare::kEQ, a[3], a[0]);
+    Value smaller = rb.compare(Compare::kLT, a[4], a[1]), equal = rb.compare(Compare::kEQ, a[4], a[1]);
+    if (is_floating(a[1].type.dtype)) {  // NaN counts as the largest value
+      Value nan_x = rb.compare(Compare::kNE, a[4], a[4]), nan_acc = rb.compare(Compare::kNE, a[1], a[1]);
+      smaller = rb.binary(BinaryOp::kOr, smaller, rb.binary(BinaryOp::kAnd, nan_acc, rb.unary(UnaryOp::kNot, nan_x)));
+      equal = rb.binary(BinaryOp::kOr, equal, rb.binary(BinaryOp::kAnd, nan_acc, nan_x));
+    }
+    Value later = rb.binary(BinaryOp::kAnd, equal, rb.compare(Compare::kGT, a[5], a[2]));
+    Value take = rb.binary(BinaryOp::kOr, more, rb.binary(BinaryOp::kAnd, tie, rb.binary(BinaryOp::kOr, smaller, later)));
+    return V{rb.select(take, a[3], a[0]), rb.select(take, a[4], a[1]), rb.select(take, a[5], a[2])};
+  };
+  V picked = b.reduce({count, x, index}, {b.constant(-1, {DType::kS64, {}}), b.constant(0, {x.type.dtype, {}}),
+                                          b.constant(-1, {DType::kS64, {}})},
+                      {dim}, better);
+  return V{b.reshape(picked[1], c.out(0).dims), b.reshape(picked[2], c.out(1).dims)};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(sorting) {
@@ -116,6 +151,7 @@ TORCHTPU_LOWERINGS(sorting) {
     limit[dim] = k;
     return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
   }, with_meta(dim_checked(2)));
+  register_lowering({"mode", "mode.values"}, mode, with_meta(dim_checked(1)));
   register_lowering({"median", "median.out"}, median_all(false));
   register_lowering({"nanmedian", "nanmedian.out"}, median_all(true));
   register_lowering({"median.dim", "median.dim_values"}, median_dim(false), with_meta(dim_checked(1)));

@@ -82,6 +82,10 @@ CASES = {
     # sorting and searching
     "median_kthvalue": (lambda x: (torch.median(x), *torch.median(x, 1), *torch.nanmedian(x, 1), torch.nanmedian(x),
                                    *torch.kthvalue(x, 2, 1)), with_nans),
+    # the smallest of the most frequent values, at its last position (CPU's choice up to 16 elements)
+    "mode": (lambda x: (*torch.mode(x, 1), *torch.mode(x.T, 1, keepdim=True), *torch.mode(x.float(), 0),
+                        *torch.mode(torch.tensor(3.0, device=x.device))),
+             torch.tensor([[1, 2, 2, 3, 3, 1], [5, 5, 4, 4, 4, 0], [7, 1, 1, 7, 3, 3]]), False),
     "searchsorted": (lambda s, v, order: (torch.searchsorted(s, v), torch.searchsorted(s, v, right=True),
                                          torch.searchsorted(s.gather(1, order), v,
                                                             sorter=torch.argsort(s.gather(1, order))),
