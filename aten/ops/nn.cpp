@@ -177,37 +177,59 @@ V cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode); batch dims broadcas
   return {pairwise_distance(m, a, b, c.arg(2).toDouble())};
 }
 
-// _cdist_backward(grad, x1, x2, p, cdist) -> grad of x1: for each pair, grad * d dist / d x1,
+// The gradient of x1 from distances between rows of a (x1) and b: for each pair, g * d dist / d a,
 // which is sign(diff) |diff|^(p-1) / dist^(p-1) (0 where dist is 0), and for p = inf sign(diff)
-// where |diff| is the max.
-V cdist_backward(LoweringContext& c) {
-  Math m{c.b};
-  double p = c.arg(3).toDouble();
-  Value g = c.in(0), dist = c.in(4);
-  std::vector<int64_t> batch(g.type.dims.begin(), g.type.dims.end() - 2);
-  auto [a, b] = with_common_batch(c, c.in(1), c.in(2), batch);
+// where |diff| is the max; summed over b's rows. g and dist: [..., P, R].
+Value distance_gradient(Math& m, const Value& g, const Value& a, const Value& b, const Value& dist, double p) {
   Value diff = pairwise_difference(m, a, b);
   int64_t rank = diff.type.rank();
-  if (p == 0) return {c.b.constant(0, c.out())};
+  if (p == 0) return m.k(0, a);
   std::vector<int64_t> pair_dims;
   for (int64_t d = 0; d < rank - 1; ++d) pair_dims.push_back(d);
-  Value dist_b = c.b.broadcast_in_dim(dist, diff.type.dims, pair_dims);
-  Value g_b = c.b.broadcast_in_dim(g, diff.type.dims, pair_dims);
-  Value sign = c.b.unary(UnaryOp::kSign, diff), magnitude = c.b.unary(UnaryOp::kAbs, diff);
+  Value dist_b = m.b.broadcast_in_dim(dist, diff.type.dims, pair_dims);
+  Value g_b = m.b.broadcast_in_dim(g, diff.type.dims, pair_dims);
+  Value sign = m.b.unary(UnaryOp::kSign, diff), magnitude = m.b.unary(UnaryOp::kAbs, diff);
   Value slope;
   if (std::isinf(p)) {
-    slope = c.b.select(c.b.compare(Compare::kEQ, magnitude, dist_b), sign, m.k(0, sign));
+    slope = m.b.select(m.b.compare(Compare::kEQ, magnitude, dist_b), sign, m.k(0, sign));
   } else if (p == 1) {
     slope = sign;
   } else {
-    Value ratio = m.div(c.b.binary(BinaryOp::kPower, magnitude, m.k(p - 1, magnitude)),
-                        c.b.binary(BinaryOp::kPower, dist_b, m.k(p - 1, dist_b)));
-    Value zero = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kEQ, dist_b, m.k(0, dist_b)),
-                            c.b.compare(Compare::kEQ, magnitude, m.k(0, magnitude)));  // p < 1: 0^(p-1)
-    slope = c.b.select(zero, m.k(0, sign), m.mul(sign, ratio));
+    Value ratio = m.div(m.b.binary(BinaryOp::kPower, magnitude, m.k(p - 1, magnitude)),
+                        m.b.binary(BinaryOp::kPower, dist_b, m.k(p - 1, dist_b)));
+    Value zero = m.b.binary(BinaryOp::kOr, m.b.compare(Compare::kEQ, dist_b, m.k(0, dist_b)),
+                            m.b.compare(Compare::kEQ, magnitude, m.k(0, magnitude)));  // p < 1: 0^(p-1)
+    slope = m.b.select(zero, m.k(0, sign), m.mul(sign, ratio));
   }
-  Value grad = m.sum(m.mul(g_b, slope), {rank - 2});  // over x2's rows
+  return m.sum(m.mul(g_b, slope), {rank - 2});  // over b's rows
+}
+
+// _cdist_backward(grad, x1, x2, p, cdist) -> grad of x1.
+V cdist_backward(LoweringContext& c) {
+  Math m{c.b};
+  Value g = c.in(0);
+  std::vector<int64_t> batch(g.type.dims.begin(), g.type.dims.end() - 2);
+  auto [a, b] = with_common_batch(c, c.in(1), c.in(2), batch);
+  Value grad = distance_gradient(m, g, a, b, c.in(4), c.arg(3).toDouble());
   return {c.b.reshape(sum_to(m, grad, c.out().dims), c.out().dims)};
+}
+
+// _pdist_backward(grad, self, p, pdist): cdist's gradient with the pair values spread into
+// symmetric [N, N] matrices (each pair moves both of its rows).
+V pdist_backward(LoweringContext& c) {
+  Math m{c.b};
+  Value x = c.in(1);
+  int64_t n = x.type.dims[0], count = n * (n - 1) / 2;
+  if (count == 0) return {c.b.constant(0, c.out())};
+  std::vector<int64_t> source(static_cast<size_t>(n * n), count);  // count: the appended 0
+  for (int64_t i = 0, k = 0; i < n; ++i)
+    for (int64_t j = i + 1; j < n; ++j, ++k) source[i * n + j] = source[j * n + i] = k;
+  Value positions = c.b.constant_bytes(source.data(), {DType::kS64, {n * n}});
+  auto symmetric = [&](const Value& pairs) {
+    Value padded = c.b.concatenate({pairs, c.b.constant(0, {pairs.type.dtype, {1}})}, 0);
+    return c.b.reshape(take_along(c.b, padded, 0, positions), {n, n});
+  };
+  return {distance_gradient(m, symmetric(c.in(0)), x, x, symmetric(c.in(3)), c.arg(2).toDouble())};
 }
 
 V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, row-major
@@ -280,6 +302,7 @@ TORCHTPU_LOWERINGS(nn) {
   register_lowering({"_cdist_forward", "_cdist_forward.out"}, cdist);
   register_lowering({"_cdist_backward", "_cdist_backward.out"}, cdist_backward);
   register_lowering({"_pdist_forward", "_pdist_forward.out"}, pdist);
+  register_lowering({"_pdist_backward", "_pdist_backward.out"}, pdist_backward);
   register_lowering({"_softmax", "_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
