@@ -1,5 +1,5 @@
 // Ops whose output size depends on the data: unique (of elements or of slices), unique_consecutive,
-// masked_select; and equal and the Transformer's left-aligned-mask test, whose answers are read
+// masked_select, repeat_interleave; and equal and the Transformer's left-aligned-mask test, whose answers are read
 // back. As on CUDA, they are composed of device ops (sort, compare, cumsum, scatter) with one host
 // read, the output size or the answer; nonzero (indexing.cpp) works the same way.
 #include <algorithm>
@@ -13,7 +13,9 @@
 #include <ATen/ops/ne.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
+#include <ATen/ops/searchsorted.h>
 #include <ATen/ops/sort.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/unique_consecutive.h>
 #include <ATen/ops/unique_dim.h>
 #include <ATen/ops/zeros.h>
@@ -149,6 +151,26 @@ bool mask_left_aligned(const at::Tensor& t, const at::Tensor& mask) {
   return equal_on_device(mask, at::arange(mask.size(1), lengths.options()).lt(lengths));
 }
 
+// repeat_interleave(repeats, output_size): i repeated repeats[i] times, position j taking the
+// first i whose cumulative count exceeds j. Without output_size, its sum (and the smallest
+// repeat, which must not be negative) are the one host read.
+at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+              "repeats has to be Long or Int tensor");
+  int64_t total = 0;
+  if (output_size) {
+    total = output_size->expect_int();
+  } else if (repeats.numel() > 0) {
+    at::Tensor read = at::stack({repeats.sum(), repeats.min().to(at::kLong)}).cpu();  // sum of int32 is int64
+    TORCH_CHECK(read[1].item<int64_t>() >= 0, "repeats can not be negative");
+    total = read[0].item<int64_t>();
+  }
+  at::Tensor ends = at::cumsum(repeats, 0, at::kLong);
+  at::Tensor positions = at::arange(total, repeats.options().dtype(at::kLong));
+  return at::searchsorted(ends, positions, repeats.scalar_type() == at::kInt, /*right=*/true);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -157,6 +179,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unique_dim", unique_dim);
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("masked_select", masked_select);
+  m.impl("repeat_interleave.Tensor", repeat_interleave);
   m.impl("equal", equal_on_device);
   m.impl("_nested_tensor_from_mask_left_aligned", mask_left_aligned);
 }

@@ -93,6 +93,9 @@ CASES = {
                      torch.tensor([[1.0, 2, 2, 5, 9], [0, 0, 1, 1, 3]]), torch.tensor([[2.0, 0, 10, 5], [1, -1, 3, 0.5]]),
                      torch.tensor([[3, 0, 4, 1, 2]]).expand(2, 5)),
     # data-dependent sizes
+    "repeat_interleave": (lambda x, r: (torch.repeat_interleave(r), torch.repeat_interleave(x, r, dim=0),
+                                        torch.repeat_interleave(r.int(), output_size=6)),
+                          x45, torch.tensor([2, 0, 3, 1])),
     "unique_by_slices": (lambda x: (*torch.unique(x, dim=1, return_inverse=True, return_counts=True),
                                     *torch.unique_consecutive(x, dim=0, return_inverse=True, return_counts=True)),
                          torch.tensor([[1, 2, 1, 1], [1, 2, 1, 1], [3, 0, 3, 3]])),
