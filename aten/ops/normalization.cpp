@@ -5,6 +5,7 @@
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/native_layer_norm.h>
 #include <ATen/AccumulateType.h>
 #include <torch/library.h>
 
@@ -226,7 +227,19 @@ TORCHTPU_LOWERINGS(normalization) {
   register_lowering({"native_batch_norm_backward", "native_batch_norm_backward.out"}, batch_norm_backward);
   register_lowering({"native_group_norm", "native_group_norm.out"}, group_norm);
   register_lowering({"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward);
-  register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm);
+  // mean and rstd in the input's dtype, as CPU and CUDA (PyTorch's meta kernel says float for
+  // bfloat16/half): float only with float affine parameters (mixed types)
+  LoweringOptions layer_norm_dtypes;
+  layer_norm_dtypes.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+    const at::Tensor& x = args[0].toTensor();
+    auto [y, mean, rstd] = at::native_layer_norm(x, args[1].toIntVector(), args[2].toOptional<at::Tensor>(),
+                                                 args[3].toOptional<at::Tensor>(), args[4].toDouble());  // checks
+    auto is_float = [](const c10::IValue& p) { return p.isTensor() && p.toTensor().scalar_type() == at::kFloat; };
+    bool mixed = at::isReducedFloatingType(x.scalar_type()) && (is_float(args[2]) || is_float(args[3]));
+    auto stat = [&](const at::Tensor& t) { return at::empty(t.sizes(), t.options().dtype(mixed ? at::kFloat : x.scalar_type())); };
+    return std::vector<c10::IValue>{y, stat(mean), stat(rstd)};
+  };
+  register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm, layer_norm_dtypes);
   register_lowering({"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward);
 }
 

@@ -240,6 +240,17 @@ def test_lowered_op_matches_cpu_on_device(name, no_fallbacks):
     check_like_cpu(fn, *inputs, grad=grad)
 
 
+def test_layer_norm_statistics_have_cpus_dtypes():
+    # mean and rstd in bfloat16 for bfloat16 input (float only with float affine parameters), as on CPU
+    x = torch.randn(2, 3, 4, dtype=torch.bfloat16)
+    for w in [None, torch.ones(4, dtype=torch.bfloat16), torch.ones(4)]:
+        cpu = torch.ops.aten.native_layer_norm(x, [4], w, None, 1e-5)
+        tpu = torch.ops.aten.native_layer_norm(x.to("tpu"), [4], None if w is None else w.to("tpu"), None, 1e-5)
+        assert [t.dtype for t in tpu] == [t.dtype for t in cpu]
+        for a, e in zip(tpu, cpu):
+            torch.testing.assert_close(a.cpu(), e)
+
+
 @pytest.mark.parametrize("make", [
     lambda device: torch.logspace(-2, 3, 7, base=2, device=device),
     lambda device: torch.logspace(0, 2, 5, dtype=torch.int64, device=device),
