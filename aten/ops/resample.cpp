@@ -1,9 +1,10 @@
 // Spatial rearrangement: flip, roll, reflection/replication padding (and backward), nearest,
-// linear and bicubic upsampling (and backward), grid sampling.
+// linear, bicubic and antialiased upsampling (and backward).
 #include <array>
 #include <cmath>
 
 #include "aten/lowering.h"
+#include "aten/ops/cubic.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
 
@@ -156,21 +157,6 @@ Lowering upsample_nearest_backward(bool exact) {
   };
 }
 
-// The bicubic weights of the 4 taps at offsets -1..2 for a fractional position t (A = -0.75).
-std::array<Value, 4> cubic_weights(Math& m, const Value& t) {
-  constexpr double A = -0.75;
-  auto near = [&](const Value& x) {  // |x| <= 1
-    return m.add(m.mul(m.mul(m.sub(m.mul(m.k(A + 2, x), x), m.k(A + 3, x)), x), x), m.k(1, x));
-  };
-  auto far = [&](const Value& x) {  // 1 < |x| < 2
-    Value r = m.sub(m.mul(m.k(A, x), x), m.k(5 * A, x));
-    r = m.add(m.mul(r, x), m.k(8 * A, x));
-    return m.sub(m.mul(r, x), m.k(4 * A, x));
-  };
-  Value rest = m.sub(m.k(1, t), t);
-  return {far(m.add(t, m.k(1, t))), near(t), near(rest), far(m.add(rest, m.k(1, t)))};
-}
-
 // The [out, in] matrix of bicubic upsampling along one dim: 4 taps around each source position,
 // clamped to the edge (PyTorch's upsample_bicubic2d; A = -0.75).
 Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align, DType dtype) {
@@ -304,99 +290,9 @@ V roll(LoweringContext& c) {
   return {flat ? c.b.reshape(x, c.out().dims) : x};
 }
 
-enum GridPadding { kZeros = 0, kBorder = 1, kReflection = 2 };
-enum GridInterpolation { kBilinear = 0, kNearest = 1, kBicubic = 2 };
-
-// Folds a coordinate into [twice_low/2, twice_high/2] by reflecting at the edges.
-Value reflect(Math& m, const Value& u, double twice_low, double twice_high) {
-  if (twice_low == twice_high) return m.k(0, u);
-  double low = twice_low / 2, span = (twice_high - twice_low) / 2;
-  Value distance = m.b.unary(UnaryOp::kAbs, m.sub(u, m.k(low, u)));
-  Value extra = m.b.binary(BinaryOp::kRemainder, distance, m.k(span, u));
-  Value flips = m.b.unary(UnaryOp::kFloor, m.div(distance, m.k(span, u)));
-  Value half = m.b.unary(UnaryOp::kFloor, m.mul(flips, m.k(0.5, u)));
-  Value even = m.b.compare(Compare::kEQ, flips, m.mul(half, m.k(2, u)));
-  return m.b.select(even, m.add(extra, m.k(low, u)), m.add(m.sub(m.k(span, u), extra), m.k(low, u)));
-}
-
-// An unnormalized source coordinate with the padding mode applied (PyTorch's compute_coordinates).
-Value padded(Math& m, Value u, int64_t size, int64_t padding, bool align) {
-  if (padding == kZeros) return u;
-  if (padding == kReflection)
-    u = align ? reflect(m, u, 0, 2.0 * (size - 1)) : reflect(m, u, -1, 2.0 * size - 1);
-  return m.b.clamp(m.k(0, u), u, m.k(static_cast<double>(size - 1), u));
-}
-
-// grid_sampler_2d(input [N,C,H,W], grid [N,Ho,Wo,2], interpolation, padding, align_corners).
-V grid_sampler(LoweringContext& c) {
-  Math m{c.b};
-  DType acc = accumulator(c.out().dtype);  // low precision samples in f32, as on CPU
-  Value x = cast(c.b, c.raw(0), acc), grid = cast(c.b, c.raw(1), acc);
-  int64_t n = x.type.dims[0], ch = x.type.dims[1], h = x.type.dims[2], w = x.type.dims[3];
-  int64_t ho = grid.type.dims[1], wo = grid.type.dims[2];
-  int64_t interpolation = c.arg(2).toInt(), padding = c.arg(3).toInt();
-  bool align = c.arg(4).toBool();
-  std::vector<int64_t> plane{n, ho, wo}, result_dims{n, ho, wo, ch};
-  auto unnormalized = [&](int64_t i, int64_t size) {
-    Value g = c.b.reshape(c.b.slice(grid, {0, 0, 0, i}, {n, ho, wo, i + 1}, {1, 1, 1, 1}), plane);
-    return align ? m.mul(m.add(g, m.k(1, g)), m.k((size - 1) / 2.0, g))
-                 : m.div(m.sub(m.mul(m.add(g, m.k(1, g)), m.k(static_cast<double>(size), g)), m.k(1, g)), m.k(2, g));
-  };
-  Value ux = unnormalized(0, w), uy = unnormalized(1, h);
-  // Rows of the [N*H*W, C] channels-last input, gathered at integer positions; zeros outside.
-  Value rows = c.b.reshape(c.b.transpose(x, {0, 2, 3, 1}), {n * h * w, ch});
-  Value batch = c.b.iota({DType::kS64, plane}, 0);
-  auto sample = [&](const Value& yf, const Value& xf) {  // integer-valued float coordinates
-    Value xi = c.b.convert(xf, DType::kS64), yi = c.b.convert(yf, DType::kS64);
-    Value inside = c.b.binary(BinaryOp::kAnd,
-                              c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, xi, c.b.constant(0, xi.type)),
-                                         c.b.compare(Compare::kLT, xi, c.b.constant_int(w, xi.type))),
-                              c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, yi, c.b.constant(0, yi.type)),
-                                         c.b.compare(Compare::kLT, yi, c.b.constant_int(h, yi.type))));
-    Value cx = c.b.clamp(c.b.constant(0, xi.type), xi, c.b.constant_int(w - 1, xi.type));
-    Value cy = c.b.clamp(c.b.constant(0, yi.type), yi, c.b.constant_int(h - 1, yi.type));
-    Value flat = c.b.binary(BinaryOp::kAdd, c.b.binary(BinaryOp::kMultiply, batch, c.b.constant_int(h * w, batch.type)),
-                            c.b.binary(BinaryOp::kAdd, c.b.binary(BinaryOp::kMultiply, cy, c.b.constant_int(w, cy.type)), cx));
-    Value picked = c.b.gather(rows, c.b.reshape(flat, {n * ho * wo, 1}), {{1}, {0}, {0}, 1}, {1, ch}, {n * ho * wo, ch});
-    Value v = c.b.reshape(picked, result_dims);
-    return c.b.select(c.b.broadcast_in_dim(inside, v.type.dims, {0, 1, 2}), v, m.k(0, v));
-  };
-  auto spread = [&](const Value& a) { return c.b.broadcast_in_dim(a, result_dims, {0, 1, 2}); };
-  Value result;
-  if (interpolation == kBicubic) {  // 4x4 taps around the unpadded position; padding applies per tap
-    Value x0 = c.b.unary(UnaryOp::kFloor, ux), y0 = c.b.unary(UnaryOp::kFloor, uy);
-    auto wx = cubic_weights(m, m.sub(ux, x0)), wy = cubic_weights(m, m.sub(uy, y0));
-    for (int j = 0; j < 4; ++j) {
-      Value yj = padded(m, m.add(y0, m.k(j - 1, y0)), h, padding, align);
-      Value row;
-      for (int i = 0; i < 4; ++i) {
-        Value xi = padded(m, m.add(x0, m.k(i - 1, x0)), w, padding, align);
-        Value tap = m.mul(sample(yj, xi), spread(wx[i]));
-        row = i == 0 ? tap : m.add(row, tap);
-      }
-      Value weighted = m.mul(row, spread(wy[j]));
-      result = j == 0 ? weighted : m.add(result, weighted);
-    }
-  } else {
-    Value gx = padded(m, ux, w, padding, align), gy = padded(m, uy, h, padding, align);
-    if (interpolation == kNearest) {
-      result = sample(c.b.unary(UnaryOp::kRoundNearestEven, gy), c.b.unary(UnaryOp::kRoundNearestEven, gx));
-    } else {
-      Value x0 = c.b.unary(UnaryOp::kFloor, gx), y0 = c.b.unary(UnaryOp::kFloor, gy);
-      Value x1 = m.add(x0, m.k(1, x0)), y1 = m.add(y0, m.k(1, y0));
-      Value ax = spread(m.sub(gx, x0)), ay = spread(m.sub(gy, y0));
-      Value top = m.add(m.mul(sample(y0, x0), m.sub(m.k(1, ax), ax)), m.mul(sample(y0, x1), ax));
-      Value bottom = m.add(m.mul(sample(y1, x0), m.sub(m.k(1, ax), ax)), m.mul(sample(y1, x1), ax));
-      result = m.add(m.mul(top, m.sub(m.k(1, ay), ay)), m.mul(bottom, ay));
-    }
-  }
-  return {cast(c.b, c.b.transpose(result, {0, 3, 1, 2}), c.out().dtype)};
-}
-
 }  // namespace
 
 TORCHTPU_LOWERINGS(resample) {
-  register_lowering({"grid_sampler_2d", "grid_sampler_2d.out"}, grid_sampler);
   register_lowering({"flip", "flip.out"}, [](LoweringContext& c) {
     Value x = c.in(0);
     std::vector<int64_t> dims;

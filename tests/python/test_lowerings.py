@@ -120,6 +120,18 @@ CASES = {
                                       F.interpolate(x, size=(12, 4), mode="bicubic", antialias=True, align_corners=True),
                                       F.interpolate(x, scale_factor=0.37, mode="bilinear", antialias=True)),
                            torch.randn(2, 3, 9, 13, generator=g, dtype=torch.float64)),
+    # grid sampling forward and backward (input and grid gradients), 2-D and 3-D, every padding
+    "grid_sample_2d": (lambda x, grid: tuple(F.grid_sample(x, grid, mode=mode, padding_mode=pad, align_corners=ac)
+                                             for mode, pad, ac in [("bilinear", "zeros", False), ("bilinear", "reflection", True),
+                                                                   ("nearest", "border", False), ("bicubic", "reflection", False),
+                                                                   ("bicubic", "zeros", True)]),
+                       torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64),
+                       torch.rand(2, 3, 4, 2, generator=g, dtype=torch.float64) * 2.6 - 1.3),
+    "grid_sample_3d": (lambda x, grid: tuple(F.grid_sample(x, grid, mode=mode, padding_mode=pad, align_corners=ac)
+                                             for mode, pad, ac in [("bilinear", "zeros", True), ("bilinear", "border", False),
+                                                                   ("bilinear", "reflection", False), ("nearest", "zeros", False)]),
+                       torch.randn(2, 3, 5, 6, 4, generator=g, dtype=torch.float64),
+                       torch.rand(2, 3, 4, 2, 3, generator=g, dtype=torch.float64) * 2.6 - 1.3),
     "padding_backward": (lambda x: (F.pad(x, (2, 1, 1, 3), mode="reflect"), F.pad(x, (3, 0, -1, 2), mode="replicate")),
                          torch.randn(1, 2, 4, 6, generator=g)),
     # products
