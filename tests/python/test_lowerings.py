@@ -201,6 +201,8 @@ CASES = {
     "eigh": (lambda a: (torch.linalg.eigvalsh(a), torch.linalg.eigh(a)[1].abs(), torch.linalg.eigh(a, UPLO="U")[0],
                         torch.linalg.pinv(a, hermitian=True), torch.linalg.matrix_rank(a.detach(), hermitian=True)),
              torch.randn(2, 5, 5, generator=g, dtype=torch.float64)),  # one triangle is read
+    "matrix_exp": (lambda a: (torch.linalg.matrix_exp(a), torch.linalg.matrix_exp(a * 20), torch.linalg.matrix_exp(a[0] * 0)),
+                   torch.randn(3, 4, 4, generator=g, dtype=torch.float64)),  # scaled 0 to 6 times
     "segment_reduce": (lambda x: tuple(torch.segment_reduce(x, reduce, **{k: torch.tensor(v, device=x.device) if isinstance(v, list)
                                                                            else v for k, v in kw.items()})
                                        for reduce in ["sum", "mean", "max", "min", "prod"]
