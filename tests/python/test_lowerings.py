@@ -242,6 +242,13 @@ CASES = {
                               False),  # float32 gradients cancel (CPU's too are 1e-5 off float64 there)
     "angle_spherical_j0": (lambda x: (torch.angle(x), torch.special.spherical_bessel_j0(x)),
                            torch.tensor([1.0, -2, 0, -0.0, float("nan"), float("-inf"), 0.3, -0.49, 5, 1e-4, float("inf")]), False),
+    # series below x = a + 1, continued fraction above, and the edges (0, inf, negative, NaN)
+    "incomplete_gamma": (lambda a, x: (torch.igamma(a.detach(), x), torch.igammac(a.detach(), x),  # no d/da
+                                       torch.special.gammainc(a[3:].detach(), x[3:])),
+                         torch.tensor([0.0, 0, 1, 2.5, 0.5, 10, 100, -1, 3, float("inf"), 1, float("nan"), 5, 1e-3, 8.9, 30],
+                                      dtype=torch.float64),
+                         torch.tensor([0.0, 1, 0, 1.7, 3, 12, 90, 1, -1, 2, float("inf"), 1, 0.1, 1e-3, 8.5, 25],
+                                      dtype=torch.float64)),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
