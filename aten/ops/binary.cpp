@@ -300,12 +300,9 @@ TORCHTPU_LOWERINGS(binary) {
     Value zero = c.full(0, x);
     return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
   });
-  LoweringOptions real_only;  // complex: CPU's own formula, not lowered yet
-  real_only.cpu_when = [](const std::vector<c10::IValue>& args) {
-    return (args[0].isTensor() && args[0].toTensor().is_complex()) || (args[1].isTensor() && args[1].toTensor().is_complex());
-  };
-  register_with_variants("logaddexp", {""}, [](LoweringContext& c) { return V{log_add_exp(c, 1.0)}; }, real_only);
-  register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return V{log_add_exp(c, M_LN2)}; }, real_only);
+  register_with_variants("logaddexp", {""}, [](LoweringContext& c) { return V{log_add_exp(c, 1.0)}; }, real_only({0, 1}));
+  register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return V{log_add_exp(c, M_LN2)}; },
+                         real_only({0, 1}));
   register_with_variants("special_xlog1py", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {
     Value x = opmath_b(c, 0), y = opmath_b(c, 1);
     Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLogPlusOne, y));

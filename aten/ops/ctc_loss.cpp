@@ -1,8 +1,9 @@
 // CTC loss (_ctc_loss and its backward) as CPU computes it: the forward (alpha) and backward (beta)
 // recursions in log space over the extended label sequence l' = (blank, y1, blank, y2, ..., blank),
-// vectorized over the batch and l', unrolled over time. The lengths are int lists PyTorch already
-// holds on the host (ctc_loss copies length tensors there), so they are static: per-sample starts
-// and ends are constant masks.
+// vectorized over the batch and l', each a stablehlo.while over time (unrolled, a long sequence
+// took minutes to compile). The lengths are int lists PyTorch already holds on the host (ctc_loss
+// copies length tensors there), so they are constants of the program; the loop bodies compare
+// them with the time step.
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -79,6 +80,22 @@ struct Ctc {
   }
   Value neg_inf() { return b.constant(-INFINITY, {dtype, {batch, width}}); }
   Value emission(int64_t t) { return b.reshape(b.slice(emissions, {t, 0, 0}, {t + 1, batch, width}, {1, 1, 1}), {batch, width}); }
+  // Step t (a 0-d s64) of a [T, N, K] value, as [N, K].
+  Value step_of(const Value& x, const Value& t) {
+    Value z = b.constant(0, t.type);
+    return b.reshape(b.dynamic_slice(x, {t, z, z}, {1, x.type.dims[1], x.type.dims[2]}), {x.type.dims[1], x.type.dims[2]});
+  }
+  // x ([T, N, K]) with step t set to v ([N, K]).
+  Value with_step(const Value& x, const Value& v, const Value& t) {
+    Value z = b.constant(0, t.type);
+    return b.dynamic_update_slice(x, b.reshape(v, {1, v.type.dims[0], v.type.dims[1]}), {t, z, z});
+  }
+  // A constant [N] vector of per-sample values.
+  Value per_sample(const std::vector<int64_t>& v) { return b.constant_bytes(v.data(), {DType::kS64, {batch}}); }
+  // [N, K] mask of the samples whose `lengths` ([N]) compare `dir` to the 0-d step t.
+  Value samples_where(const Value& lengths, Compare dir, const Value& t, int64_t k) {
+    return b.broadcast_in_dim(b.compare(dir, lengths, b.broadcast_in_dim(t, {batch}, {})), {batch, k}, {0});
+  }
 
   // A largest term to factor out of a log-sum-exp: 0 where all terms are -inf (the result is then
   // log(0) = -inf, not NaN).
@@ -91,35 +108,45 @@ struct Ctc {
     return m.add(safe, b.unary(UnaryOp::kLog, m.add(m.add(e(x), e(y)), e(z))));
   }
 
-  // log sum exp over `dim`.
-  Value log_sum_exp_over(const Value& x, int64_t dim) {
-    Value safe = pivot(m.reduce(x, {dim}, BinaryOp::kMaximum, -INFINITY));
-    Value sum = m.sum(b.unary(UnaryOp::kExponential, m.sub(x, m.expand_back(safe, x, {dim}))), {dim});
+  // log sum exp over `dims`.
+  Value log_sum_exp_over(const Value& x, const std::vector<int64_t>& dims) {
+    Value safe = pivot(m.reduce(x, dims, BinaryOp::kMaximum, -INFINITY));
+    Value sum = m.sum(b.unary(UnaryOp::kExponential, m.sub(x, m.expand_back(safe, x, dims))), dims);
     return m.add(safe, b.unary(UnaryOp::kLog, sum));
   }
 
-  // The forward variables of every step: [N, W] each.
-  std::vector<Value> alphas() {
+  // The forward variables of every step, [T, N, W] (-inf past a sample's input).
+  Value alphas() {
     Value valid = mask([&](int64_t n, int64_t s) { return s < label_lengths[n]; });
     Value alpha = b.select(mask([&](int64_t n, int64_t s) { return s < 2 && s < label_lengths[n]; }), emission(0), neg_inf());
-    std::vector<Value> out{alpha};
-    for (int64_t t = 1; t < t_max; ++t) {
-      Value from_two = b.select(can_skip, shift(alpha, 2, -INFINITY), neg_inf());
-      alpha = m.add(log_sum_exp(alpha, shift(alpha, 1, -INFINITY), from_two), emission(t));
-      alpha = b.select(valid, alpha, neg_inf());
-      out.push_back(alpha);
-    }
-    return out;
+    Value all = with_step(b.constant(-INFINITY, emissions.type), alpha, b.constant(0, {DType::kS64, {}}));
+    return counted_loop(b, t_max - 1, {all, alpha, emissions, can_skip, valid}, [&](hlo::Builder&, const Value& i, const V& x) {
+      Value t = b.binary(BinaryOp::kAdd, i, b.constant(1, i.type));
+      Value from_two = b.select(x[3], shift(x[1], 2, -INFINITY), neg_inf());
+      Value next = m.add(log_sum_exp(x[1], shift(x[1], 1, -INFINITY), from_two), step_of(x[2], t));
+      next = b.select(x[4], next, neg_inf());
+      return V{with_step(x[0], next, t), next, x[2], x[3], x[4]};
+    })[0];
+  }
+
+  // Where each sample's last step may end: s in [S_n - 2, S_n).
+  Value last_labels() {
+    return mask([&](int64_t n, int64_t s) { return s >= label_lengths[n] - 2 && s < label_lengths[n]; });
+  }
+
+  // Where each sample ends: time T_n - 1 and s in [S_n - 2, S_n), as a [T, N, W] mask.
+  Value ends() {
+    std::vector<uint8_t> v(static_cast<size_t>(t_max * batch * width));
+    for (int64_t t = 0; t < t_max; ++t)
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t s = 0; s < width; ++s)
+          v[(t * batch + n) * width + s] = input_lengths[n] - 1 == t && s >= label_lengths[n] - 2 && s < label_lengths[n];
+    return b.constant_bytes(v.data(), {DType::kBool, {t_max, batch, width}});
   }
 
   // The negative log likelihood [N]: -log(alpha[T_n - 1, S_n - 1] + alpha[T_n - 1, S_n - 2]).
-  Value neg_log_likelihood(const std::vector<Value>& alpha) {
-    Value ends = neg_inf();
-    for (int64_t t = 0; t < t_max; ++t)
-      ends = b.select(mask([&](int64_t n, int64_t s) {
-                        return input_lengths[n] - 1 == t && s >= label_lengths[n] - 2 && s < label_lengths[n];
-                      }), alpha[t], ends);
-    return b.unary(UnaryOp::kNegate, log_sum_exp_over(ends, 1));
+  Value neg_log_likelihood(const Value& alpha) {
+    return b.unary(UnaryOp::kNegate, log_sum_exp_over(b.select(ends(), alpha, b.constant(-INFINITY, alpha.type)), {0, 2}));
   }
 };
 
@@ -131,12 +158,10 @@ Value zero_if_infinite(Math& m, const Value& nll, const Value& x) {  // zero_inf
 V ctc_loss(LoweringContext& c) {
   // (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity) -> (nll, log_alpha)
   Ctc ctc(c, 0, 1, 2, 4, c.out(1).dims.back());
-  std::vector<Value> alpha = ctc.alphas();
+  Value alpha = ctc.alphas();
   Value nll = ctc.neg_log_likelihood(alpha);
   if (c.arg(5).toBool()) nll = zero_if_infinite(ctc.m, nll, nll);
-  std::vector<Value> steps;
-  for (const Value& a : alpha) steps.push_back(c.b.reshape(a, {ctc.batch, 1, ctc.width}));
-  return {c.b.reshape(nll, c.out(0).dims), c.b.reshape(c.b.concatenate(steps, 1), c.out(1).dims)};
+  return {c.b.reshape(nll, c.out(0).dims), c.b.reshape(c.b.transpose(alpha, {1, 0, 2}), c.out(1).dims)};
 }
 
 V ctc_loss_backward(LoweringContext& c) {
@@ -154,30 +179,36 @@ V ctc_loss_backward(LoweringContext& c) {
   Value onehot = b.compare(Compare::kEQ, b.iota({DType::kS64, cube}, 2), b.broadcast_in_dim(ctc.labels, cube, {0, 1}));
   Value skip_ahead = ctc.shift(ctc.can_skip, -2, 0);  // s + 2 may come from s
   Value valid = ctc.mask([&](int64_t i, int64_t s) { return s < ctc.label_lengths[i]; });
-  std::vector<Value> grads(ctc.t_max);
-  Value beta = ctc.neg_inf();
-  for (int64_t t = ctc.t_max - 1; t >= 0; --t) {
-    Value from_two = b.select(skip_ahead, ctc.shift(beta, -2, -INFINITY), ctc.neg_inf());
-    Value recur = m.add(ctc.log_sum_exp(beta, ctc.shift(beta, -1, -INFINITY), from_two), ctc.emission(t));
-    Value start = ctc.mask([&](int64_t i, int64_t s) {
-      return ctc.input_lengths[i] - 1 == t && s >= ctc.label_lengths[i] - 2 && s < ctc.label_lengths[i];
-    });
-    Value live = ctc.mask([&](int64_t i, int64_t) { return t < ctc.input_lengths[i] - 1; });
-    beta = b.select(start, ctc.emission(t), b.select(b.binary(BinaryOp::kAnd, live, valid), recur, ctc.neg_inf()));
+  // carried: grads [T, N, K], beta, then what the steps read: log_alpha and lp as [T, ...], the
+  // masks, the emissions, nll, g and the per-sample input lengths
+  Value input_lengths = ctc.per_sample(ctc.input_lengths);
+  V start{b.constant(0, {ctc.dtype, {ctc.t_max, n, k}}), ctc.neg_inf(), b.transpose(log_alpha, {1, 0, 2}), lp, onehot,
+          skip_ahead, valid, ctc.last_labels(), ctc.emissions, nll, g, input_lengths};
+  V state = counted_loop(b, ctc.t_max, start, [&](hlo::Builder&, const Value& i, const V& x) {
+    Value t = b.binary(BinaryOp::kSubtract, b.constant_int(ctc.t_max - 1, i.type), i);  // backwards in time
+    const Value &beta = x[1], &emissions = x[8], &nll_x = x[9], &g_x = x[10], &lengths = x[11];
+    Value from_two = b.select(x[5], ctc.shift(beta, -2, -INFINITY), ctc.neg_inf());
+    Value emission = ctc.step_of(emissions, t);
+    Value recur = m.add(ctc.log_sum_exp(beta, ctc.shift(beta, -1, -INFINITY), from_two), emission);
+    Value last_step = ctc.samples_where(b.binary(BinaryOp::kSubtract, lengths, b.constant(1, lengths.type)), Compare::kEQ, t, w);
+    Value start_here = b.binary(BinaryOp::kAnd, last_step, x[7]);
+    Value live = ctc.samples_where(b.binary(BinaryOp::kSubtract, lengths, b.constant(1, lengths.type)), Compare::kGT, t, w);
+    Value next = b.select(start_here, emission, b.select(b.binary(BinaryOp::kAnd, live, x[6]), recur, ctc.neg_inf()));
     // d nll / d lp[t, n, c] = exp(lp) - exp(log sum_{s: l'(s) = c} exp(alpha + beta) + nll - lp)
-    Value alpha_t = b.reshape(b.slice(log_alpha, {0, t, 0}, {n, t + 1, w}, {1, 1, 1}), {n, w});
-    Value ab = b.select(onehot, b.broadcast_in_dim(m.add(alpha_t, beta), cube, {0, 1}), b.constant(-INFINITY, {ctc.dtype, cube}));
-    Value lcab = ctc.log_sum_exp_over(ab, 1);
-    Value lp_t = b.reshape(b.slice(lp, {t, 0, 0}, {t + 1, n, k}, {1, 1, 1}), {n, k});
+    Value ab = b.select(x[4], b.broadcast_in_dim(m.add(ctc.step_of(x[2], t), next), cube, {0, 1}),
+                        b.constant(-INFINITY, {ctc.dtype, cube}));
+    Value lcab = ctc.log_sum_exp_over(ab, {1});
+    Value lp_t = ctc.step_of(x[3], t);
     Value grad = m.sub(b.unary(UnaryOp::kExponential, lp_t),
-                       b.unary(UnaryOp::kExponential, m.sub(m.add(lcab, b.broadcast_in_dim(nll, {n, k}, {0})), lp_t)));
-    grad = m.mul(grad, b.broadcast_in_dim(g, {n, k}, {0}));
-    std::vector<uint8_t> in_input(n);
-    for (int64_t i = 0; i < n; ++i) in_input[i] = t < ctc.input_lengths[i];
-    grad = b.select(b.broadcast_in_dim(b.constant_bytes(in_input.data(), {DType::kBool, {n}}), {n, k}, {0}), grad, m.k(0, grad));
-    grads[t] = b.reshape(grad, {1, n, k});
-  }
-  Value out = b.concatenate(grads, 0);
+                       b.unary(UnaryOp::kExponential, m.sub(m.add(lcab, b.broadcast_in_dim(nll_x, {n, k}, {0})), lp_t)));
+    grad = m.mul(grad, b.broadcast_in_dim(g_x, {n, k}, {0}));
+    grad = b.select(ctc.samples_where(lengths, Compare::kGT, t, k), grad, m.k(0, grad));
+    V next_state = x;
+    next_state[0] = ctc.with_step(x[0], grad, t);
+    next_state[1] = next;
+    return next_state;
+  });
+  Value out = state[0];
   if (c.arg(8).toBool()) out = zero_if_infinite(m, nll, out);
   return {b.reshape(out, c.out().dims)};
 }

@@ -19,10 +19,7 @@ std::pair<Value, Value> eigh_round(Math& m, const Value& w, int64_t n) {
   int64_t rank = w.type.rank(), h = n / 2;
   Value a = rows(b, w, 0, n);
   auto block_diagonal = [&](int64_t row, int64_t column) {  // diagonal of a [h, h] block of A
-    Value block = columns(b, rows(b, a, row, row + h), column, column + h);
-    hlo::TensorType index{DType::kS64, block.type.dims};
-    Value on = b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1));
-    return m.sum(b.select(on, block, m.k(0, block)), {rank - 1});
+    return diagonal(b, columns(b, rows(b, a, row, row + h), column, column + h));
   };
   Value gamma = block_diagonal(0, h);
   Rotation r = jacobi_rotation(m, block_diagonal(0, 0), block_diagonal(h, h), gamma);
@@ -54,10 +51,7 @@ V linalg_eigh(LoweringContext& c) {
   Value tolerance = m.mul(norm, m.k(epsilon(a.type.dtype), norm));
   w = jacobi_sweeps(b, w, rank - 1, tolerance, [even](Math& lm, const Value& x) { return eigh_round(lm, x, even); });
   // eigenvalues off the diagonal, ascending; the padding (no V part) last
-  Value final_a = rows(b, w, 0, even), v = rows(b, w, even, even + n);
-  hlo::TensorType index{DType::kS64, final_a.type.dims};
-  Value on = b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1));
-  Value values = m.sum(b.select(on, final_a, m.k(0, final_a)), {rank - 1});
+  Value values = diagonal(b, rows(b, w, 0, even)), v = rows(b, w, even, even + n);
   Value v_norms = m.sum(m.square(v), {rank - 2});
   Value key = b.select(b.compare(Compare::kLT, v_norms, m.k(0.25, v_norms)), m.k(INFINITY, values), values);
   auto ascending = [](Builder& bb, const V& x) { return V{bb.compare(Compare::kLT, x[0], x[1])}; };
@@ -70,9 +64,7 @@ V linalg_eigh(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(eigh) {
-  LoweringOptions options;
-  options.cpu_when = [](const std::vector<c10::IValue>& args) { return args[0].toTensor().is_complex(); };
-  register_lowering({"_linalg_eigh", "_linalg_eigh.eigenvalues"}, linalg_eigh, options);
+  register_lowering({"_linalg_eigh", "_linalg_eigh.eigenvalues"}, linalg_eigh, real_only());
 }
 
 }  // namespace torchtpu::aten

@@ -134,17 +134,11 @@ std::vector<c10::IValue> geqrf_meta(const c10::FunctionSchema&, const std::vecto
   return {at::empty(self.sizes(), self.options()), at::empty(tau_dims, self.options())};
 }
 
-// Real matrices run here; complex ones on the CPU.
-LoweringOptions real_only(size_t matrix_arg) {
-  LoweringOptions o;
-  o.cpu_when = [matrix_arg](const std::vector<c10::IValue>& args) { return args[matrix_arg].toTensor().is_complex(); };
-  return o;
-}
 
 }  // namespace
 
 TORCHTPU_LOWERINGS(householder) {
-  LoweringOptions geqrf_options = real_only(0);
+  LoweringOptions geqrf_options = real_only();
   geqrf_options.meta = geqrf_meta;
   register_lowering({"geqrf", "geqrf.a"}, [](LoweringContext& c) {
     Math m{c.b};
@@ -158,13 +152,13 @@ TORCHTPU_LOWERINGS(householder) {
     int64_t rank = a.type.rank();
     return V{apply_q(m, a, c.raw(1), eye(c.b, batch_of(a.type), a.type.dims[rank - 2], a.type.dims[rank - 1], a.type.dtype),
                      true, false)};
-  }, real_only(0));
+  }, real_only());
   // (reflectors, tau, other, left, transpose) -> op(Q) other or other op(Q)
   register_lowering({"ormqr", "ormqr.out"}, [](LoweringContext& c) {
     Math m{c.b};
     return V{apply_q(m, c.raw(0), c.raw(1), c.raw(2), c.arg(3).toBool(), c.arg(4).toBool())};
-  }, real_only(0));
-  register_lowering({"linalg_qr", "linalg_qr.out"}, linalg_qr, real_only(0));
+  }, real_only());
+  register_lowering({"linalg_qr", "linalg_qr.out"}, linalg_qr, real_only());
 }
 
 }  // namespace torchtpu::aten

@@ -557,9 +557,8 @@ TORCHTPU_LOWERINGS(indexing) {
     Value x = c.in_as(0, accumulator(c.compute_dtype()));
     return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), log_add_exp, -INFINITY)};
   }, [] {
-    LoweringOptions o = with_meta(shaped_like(0));  // no meta kernel: the input's shape and dtype
-    // complex: CPU's own formula, not lowered yet
-    o.cpu_when = [](const std::vector<c10::IValue>& args) { return args[0].toTensor().is_complex(); };
+    LoweringOptions o = real_only();
+    o.meta = shaped_like(0);  // no meta kernel: the input's shape and dtype
     return o;
   }());
   register_lowering({"unfold_backward", "unfold_backward.out"}, unfold_backward);

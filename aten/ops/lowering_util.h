@@ -75,6 +75,7 @@ using LoopBody = std::function<std::vector<hlo::Value>(hlo::Builder&, const hlo:
                                                        const std::vector<hlo::Value>& carried)>;
 inline std::vector<hlo::Value> counted_loop(hlo::Builder& b, int64_t count, std::vector<hlo::Value> carried,
                                             const LoopBody& body) {
+  if (count <= 0) return carried;  // no body: its slices of empty dimensions would not compile
   hlo::TensorType index{DType::kS64, {}};
   carried.insert(carried.begin(), b.constant(0, index));
   std::vector<hlo::Value> out = b.while_loop(

@@ -147,14 +147,6 @@ Value solve(Builder& b, const Lu& f, const Value& rhs, bool left, bool adjoint_a
   return adjoint(b, lu_solve(b, f, adjoint(b, rhs), !adjoint_a));
 }
 
-Value diagonal(Builder& b, const Value& x) {
-  int64_t rank = x.type.rank();
-  hlo::TensorType index = index_type(x.type.dims);
-  Value on = b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1));
-  return b.reduce({b.select(on, x, b.constant(0, x.type))}, {b.constant(0, {x.type.dtype, {}})}, {rank - 1},
-                  combine_with(BinaryOp::kAdd))[0];
-}
-
 // (-1)^(number of actual row swaps).
 Value permutation_sign(Builder& b, const Value& pivots, DType dtype) {
   int64_t rank = pivots.type.rank();

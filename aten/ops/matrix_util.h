@@ -37,6 +37,16 @@ inline Value identity(Builder& b, const hlo::TensorType& type) {
   return b.convert(b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1)), type.dtype);
 }
 
+// The diagonal of the last two dimensions ([..., m, n] -> [..., min(m, n)]).
+inline Value diagonal(Builder& b, const Value& x) {
+  int64_t rank = x.type.rank();
+  hlo::TensorType index{DType::kS64, x.type.dims};
+  Value on = b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1));
+  int64_t keep = x.type.dims[rank - 2] <= x.type.dims[rank - 1] ? rank - 1 : rank - 2;  // sum over the longer
+  return b.reduce({b.select(on, x, b.constant(0, x.type))}, {b.constant(0, {x.type.dtype, {}})}, {keep},
+                  combine_with(BinaryOp::kAdd))[0];
+}
+
 // Slice j of `dim`, the dimension dropped.
 inline Value take_slice(Builder& b, const Value& x, int64_t dim, int64_t j) {
   std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1), dims;

@@ -4,6 +4,7 @@
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/native_batch_norm_backward.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/native_layer_norm.h>
 #include <ATen/AccumulateType.h>
@@ -203,7 +204,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   return at::_native_batch_norm_legit(input, weight, bias, rm, rv, training, momentum, eps);
 }
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("native_batch_norm", native_batch_norm); }
+// The newer training pair (_batch_norm_with_update, batch_norm_backward): the same computations,
+// with CPU's empty `reserve` buffer.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> batch_norm_with_update(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, double momentum, double eps) {
+  auto [out, mean, invstd] = at::_native_batch_norm_legit(input, weight, bias, running_mean, running_var,
+                                                          /*training=*/true, momentum, eps);
+  return {out, mean, invstd, at::empty({0}, input.options().dtype(at::kByte))};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> new_batch_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_var, bool update, double eps,
+    std::array<bool, 3> output_mask, const at::Tensor&) {
+  return at::native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update,
+                                        eps, output_mask);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_batch_norm", native_batch_norm);
+  m.impl("_batch_norm_with_update", batch_norm_with_update);
+  m.impl("batch_norm_backward", new_batch_norm_backward);
+}
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 // linear, bicubic and antialiased upsampling (and backward).
 #include <array>
 #include <cmath>
+#include <functional>
 
 #include "aten/lowering.h"
 #include "aten/ops/cubic.h"
@@ -173,10 +174,12 @@ Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align,
   return resampling_matrix(m, in, out, taps, dtype);
 }
 
-// upsample_bicubic2d(input, output_size, align_corners, scales_h?, scales_w?) and its backward
-// (grad_output, output_size, input_size, align_corners, scales...): products with the matrices.
-Lowering upsample_bicubic(bool backward) {
-  return [backward](LoweringContext& c) {
+// A 2-D resampling given by one [out, in] matrix per spatial dimension: forward (input,
+// output_size, align_corners, scales_h?, scales_w?) or backward (grad_output, output_size,
+// input_size, align_corners, scales...) through the transposed matrices.
+using MatrixFor = std::function<Value(Math&, int64_t in, int64_t out, double scale, bool align, DType)>;
+Lowering separable_2d(MatrixFor matrix, bool backward) {
+  return [matrix, backward](LoweringContext& c) {
     Math m{c.b};
     Value x = c.in_as(0, accumulator(c.out().dtype));
     const std::vector<int64_t>& input = backward ? c.out().dims : x.type.dims;
@@ -185,53 +188,42 @@ Lowering upsample_bicubic(bool backward) {
     bool align = c.arg(flags).toBool();
     for (size_t i = 0; i < 2; ++i) {
       int64_t dim = 2 + static_cast<int64_t>(i), in = input[dim], out = output[dim];
-      Value matrix = bicubic_matrix(m, in, out, source_scale(c, flags + 1, i, in, out, align), align, x.type.dtype);
-      x = resample_with(c.b, x, dim, matrix, backward);
+      x = resample_with(c.b, x, dim, matrix(m, in, out, source_scale(c, flags + 1, i, in, out, align), align, x.type.dtype),
+                        backward);
     }
     return V{x};
   };
 }
 
-// The [out, in] matrix of antialiased resampling (PyTorch's _upsample_*_aa, after PIL): output i
-// averages the inputs under a filter centred at scale (i + 1/2), widened by the scale when
-// downsampling, its weights normalized to sum 1. Built on the host: it depends on shapes only.
-Value antialias_matrix(hlo::Builder& b, int64_t in, int64_t out, double scale, bool cubic, DType dtype) {
-  auto filter = [cubic](double x) {
+// The [out, in] weights of antialiased resampling (PyTorch's _upsample_{bilinear,bicubic}2d_aa and
+// their backwards, after PIL): output i averages the inputs under a filter centred at
+// scale (i + 1/2), widened by the scale when downsampling, its weights normalized to sum 1.
+// Computed on the host (they depend on shapes only) in T, the precision CPU computes them in.
+template <typename T>
+std::vector<T> antialias_weights(int64_t in, int64_t out, T scale, bool cubic) {
+  auto filter = [cubic](T x) {
     x = std::abs(x);
-    if (!cubic) return std::max(0.0, 1 - x);
-    constexpr double a = -0.5;
+    if (!cubic) return std::max(T(0), 1 - x);
+    constexpr T a = -0.5;
     if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
-    return x < 2 ? (((x - 5) * x + 8) * x - 4) * a : 0.0;
+    return x < 2 ? (((x - 5) * x + 8) * x - 4) * a : T(0);
   };
-  double support = (cubic ? 2.0 : 1.0) * std::max(scale, 1.0), inverse = scale >= 1 ? 1 / scale : 1;
-  std::vector<double> w(static_cast<size_t>(out * in), 0.0);
+  T support = (cubic ? T(2) : T(1)) * std::max(scale, T(1)), inverse = scale >= 1 ? 1 / scale : T(1);
+  std::vector<T> w(static_cast<size_t>(out * in), T(0));
   for (int64_t i = 0; i < out; ++i) {
-    double center = scale * (static_cast<double>(i) + 0.5), total = 0;
-    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
-    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
-    for (int64_t j = lo; j < hi; ++j) total += w[i * in + j] = filter((static_cast<double>(j) - center + 0.5) * inverse);
+    T center = scale * (static_cast<T>(i) + T(0.5)), total = 0;
+    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + T(0.5)), 0);
+    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + T(0.5)), in);
+    for (int64_t j = lo; j < hi; ++j) total += w[i * in + j] = filter((static_cast<T>(j) - center + T(0.5)) * inverse);
     for (int64_t j = lo; j < hi && total != 0; ++j) w[i * in + j] /= total;
   }
-  Value matrix = b.constant_bytes(w.data(), {DType::kF64, {out, in}});
-  return cast(b, matrix, dtype);
+  return w;
 }
 
-// _upsample_{bilinear,bicubic}2d_aa(input, output_size, align_corners, scales_h?, scales_w?) and
-// their backwards (grad_output, output_size, input_size, align_corners, scales...).
-Lowering upsample_antialiased(bool cubic, bool backward) {
-  return [cubic, backward](LoweringContext& c) {
-    Value x = c.in_as(0, accumulator(c.out().dtype));
-    const std::vector<int64_t>& input = backward ? c.out().dims : x.type.dims;
-    const std::vector<int64_t>& output = backward ? x.type.dims : c.out().dims;
-    size_t flags = backward ? 3 : 2;
-    bool align = c.arg(flags).toBool();
-    for (size_t i = 0; i < 2; ++i) {
-      int64_t dim = 2 + static_cast<int64_t>(i), in = input[dim], out = output[dim];
-      double scale = source_scale(c, flags + 1, i, in, out, align);
-      x = resample_with(c.b, x, dim, antialias_matrix(c.b, in, out, scale, cubic, x.type.dtype), backward);
-    }
-    return V{x};
-  };
+Value antialias_matrix(hlo::Builder& b, int64_t in, int64_t out, double scale, bool cubic, DType dtype) {
+  if (dtype == DType::kF64) return b.constant_bytes(antialias_weights<double>(in, out, scale, cubic).data(), {dtype, {out, in}});
+  std::vector<float> w = antialias_weights<float>(in, out, static_cast<float>(scale), cubic);
+  return cast(b, b.constant_bytes(w.data(), {DType::kF32, {out, in}}), dtype);
 }
 
 // Backward of reflection / replication padding (grad_output, self, padding): each padded dim is
@@ -311,7 +303,7 @@ TORCHTPU_LOWERINGS(resample) {
                     upsample_nearest(true));
   register_lowering({"upsample_linear1d", "upsample_linear1d.out", "upsample_bilinear2d", "upsample_bilinear2d.out",
                      "upsample_trilinear3d", "upsample_trilinear3d.out"}, upsample_linear);
-  register_lowering({"upsample_bicubic2d", "upsample_bicubic2d.out"}, upsample_bicubic(false));
+  register_lowering({"upsample_bicubic2d", "upsample_bicubic2d.out"}, separable_2d(bicubic_matrix, false));
   register_lowering({"upsample_nearest1d_backward", "upsample_nearest1d_backward.grad_input", "upsample_nearest2d_backward",
                      "upsample_nearest2d_backward.grad_input", "upsample_nearest3d_backward",
                      "upsample_nearest3d_backward.grad_input"}, upsample_nearest_backward(false));
@@ -322,13 +314,19 @@ TORCHTPU_LOWERINGS(resample) {
   register_lowering({"upsample_linear1d_backward", "upsample_linear1d_backward.grad_input", "upsample_bilinear2d_backward",
                      "upsample_bilinear2d_backward.grad_input", "upsample_trilinear3d_backward",
                      "upsample_trilinear3d_backward.grad_input"}, upsample_linear_backward);
-  register_lowering({"upsample_bicubic2d_backward", "upsample_bicubic2d_backward.grad_input"}, upsample_bicubic(true));
-  register_lowering({"_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa.out"}, upsample_antialiased(false, false));
-  register_lowering({"_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa.out"}, upsample_antialiased(true, false));
-  register_lowering({"_upsample_bilinear2d_aa_backward", "_upsample_bilinear2d_aa_backward.grad_input"},
-                    upsample_antialiased(false, true));
-  register_lowering({"_upsample_bicubic2d_aa_backward", "_upsample_bicubic2d_aa_backward.grad_input"},
-                    upsample_antialiased(true, true));
+  register_lowering({"upsample_bicubic2d_backward", "upsample_bicubic2d_backward.grad_input"},
+                    separable_2d(bicubic_matrix, true));
+  for (bool cubic : {false, true}) {
+    MatrixFor matrix = [cubic](Math& m, int64_t in, int64_t out, double scale, bool, DType dtype) {
+      return antialias_matrix(m.b, in, out, scale, cubic, dtype);
+    };
+    register_lowering({cubic ? "_upsample_bicubic2d_aa" : "_upsample_bilinear2d_aa",
+                       cubic ? "_upsample_bicubic2d_aa.out" : "_upsample_bilinear2d_aa.out"},
+                      separable_2d(matrix, false));
+    register_lowering({cubic ? "_upsample_bicubic2d_aa_backward" : "_upsample_bilinear2d_aa_backward",
+                       cubic ? "_upsample_bicubic2d_aa_backward.grad_input" : "_upsample_bilinear2d_aa_backward.grad_input"},
+                      separable_2d(matrix, true));
+  }
   register_lowering({"reflection_pad1d_backward", "reflection_pad1d_backward.grad_input", "reflection_pad2d_backward",
                      "reflection_pad2d_backward.grad_input", "reflection_pad3d_backward",
                      "reflection_pad3d_backward.grad_input"}, pad_backward(true));

@@ -97,16 +97,33 @@ Value masked_reduce(Builder& b, const Value& in, const Value& x, int64_t dim, Bi
                   extreme ? nan_extreme_with(op) : combine_with(op))[0];
 }
 
+// Where both directions start: the data, the reduction, the segments and their layout, from the
+// argument positions (data, reduce, lengths, offsets, axis).
+struct SegmentCall {
+  Value data;
+  DType acc;
+  int64_t axis;
+  std::string reduce;
+  Segments seg;
+  Layout layout;
+
+  SegmentCall(LoweringContext& c, size_t data_arg, size_t reduce_arg, size_t lengths_arg, size_t offsets_arg,
+              size_t axis_arg)
+      : data(c.raw(data_arg)),
+        acc(accumulator(data.type.dtype)),
+        axis(wrap_dim(c.arg(axis_arg).toInt(), data.type.rank())),
+        reduce(c.arg(reduce_arg).toStringRef()),
+        seg(segments(c, axis, data.type.dims[axis], lengths_arg, offsets_arg)),
+        layout(data.type, axis, seg.lengths.type.dims.back()) {}
+
+  V forward(LoweringContext& c) const;
+  V backward(LoweringContext& c) const;
+};
+
 // segment_reduce(data, reduce, *, lengths, indices, offsets, axis, unsafe, initial)
-V segment_reduce(LoweringContext& c) {
+V SegmentCall::forward(LoweringContext& c) const {
   Builder& b = c.b;
   Math m{b};
-  Value data = c.raw(0);
-  DType acc = accumulator(data.type.dtype);
-  int64_t axis = wrap_dim(c.arg(5).toInt(), data.type.rank());
-  std::string reduce = c.arg(1).toStringRef();
-  Segments seg = segments(c, axis, data.type.dims[axis], 2, 4);
-  Layout layout(data.type, axis, seg.lengths.type.dims.back());
   Value x = layout.spread(b, cast(b, data, acc), true), in = layout.mask(b, seg);
   int64_t j = axis + 1;
   Value r;
@@ -134,15 +151,9 @@ V segment_reduce(LoweringContext& c) {
 }
 
 // _segment_reduce_backward(grad, output, data, reduce, *, lengths, offsets, axis, initial)
-V segment_reduce_backward(LoweringContext& c) {
+V SegmentCall::backward(LoweringContext& c) const {
   Builder& b = c.b;
   Math m{b};
-  Value data = c.raw(2);
-  DType acc = accumulator(data.type.dtype);
-  int64_t axis = wrap_dim(c.arg(6).toInt(), data.type.rank());
-  std::string reduce = c.arg(3).toStringRef();
-  Segments seg = segments(c, axis, data.type.dims[axis], 4, 5);
-  Layout layout(data.type, axis, seg.lengths.type.dims.back());
   Value in = layout.mask(b, seg), x = cast(b, data, acc), x_all = layout.spread(b, x, true);
   Value grad = cast(b, c.raw(0), acc), out = cast(b, c.raw(1), acc);
   // each element gets its segment's value (0 outside every segment)
@@ -180,8 +191,10 @@ V segment_reduce_backward(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(segment_reduce) {
-  register_lowering({"segment_reduce", "segment_reduce.out"}, segment_reduce);
-  register_lowering({"_segment_reduce_backward", "_segment_reduce_backward.out"}, segment_reduce_backward);
+  register_lowering({"segment_reduce", "segment_reduce.out"},
+                    [](LoweringContext& c) { return SegmentCall(c, 0, 1, 2, 4, 5).forward(c); });
+  register_lowering({"_segment_reduce_backward", "_segment_reduce_backward.out"},
+                    [](LoweringContext& c) { return SegmentCall(c, 2, 3, 4, 5, 6).backward(c); });
 }
 
 }  // namespace torchtpu::aten

@@ -68,10 +68,8 @@ Value left_vectors(Math& m, const Value& g, bool full) {
   std::vector<int64_t> batch = batch_of(g.type);
   Qr qr = geqrf(m, g);
   Value q_full = apply_q(m, qr.a, qr.tau, eye(b, batch, p, full ? p : q, g.type.dtype), true, false);
-  hlo::TensorType index{DType::kS64, g.type.dims};
-  Value on_diagonal = b.compare(Compare::kEQ, b.iota(index, rank - 2), b.iota(index, rank - 1));
-  Value diagonal = m.sum(b.select(on_diagonal, qr.a, m.k(0, qr.a)), {rank - 2});
-  Value sign = b.select(b.compare(Compare::kLT, diagonal, m.k(0, diagonal)), m.k(-1, diagonal), m.k(1, diagonal));
+  Value r = diagonal(b, qr.a);  // [..., q]: p >= q
+  Value sign = b.select(b.compare(Compare::kLT, r, m.k(0, r)), m.k(-1, r), m.k(1, r));
   if (q_full.type.dims.back() > q) {
     std::vector<int64_t> rest = batch;
     rest.push_back(q_full.type.dims.back() - q);
@@ -109,9 +107,7 @@ V linalg_svd(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(svd) {
-  LoweringOptions options;
-  options.cpu_when = [](const std::vector<c10::IValue>& args) { return args[0].toTensor().is_complex(); };
-  register_lowering({"_linalg_svd", "_linalg_svd.U"}, linalg_svd, options);
+  register_lowering({"_linalg_svd", "_linalg_svd.U"}, linalg_svd, real_only());
 }
 
 }  // namespace torchtpu::aten
