@@ -1,13 +1,13 @@
 // Modified Bessel functions of the first kind, orders 0 and 1, and their exponentially scaled
 // forms (i0, i1, i0e, i1e; torch.special.modified_bessel_i0/i1 are the same functions). Up to
 // |x| = kSeriesLimit the power series sum_k (x/2)^(2k+v) / (k! (k+v)!), its positive terms
-// summed in a stablehlo.while until they no longer change the sums; above, the asymptotic series
+// summed until they no longer change the sums (converge.h); above, the asymptotic series
 // e^|x| / sqrt(2 pi |x|) sum_k (-1)^k a_k(v) / |x|^k with kAsymptoticTerms terms (below 1e-17
 // relative from 20 on). Scaling by e^-|x| happens in the form that does not overflow.
 #include <cmath>
 
 #include "aten/lowering.h"
-#include "aten/ops/math.h"
+#include "aten/ops/converge.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -22,23 +22,12 @@ Value power_series(Builder& b, const Value& x, int order) {
   Math m{b};
   Value quarter_x2 = m.mul(m.square(x), m.k(0.25, x));
   Value first = order == 0 ? m.k(1, x) : m.mul(x, m.k(0.5, x));
-  hlo::TensorType scalar{x.type.dtype, {}};
-  double eps = x.type.dtype == DType::kF64 ? 0x1p-53 : 0x1p-24;
-  std::vector<int64_t> all;
-  for (int64_t d = 0; d < x.type.rank(); ++d) all.push_back(d);
-  V out = b.while_loop(
-      {b.constant(1, scalar), quarter_x2, first, first, b.constant(1, scalar)},
-      [&](Builder& rb, const V& a) { return V{rb.compare(Compare::kGT, a[4], rb.constant(eps, scalar))}; },
-      [&](Builder& rb, const V& a) {  // (k, x^2/4, term, sum, largest term / sum)
-        Math lm{rb};
-        const Value &k = a[0], &q = a[1];
-        Value divisor = rb.broadcast_in_dim(lm.mul(k, lm.add(k, lm.k(order, k))), q.type.dims, {});
-        Value term = lm.div(lm.mul(a[2], q), divisor), sum = lm.add(a[3], term);
-        Value ratio = rb.select(rb.compare(Compare::kEQ, sum, lm.k(0, sum)), lm.k(0, sum),
-                                lm.div(rb.unary(UnaryOp::kAbs, term), rb.unary(UnaryOp::kAbs, sum)));
-        return V{lm.add(k, lm.k(1, k)), q, term, sum, lm.reduce(ratio, all, BinaryOp::kMaximum, 0)};
-      });
-  return out[3];
+  Value everywhere = b.constant(1, {DType::kBool, x.type.dims});
+  return converge(b, {m.k(1, x), quarter_x2, first, first}, everywhere, [order](Math& lm, const V& s) {
+    // (k, x^2/4, term, sum)
+    Value term = lm.div(lm.mul(s[2], s[1]), lm.mul(s[0], lm.add(s[0], lm.k(order, s[0])))), sum = lm.add(s[3], term);
+    return V{lm.add(s[0], lm.k(1, s[0])), s[1], term, sum, relative_change(lm, term, sum)};
+  })[3];
 }
 
 // sqrt(2 pi |x|) e^-|x| I_order(|x|) for large |x|: sum_k (-1)^k a_k / |x|^k, a_k = prod_{j<=k}

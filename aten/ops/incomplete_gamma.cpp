@@ -2,56 +2,20 @@
 // Q(a, x) = 1 - P (igammac, special.gammaincc). Below x = a + 1 the series
 // P = e^-x x^a / Gamma(a) sum_n x^n / (a (a+1) ... (a+n)) converges fast; above, Q's continued
 // fraction (evaluated by Lentz's method). Each runs in a stablehlo.while until every element
-// that uses it has converged (at most kMaxTerms steps); the other is 1 minus it. The prefactor's
+// that uses it has converged (at most kMaxIterations steps); the other is 1 minus it. The prefactor's
 // exponent a log x - x - lgamma(a) cancels for large a: float32 results there are good to a few
 // 1e-5 (CPU switches to Temme's expansion for a > 20). Edges as CPU:
 // NaN for negative arguments and for a = x = 0, P = 1 at a = 0 or x = inf, P = 0 at x = 0 or
 // a = inf.
 #include <cmath>
-#include <functional>
 
 #include "aten/lowering.h"
-#include "aten/ops/math.h"
+#include "aten/ops/converge.h"
 
 namespace torchtpu::aten {
 namespace {
 
 using hlo::Builder;
-
-constexpr int64_t kMaxTerms = 2000;
-
-// Convergence within 4 ulps: a stricter test can stall on rounding (the continued fraction's
-// factors then wander around 1 until the step limit, each adding an ulp of error).
-double epsilon_of(DType t) { return t == DType::kF64 ? 0x1p-50 : 0x1p-21; }
-
-// Runs `step` on (state..., error) while some element where `use` holds has error > eps.
-V converge(Builder& b, V state, const Value& use, const std::function<V(Math&, const V&)>& step) {
-  hlo::TensorType count{DType::kS64, {}};
-  double eps = epsilon_of(state[0].type.dtype);
-  std::vector<int64_t> all;
-  for (int64_t d = 0; d < use.type.rank(); ++d) all.push_back(d);
-  size_t n = state.size();
-  state.push_back(use);
-  state.push_back(b.constant(0, count));
-  state.push_back(b.constant(INFINITY, {state[0].type.dtype, {}}));
-  V out = b.while_loop(
-      state,
-      [&](Builder& rb, const V& s) {
-        return V{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, s[n + 1], rb.constant_int(kMaxTerms, count)),
-                           rb.compare(Compare::kGT, s[n + 2], rb.constant(eps, s[n + 2].type)))};
-      },
-      [&](Builder& rb, const V& s) {
-        Math lm{rb};
-        V next = step(lm, V(s.begin(), s.begin() + n));  // the new state, then the error
-        Value error = rb.select(s[n], next.back(), lm.k(0, next.back()));
-        next.back() = lm.reduce(error, all, BinaryOp::kMaximum, 0);
-        next.insert(next.begin() + n, s[n]);
-        next.insert(next.begin() + n + 1, rb.binary(BinaryOp::kAdd, s[n + 1], rb.constant(1, count)));
-        return next;
-      });
-  out.resize(n);
-  return out;
-}
 
 // P(a, x) by the series (for x < a + 1), without the prefactor: sum_n x^n / (a (a+1) ... (a+n)).
 Value series(Builder& b, const Value& a, const Value& x, const Value& use) {
@@ -60,7 +24,7 @@ Value series(Builder& b, const Value& a, const Value& x, const Value& use) {
   return converge(b, {a, x, first, first, a}, use, [](Math& lm, const V& s) {  // (a, x, term, sum, a + n)
     Value ap = lm.add(s[4], lm.k(1, s[4]));
     Value term = lm.mul(s[2], lm.div(s[1], ap)), sum = lm.add(s[3], term);
-    return V{s[0], s[1], term, sum, ap, lm.div(lm.b.unary(UnaryOp::kAbs, term), lm.b.unary(UnaryOp::kAbs, sum))};
+    return V{s[0], s[1], term, sum, ap, relative_change(lm, term, sum)};
   })[3];
 }
 

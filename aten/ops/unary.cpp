@@ -6,7 +6,7 @@
 #include <ATen/ops/empty_like.h>
 
 #include "aten/lowering.h"
-#include "aten/ops/math.h"
+#include "aten/ops/converge.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -53,6 +53,43 @@ Value log_ndtr(Ops& o, const Value& x) {
                      o.sub(o.k(0.5 * std::log(2 * M_PI), x), o.u(UnaryOp::kLog, series)));
   Value far = o.b.compare(Compare::kLT, x, o.k(x.type.dtype == DType::kF64 ? -30 : -10, x));
   return o.sel(o.b.compare(Compare::kGE, x, o.k(-1, x)), upper, o.sel(far, tail, lower));
+}
+
+// exp(x^2), with x^2's rounding error (Dekker's exact split of x * x) folded back in: the error
+// of fl(x^2) would otherwise grow the result's relative error with x^2.
+Value exp_of_square(Ops& o, const Value& x) {
+  Value scaled = o.mul(x, o.k(x.type.dtype == DType::kF64 ? 134217729.0 : 4097.0, x));  // 2^(p/2) + 1
+  Value high = o.sub(scaled, o.sub(scaled, x)), low = o.sub(x, high);
+  Value square = o.mul(x, x);
+  Value error = o.add(o.add(o.sub(o.mul(high, high), square), o.mul(o.mul(o.k(2, x), high), low)), o.mul(low, low));
+  error = o.sel(o.u(UnaryOp::kIsFinite, error), error, o.k(0, error));  // x = +-inf: no correction
+  return o.mul(o.u(UnaryOp::kExponential, square), o.add(o.k(1, x), error));
+}
+
+// erfcx(x) = exp(x^2) erfc(x): that product below |x| = 2; from 2 on, erfc's continued fraction
+// 1 / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))) by Lentz's method until it
+// converges; for negative x, 2 exp(x^2) - erfcx(-x) (overflowing to inf as on CPU).
+Value erfcx(Ops& o, const Value& x) {
+  Builder& b = o.b;
+  Value ax = o.u(UnaryOp::kAbs, x), near = o.b.compare(Compare::kLT, ax, o.k(2, ax));
+  Value product = o.mul(exp_of_square(o, ax), o.u(UnaryOp::kErfc, ax));
+  Value z = o.sel(near, o.k(2, ax), ax);  // keeps the unused lanes finite
+  Value use = b.binary(BinaryOp::kAnd, b.unary(UnaryOp::kNot, near), b.unary(UnaryOp::kIsFinite, x));
+  double tiny = x.type.dtype == DType::kF64 ? 1e-300 : 1e-30;
+  V cf = converge(b, {z, z, z, o.k(0, z), o.k(0, z)}, use, [tiny](Math& m, const V& s) {  // (z, f, C, D, k)
+    auto not_tiny = [&](const Value& v) {
+      return m.b.select(m.b.compare(Compare::kLT, m.b.unary(UnaryOp::kAbs, v), m.k(tiny, v)), m.k(tiny, v), v);
+    };
+    Value k = m.add(s[4], m.k(1, s[4])), a = m.mul(k, m.k(0.5, k));
+    Value d = m.div(m.k(1, s[0]), not_tiny(m.add(s[0], m.mul(a, s[3]))));
+    Value c = not_tiny(m.add(s[0], m.div(a, s[2])));
+    Value delta = m.mul(c, d);
+    return V{s[0], m.mul(s[1], delta), c, d, k, m.b.unary(UnaryOp::kAbs, m.sub(delta, m.k(1, delta)))};
+  });
+  Value fraction = o.div(o.k(1, z), o.mul(cf[1], o.k(std::sqrt(M_PI), z)));
+  Value positive = o.sel(near, product, o.sel(o.b.compare(Compare::kEQ, ax, o.k(INFINITY, ax)), o.k(0, ax), fraction));
+  Value negative = o.sub(o.mul(o.k(2, x), exp_of_square(o, ax)), positive);
+  return o.sel(o.b.compare(Compare::kLT, x, o.k(0, x)), negative, positive);
 }
 
 // frexp(x) -> (mantissa, exponent) with x = mantissa 2^exponent, 0.5 <= |mantissa| < 1 (0, inf
@@ -438,6 +475,7 @@ TORCHTPU_LOWERINGS(unary) {
     return o.mul(o.k(M_SQRT2, p), o.u(UnaryOp::kErfInv, o.sub(o.add(p, p), o.k(1, p))));
   }));
   register_lowering({"special_log_ndtr", "special_log_ndtr.out"}, formula(log_ndtr));
+  register_lowering({"special_erfcx", "special_erfcx.out"}, formula(erfcx));
   // angle: atan2(imag, real) of complex numbers; pi for negative reals, else 0 (NaN stays NaN)
   register_with_variants("angle", {""}, [](LoweringContext& c) {
     Ops o(c);

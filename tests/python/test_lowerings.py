@@ -225,6 +225,9 @@ CASES = {
     "normal_tails": (lambda x, p: (torch.special.log_ndtr(x), torch.special.ndtri(p)),
                      torch.tensor([-60.0, -31, -25, -12, -9, -3, -1.5, -1, -0.3, 0, 0.7, 4, 9], dtype=torch.float64),
                      torch.tensor([1e-3, 0.02, 0.3, 0.5, 0.77, 0.999], dtype=torch.float64)),
+    "erfcx": (lambda x: torch.special.erfcx(x),
+              torch.tensor([-30.0, -26, -10, -6.2, -3, -1.9, -0.5, 0, 1e-3, 0.7, 1.99, 2, 2.01, 3.5, 9, 30, 1e3, 1e9,
+                            float("inf"), float("-inf"), float("nan")], dtype=torch.float64)),
     "normal_tails_f32": (lambda x, p: (torch.special.log_ndtr(x), torch.special.ndtri(p)),
                          torch.tensor([-30.0, -12, -9, -3, -1.5, -1, -0.3, 0, 0.7, 4, 9]), torch.tensor([0.02, 0.3, 0.5, 0.77, 0.98]),
                          False),  # the gradient, exp(-(log_ndtr + x^2/2)), turns one ulp of -454 into 3e-5
