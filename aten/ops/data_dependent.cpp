@@ -1,8 +1,9 @@
 // Ops whose output size depends on the data: unique (of elements or of slices), unique_consecutive,
-// masked_select, repeat_interleave; and equal and the Transformer's left-aligned-mask test, whose answers are read
+// masked_select, repeat_interleave, lstsq's residuals; and equal and the Transformer's left-aligned-mask test, whose answers are read
 // back. As on CUDA, they are composed of device ops (sort, compare, cumsum, scatter) with one host
 // read, the output size or the answer; nonzero (indexing.cpp) works the same way.
 #include <algorithm>
+#include <limits>
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/cumsum.h>
@@ -11,6 +12,9 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/index.h>
 #include <ATen/ops/ne.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/linalg_svdvals.h>
+#include <ATen/ops/linalg_pinv.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/searchsorted.h>
@@ -171,6 +175,54 @@ at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymIn
   return at::searchsorted(ends, positions, repeats.scalar_type() == at::kInt, /*right=*/true);
 }
 
+// linalg_lstsq.out(A, B, rcond, driver): the minimum-norm least-squares solution through the SVD
+// (pinv(A) B with singular values below rcond * the largest dropped), as every CPU driver gives it
+// for the matrices it accepts. Which other outputs exist follows CPU: `rank` for all drivers but
+// gels, `singular_values` for gelsd/gelss, `residuals` (squared column norms of A X - B) for a tall
+// A with gels, or with gelsd/gelss when every matrix has full rank: for those, that rank test is
+// the one host read.
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalg_lstsq_out(
+    const at::Tensor& a, const at::Tensor& b, std::optional<double> rcond, std::optional<c10::string_view> driver_name,
+    at::Tensor& solution, at::Tensor& residuals, at::Tensor& rank, at::Tensor& singular_values) {
+  std::string driver = driver_name ? std::string(*driver_name) : "gelsy";
+  TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss",
+              "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  TORCH_CHECK(a.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
+  bool vector = b.dim() == a.dim() - 1;
+  at::Tensor rhs = vector ? b.unsqueeze(-1) : b;
+  TORCH_CHECK(a.size(-2) == rhs.size(-2), "torch.linalg.lstsq: input.size(-2) should match other.size(-2)");
+  int64_t m = a.size(-2), n = a.size(-1);
+  bool in_double = c10::toRealValueType(a.scalar_type()) == at::kDouble;
+  double eps = in_double ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+  double tolerance = rcond && *rcond > 0 ? *rcond : eps * static_cast<double>(std::max(m, n));
+  at::Tensor sigma = at::linalg_svdvals(a);
+  at::Tensor x = at::matmul(at::linalg_pinv(a, std::nullopt, tolerance), rhs);
+  at::Tensor solved = vector ? x.squeeze(-1) : x;
+  solution.resize_(solved.sizes()).copy_(solved);
+  at::Tensor ranks;
+  if (driver != "gels") {
+    at::Tensor largest = sigma.numel() ? std::get<0>(sigma.max(-1, true)) : sigma;
+    ranks = sigma.numel() ? sigma.gt(largest.mul(tolerance)).sum(-1) : at::zeros(a.sizes().slice(0, a.dim() - 2), sigma.options().dtype(at::kLong));
+    rank.resize_(ranks.sizes()).copy_(ranks);
+  } else {
+    rank.resize_({0});
+  }
+  if (driver == "gelsd" || driver == "gelss") {
+    singular_values.resize_(sigma.sizes()).copy_(sigma);
+  } else {
+    singular_values.resize_({0});
+  }
+  bool with_residuals = m > n && (driver == "gels" || ((driver == "gelsd" || driver == "gelss") &&
+                                                       (ranks.numel() == 0 || ranks.eq(n).all().item<bool>())));
+  if (with_residuals) {
+    at::Tensor r = at::matmul(a, x).sub(rhs).abs().pow(2).sum(-2);
+    residuals.resize_(r.sizes()).copy_(r);
+  } else {
+    residuals.resize_({0});
+  }
+  return {solution, residuals, rank, singular_values};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -180,6 +232,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("masked_select", masked_select);
   m.impl("repeat_interleave.Tensor", repeat_interleave);
+  m.impl("linalg_lstsq.out", linalg_lstsq_out);
   m.impl("equal", equal_on_device);
   m.impl("_nested_tensor_from_mask_left_aligned", mask_left_aligned);
 }

@@ -203,6 +203,13 @@ CASES = {
              torch.randn(2, 5, 5, generator=g, dtype=torch.float64)),  # one triangle is read
     "matrix_exp": (lambda a: (torch.linalg.matrix_exp(a), torch.linalg.matrix_exp(a * 20), torch.linalg.matrix_exp(a[0] * 0)),
                    torch.randn(3, 4, 4, generator=g, dtype=torch.float64)),  # scaled 0 to 6 times
+    # every driver's solution; rank, singular values and residuals where CPU gives them (a
+    # rank-deficient matrix has no residuals: a data-dependent size)
+    "lstsq": (lambda a, b: (*[torch.linalg.lstsq(a, b, driver=d).solution for d in ["gels", "gelsy", "gelsd", "gelss"]],
+                            *torch.linalg.lstsq(a, b, driver="gelsd")[1:], torch.linalg.lstsq(a, b).rank,
+                            torch.linalg.lstsq(a, b, driver="gels").residuals, torch.linalg.lstsq(a.mT, b[..., :4, 0]).solution,
+                            *torch.linalg.lstsq(torch.cat([a[..., :2], a[..., :2]], -1).detach(), b.detach(), driver="gelsd")[1:]),
+              torch.randn(2, 6, 4, generator=g, dtype=torch.float64), torch.randn(2, 6, 3, generator=g, dtype=torch.float64)),
     "segment_reduce": (lambda x: tuple(torch.segment_reduce(x, reduce, **{k: torch.tensor(v, device=x.device) if isinstance(v, list)
                                                                            else v for k, v in kw.items()})
                                        for reduce in ["sum", "mean", "max", "min", "prod"]
