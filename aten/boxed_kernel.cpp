@@ -25,13 +25,9 @@
 namespace torchtpu::aten {
 namespace {
 
-struct Entry {
-  Lowering fn;
-  LoweringOptions options;
-};
 
-std::unordered_map<std::string, Entry>& registry() {
-  static std::unordered_map<std::string, Entry> r;
+std::unordered_map<std::string, LoweringEntry>& registry() {
+  static std::unordered_map<std::string, LoweringEntry> r;
   return r;
 }
 
@@ -319,7 +315,7 @@ void check_inplace_result_fits(const c10::FunctionSchema& schema, const std::vec
 
 // Meta results are a pure function of meta_key, so they are cached: the meta kernels of common
 // ops are Python functions costing tens of microseconds, more than the op itself.
-std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const Entry& entry,
+std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const LoweringEntry& entry,
                                   const std::string& name, const std::vector<c10::IValue>& args) {
   constexpr size_t kMaxEntries = 1 << 16;
   static std::mutex mu;
@@ -410,7 +406,7 @@ std::vector<c10::IValue> lowering_args(const std::vector<c10::IValue>& args, con
 
 // One program: inputs read through their views, the lowering, results cast and broadcast into
 // the destinations (plus the device-check flag, for ops that have one).
-void run_program(const Entry& entry, const std::string& name, const c10::FunctionSchema& schema,
+void run_program(const LoweringEntry& entry, const std::string& name, const c10::FunctionSchema& schema,
                  const std::vector<c10::IValue>& args, const MetaResult& meta, const Destinations& d,
                  int device) {
   // Empty results are all there is to compute (and XLA rejects some ops on empty operands, such
@@ -528,7 +524,7 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   if (expand_mask_indices(op, stack)) return;
   const std::string name = full_name(op);
-  const Entry& entry = registry().at(name);
+  const LoweringEntry& entry = registry().at(name);
   const size_t num_args = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
   if (entry.options.cpu_when && entry.options.cpu_when(args)) return cpu_fallback(op, stack);
@@ -625,7 +621,22 @@ void register_with_variants(const char* name, std::initializer_list<const char*>
   }
 }
 
+const LoweringEntry* find_lowering(const std::string& op) {
+  auto it = registry().find("aten::" + op);
+  return it == registry().end() ? nullptr : &it->second;
+}
+
+namespace {
+std::vector<std::function<void()>>& derivers() {
+  static std::vector<std::function<void()>> d;
+  return d;
+}
+}  // namespace
+
+void register_derived_lowerings(std::function<void()> derive) { derivers().push_back(std::move(derive)); }
+
 void install_lowerings() {
+  for (const auto& derive : derivers()) derive();
   static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                             __FILE__, __LINE__);
   for (const auto& [name, fn] : registry()) {

@@ -206,6 +206,18 @@ void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
                             Lowering fn, LoweringOptions options = {});
 
+// A registered lowering and its options.
+struct LoweringEntry {
+  Lowering fn;
+  LoweringOptions options;
+};
+// The lowering registered for `op` ("add.Tensor"), or null.
+const LoweringEntry* find_lowering(const std::string& op);
+
+// Registers a function that adds lowerings made of other ops' lowerings (the _foreach_* ops, from
+// their element ops): it runs at install time, once every family has registered its own.
+void register_derived_lowerings(std::function<void()> derive);
+
 // Runs the op on the CPU (copying in and out), counted in torchtpu.metrics.cpu_fallbacks();
 // raises instead when TORCHTPU_FALLBACK=error.
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);

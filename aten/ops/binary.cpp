@@ -17,11 +17,28 @@ Value bin(LoweringContext& c, BinaryOp op, const Value& a, const Value& b) {
   return c.b.binary(op, a, b);
 }
 
-// a + alpha * b (alpha is argument `alpha_index` when present).
+// alpha * b (alpha is argument `alpha_index` when present), in opmath: CPU adds a + alpha * b of
+// bfloat16/float16 in float32 and rounds once.
 Value scaled(LoweringContext& c, size_t i, size_t alpha_index) {
-  Value v = c.in_b(i);
+  Value v = opmath_b(c, i);
   if (!c.has(alpha_index)) return v;
-  return bin(c, BinaryOp::kMultiply, v, c.bcast(c.in(alpha_index)));
+  Value alpha = cast(c.b, c.in(alpha_index), v.type.dtype);  // rounded to the output dtype first, as CPU's
+  return bin(c, BinaryOp::kMultiply, v, c.bcast(alpha));
+}
+
+// addcmul / addcdiv: self + value * t1 op t2, in CPU's order ((value * t1) op t2), in opmath.
+Lowering add_scaled(BinaryOp op) {
+  return [op](LoweringContext& c) {
+    Value scaled = bin(c, BinaryOp::kMultiply, opmath_b(c, 3), opmath_b(c, 1));
+    return V{bin(c, BinaryOp::kAdd, opmath_b(c, 0), bin(c, op, scaled, opmath_b(c, 2)))};
+  };
+}
+
+// CPU's clamp raises for complex bounds; PyTorch's meta kernel only checks complex tensors.
+void no_complex_bounds(const std::vector<c10::IValue>& args) {
+  for (const c10::IValue& a : args)
+    TORCH_CHECK(!(a.isScalar() && a.toScalar().isComplex()) && !(a.isTensor() && a.toTensor().is_complex()),
+                "clamp is not supported for complex types");
 }
 
 Value is_nan(LoweringContext& c, const Value& x) { return c.b.compare(Compare::kNE, x, x); }
@@ -186,10 +203,6 @@ V isin(LoweringContext& c) {
   return {c.arg(3).toBool() ? c.b.unary(UnaryOp::kNot, found) : found};
 }
 
-// Operand i broadcast and in PyTorch's "opmath" dtype: float32 for bfloat16/float16 outputs,
-// rounded once at the end (the kernel casts results to the output dtype).
-Value opmath_b(LoweringContext& c, size_t i) { return c.bcast(c.in_as(i, accumulator(c.compute_dtype()))); }
-
 // log(base^a + base^b) / log(base) for base e (ln_base 1) or 2 (ln 2): the larger operand plus
 // the log of 1 + base^-|a - b|; equal infinities give themselves (their difference is NaN).
 Value log_add_exp(LoweringContext& c, double ln_base) {
@@ -225,13 +238,13 @@ V next_after(LoweringContext& c) {
 
 TORCHTPU_LOWERINGS(binary) {
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{bin(c, BinaryOp::kAdd, c.in_b(0), scaled(c, 1, 2))};
+    return V{bin(c, BinaryOp::kAdd, opmath_b(c, 0), scaled(c, 1, 2))};
   });
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{bin(c, BinaryOp::kSubtract, c.in_b(0), scaled(c, 1, 2))};
+    return V{bin(c, BinaryOp::kSubtract, opmath_b(c, 0), scaled(c, 1, 2))};
   }, with_meta(no_bool_subtraction()));
   register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{bin(c, BinaryOp::kSubtract, c.in_b(1), scaled(c, 0, 2))};
+    return V{bin(c, BinaryOp::kSubtract, opmath_b(c, 1), scaled(c, 0, 2))};
   }, with_meta(no_bool_subtraction()));
   register_with_variants("mul", {"Tensor", "Scalar"}, simple(BinaryOp::kMultiply));
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
@@ -355,12 +368,15 @@ TORCHTPU_LOWERINGS(binary) {
     return V{x};
   }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
     TORCH_CHECK(!args[1].isNone() || !args[2].isNone(), "torch.clamp: At least one of 'min' or 'max' must not be None");
+    no_complex_bounds(args);
   })));
-  register_with_variants("clamp_min", {"", "Tensor"}, nan_propagating(BinaryOp::kMaximum));
-  register_with_variants("clamp_max", {"", "Tensor"}, nan_propagating(BinaryOp::kMinimum));
+  register_with_variants("clamp_min", {"", "Tensor"}, nan_propagating(BinaryOp::kMaximum),
+                         with_meta(checked_meta(no_complex_bounds)));
+  register_with_variants("clamp_max", {"", "Tensor"}, nan_propagating(BinaryOp::kMinimum),
+                         with_meta(checked_meta(no_complex_bounds)));
   // PyTorch's lerp: weight < 0.5 ? start + w * (end - start) : end - (end - start) * (1 - w).
   register_with_variants("lerp", {"Scalar", "Tensor"}, [](LoweringContext& c) {
-    Value start = c.in_b(0), end = c.in_b(1), w = c.in_b(2);
+    Value start = opmath_b(c, 0), end = opmath_b(c, 1), w = opmath_b(c, 2);
     Value diff = bin(c, BinaryOp::kSubtract, end, start);
     Value low = bin(c, BinaryOp::kAdd, start, bin(c, BinaryOp::kMultiply, w, diff));
     Value high = bin(c, BinaryOp::kSubtract, end,
@@ -371,14 +387,8 @@ TORCHTPU_LOWERINGS(binary) {
   });
   register_lowering({"isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Tensor_Scalar", "isin.Tensor_Scalar_out",
                      "isin.Scalar_Tensor", "isin.Scalar_Tensor_out"}, isin);
-  register_with_variants("addcmul", {""}, [](LoweringContext& c) {
-    Value prod = bin(c, BinaryOp::kMultiply, c.in_b(1), c.in_b(2));
-    return V{bin(c, BinaryOp::kAdd, c.in_b(0), bin(c, BinaryOp::kMultiply, c.bcast(c.in(3)), prod))};
-  });
-  register_with_variants("addcdiv", {""}, [](LoweringContext& c) {
-    Value q = bin(c, BinaryOp::kDivide, c.in_b(1), c.in_b(2));
-    return V{bin(c, BinaryOp::kAdd, c.in_b(0), bin(c, BinaryOp::kMultiply, c.bcast(c.in(3)), q))};
-  });
+  register_with_variants("addcmul", {""}, add_scaled(BinaryOp::kMultiply));
+  register_with_variants("addcdiv", {""}, add_scaled(BinaryOp::kDivide));
 }
 
 }  // namespace torchtpu::aten

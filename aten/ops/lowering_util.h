@@ -5,12 +5,19 @@
 #include <functional>
 #include <vector>
 
+#include "aten/lowering.h"
 #include "hlo/builder.h"
 
 namespace torchtpu::aten {
 
 // Low-precision floats accumulate in f32, as PyTorch does on CPU.
 inline DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+// PyTorch evaluates element-wise math on bfloat16/float16 in float32 ("opmath") and rounds once
+// at the end; so do the lowerings that read their operands with these (the kernel casts results
+// to the output dtype). opmath_b broadcasts to the first output's shape.
+inline hlo::Value opmath(LoweringContext& c, size_t i) { return c.in_as(i, accumulator(c.compute_dtype())); }
+inline hlo::Value opmath_b(LoweringContext& c, size_t i) { return c.bcast(opmath(c, i)); }
 
 // A possibly negative dimension index made non-negative (a 0-d tensor has one "dimension").
 inline int64_t wrap_dim(int64_t dim, int64_t rank) { return dim < 0 ? dim + (rank > 0 ? rank : 1) : dim; }

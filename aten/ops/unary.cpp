@@ -25,10 +25,6 @@ struct Ops : Math {
   Value sigmoid(const Value& x) { return u(UnaryOp::kLogistic, x); }
 };
 
-// PyTorch evaluates element-wise math on bfloat16/float16 in float32 ("opmath") and rounds once
-// at the end; so do these lowerings (the kernel casts results to the output dtype).
-Value opmath(LoweringContext& c, size_t i) { return c.in_as(i, accumulator(c.compute_dtype())); }
-Value opmath_b(LoweringContext& c, size_t i) { return c.bcast(opmath(c, i)); }
 
 // Complex inputs keep their type (abs of complex is real: the builder knows); real ones are cast
 // to the output dtype first (exp of an int tensor computes in float).

@@ -530,6 +530,58 @@ def test_foreach_results_take_the_element_ops_dtype():
         torch._foreach_div_(on_tpu(ints), 2)
 
 
+def _foreach_pow_of_scalar(exponents):  # Adam(capturable=True)'s bias corrections: beta ** steps
+    return torch._foreach_pow(0.9, exponents)
+
+
+FOREACH_CASES = [  # (op, extra arguments, dtype): the element op's own rules must hold per element
+    (torch._foreach_div, (3,), torch.int32),  # true division of integers
+    (torch._foreach_pow, (3,), torch.int64),  # integer powers stay exact
+    (torch._foreach_pow, (0.5,), torch.bfloat16),  # low precision rounds once, as pow does
+    (torch._foreach_lerp, ("others", 0.75), torch.float32),  # weight >= 0.5: end - (end - start) * (1 - w)
+    (torch._foreach_lerp, ("others", "others"), torch.float32),
+    (torch._foreach_maximum, (0.0,), torch.float32),  # NaN propagates
+    (torch._foreach_minimum, ("others",), torch.float32),
+    (torch._foreach_clamp_min, ([0.1, -0.2, 0.3],), torch.float32),
+    (torch._foreach_addcdiv, ("others", "others", 0.5), torch.bfloat16),
+    (torch._foreach_sub, ("others",), torch.int8),
+    (torch._foreach_expm1, (), torch.float32),  # PyTorch's slow path ran one program per tensor
+    (torch._foreach_sigmoid, (), torch.float16),
+    (torch._foreach_max, (), torch.float32),
+    (_foreach_pow_of_scalar, (), torch.float32),
+]
+
+
+@pytest.mark.parametrize("fn,extra,dtype", FOREACH_CASES,
+                         ids=[f"{f.__name__}-{d}".replace("torch.", "") for f, _, d in FOREACH_CASES])
+def test_foreach_ops_compute_what_their_element_op_computes_in_one_program(fn, extra, dtype, no_fallbacks):
+    """Each _foreach_x is lowered through x's own lowering (the hand-written copies drifted:
+    integer division, lerp's two-sided formula, rounding), one program for the whole list."""
+    gen = torch.Generator().manual_seed(0)
+    def tensors():
+        shapes = [(3, 4), (5,), (2, 1, 3)]
+        if dtype.is_floating_point:
+            ts = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
+            ts[0][0, 0] = float("nan")
+            return ts
+        return [torch.randint(-5, 6, s, generator=gen).to(dtype) for s in shapes]
+    selves = tensors()
+    args = [tensors() if a == "others" else a for a in extra]
+    if fn is torch._foreach_div or fn is torch._foreach_addcdiv:
+        args = [[t.masked_fill(t == 0, 1) for t in a] if isinstance(a, list) and isinstance(a[0], torch.Tensor) else a
+                for a in args]
+    on_tpu = lambda a: [t.to("tpu") for t in a] if isinstance(a, list) and isinstance(a[0], torch.Tensor) else a  # noqa: E731
+    expected = fn(selves, *args)
+    torchtpu.metrics.reset()
+    got = fn(on_tpu(selves), *[on_tpu(a) for a in args])
+    torch.tpu.synchronize()
+    assert torchtpu.metrics.counters()["executions"] == 1
+    for e, g in zip(expected, got):
+        assert g.dtype == e.dtype
+        exact = {} if fn in (torch._foreach_expm1, torch._foreach_sigmoid) else {"rtol": 0, "atol": 0}  # libm ulps
+        torch.testing.assert_close(g.cpu(), e, equal_nan=True, **exact)
+
+
 def test_inplace_result_that_does_not_fit_self_raises_as_on_cpu():
     """int_tensor.div_(2) (true division gives floats) raised on CPU but wrote truncated ints on
     tpu: PyTorch's meta kernel skips the check, so the functional form's result type decides."""
