@@ -34,6 +34,20 @@ Lowering add_scaled(BinaryOp op) {
   };
 }
 
+// CPU converts Scalar argument i to the type it computes in, and a complex value with an imaginary
+// part does not convert to a real one; PyTorch's meta kernels let it through.
+std::function<void(const std::vector<c10::IValue>&)> real_scalar(size_t i) {
+  return [i](const std::vector<c10::IValue>& args) {
+    const c10::IValue& s = args.at(i);
+    c10::ScalarType t = args.at(0).toTensor().scalar_type();
+    if (!s.isScalar() || !s.toScalar().isComplex() || c10::isComplexType(t) || s.toScalar().toComplexDouble().imag() == 0) return;
+    const char* name = t == c10::kDouble ? "double" : c10::isFloatingType(t) ? "float"
+                       : t == c10::kLong ? "int64_t" : t == c10::kInt ? "int" : t == c10::kShort ? "int16_t"
+                       : t == c10::kChar ? "int8_t" : t == c10::kByte ? "uint8_t" : "bool";
+    TORCH_CHECK(false, "value cannot be converted to type ", name, " without overflow");
+  };
+}
+
 // CPU's clamp raises for complex bounds; PyTorch's meta kernel only checks complex tensors.
 void no_complex_bounds(const std::vector<c10::IValue>& args) {
   for (const c10::IValue& a : args)
@@ -381,14 +395,19 @@ TORCHTPU_LOWERINGS(binary) {
     Value low = bin(c, BinaryOp::kAdd, start, bin(c, BinaryOp::kMultiply, w, diff));
     Value high = bin(c, BinaryOp::kSubtract, end,
                      bin(c, BinaryOp::kMultiply, diff, bin(c, BinaryOp::kSubtract, c.full(1, w), w)));
-    Value half = c.full(0.5, w);
-    Value small = c.b.compare(Compare::kLT, c.b.unary(UnaryOp::kAbs, w), half);
+    Value w_abs = c.b.unary(UnaryOp::kAbs, w);  // real for a complex weight
+    Value small = c.b.compare(Compare::kLT, w_abs, c.full(0.5, w_abs));
     return V{c.b.select(small, low, high)};
-  });
+  }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
+    c10::ScalarType t = args[0].toTensor().scalar_type();
+    TORCH_CHECK_NOT_IMPLEMENTED(c10::isFloatingType(t) || c10::isComplexType(t), "\"lerp_kernel_",
+                                args[2].isTensor() ? "tensor" : "scalar", "\" not implemented for '", c10::toString(t), "'");
+    real_scalar(2)(args);
+  })));
   register_lowering({"isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Tensor_Scalar", "isin.Tensor_Scalar_out",
                      "isin.Scalar_Tensor", "isin.Scalar_Tensor_out"}, isin);
-  register_with_variants("addcmul", {""}, add_scaled(BinaryOp::kMultiply));
-  register_with_variants("addcdiv", {""}, add_scaled(BinaryOp::kDivide));
+  register_with_variants("addcmul", {""}, add_scaled(BinaryOp::kMultiply), with_meta(checked_meta(real_scalar(3))));
+  register_with_variants("addcdiv", {""}, add_scaled(BinaryOp::kDivide), with_meta(checked_meta(real_scalar(3))));
 }
 
 }  // namespace torchtpu::aten

@@ -117,8 +117,6 @@ Lowering pointwise_tensor_scalars(BinaryOp op) {
 // The result types: the element op's, per element (PyTorch has no meta kernels for foreach ops).
 std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
                                       const std::vector<c10::IValue>& meta_args) {
-  // In-place and out= forms write their arguments (the boxed kernel checks that results fit).
-  if (schema.returns().empty()) return {};
   std::optional<c10::OperatorHandle> op = element_op(schema);
   // The first list: self, or the exponents of _foreach_pow(scalar, tensors).
   std::vector<at::Tensor> selves = (meta_args[0].isTensorList() ? meta_args[0] : meta_args.at(1)).toTensorList().vec();
@@ -136,6 +134,9 @@ std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
       op->callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);  // raises as the element op would
     out.push_back(stack.at(0).toTensor());
   }
+  // In-place and out= forms write their arguments (the boxed kernel checks that results fit);
+  // their element ops' checks ran above.
+  if (schema.returns().empty()) return {};
   return {c10::IValue(out)};
 }
 

@@ -3,6 +3,7 @@ everywhere"): each compares against CPU PyTorch and checks that nothing fell bac
 
 import copy
 import math
+import re
 
 import pytest
 import torch
@@ -540,6 +541,7 @@ FOREACH_CASES = [  # (op, extra arguments, dtype): the element op's own rules mu
     (torch._foreach_pow, (0.5,), torch.bfloat16),  # low precision rounds once, as pow does
     (torch._foreach_lerp, ("others", 0.75), torch.float32),  # weight >= 0.5: end - (end - start) * (1 - w)
     (torch._foreach_lerp, ("others", "others"), torch.float32),
+    (torch._foreach_lerp, ("others", "others"), torch.complex64),  # |weight| is real
     (torch._foreach_maximum, (0.0,), torch.float32),  # NaN propagates
     (torch._foreach_minimum, ("others",), torch.float32),
     (torch._foreach_clamp_min, ([0.1, -0.2, 0.3],), torch.float32),
@@ -560,6 +562,8 @@ def test_foreach_ops_compute_what_their_element_op_computes_in_one_program(fn, e
     gen = torch.Generator().manual_seed(0)
     def tensors():
         shapes = [(3, 4), (5,), (2, 1, 3)]
+        if dtype.is_complex:
+            return [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
         if dtype.is_floating_point:
             ts = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
             ts[0][0, 0] = float("nan")
@@ -578,8 +582,39 @@ def test_foreach_ops_compute_what_their_element_op_computes_in_one_program(fn, e
     assert torchtpu.metrics.counters()["executions"] == 1
     for e, g in zip(expected, got):
         assert g.dtype == e.dtype
-        exact = {} if fn in (torch._foreach_expm1, torch._foreach_sigmoid) else {"rtol": 0, "atol": 0}  # libm ulps
+        # libm and complex products may differ in the last bit; arithmetic must not
+        exact = {} if fn in (torch._foreach_expm1, torch._foreach_sigmoid) or dtype.is_complex else {"rtol": 0, "atol": 0}
         torch.testing.assert_close(g.cpu(), e, equal_nan=True, **exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32])
+def test_complex_scalars_that_do_not_fit_real_tensors_raise_as_on_cpu(dtype):
+    """lerp/addcmul/clamp with a complex Scalar on real tensors: CPU raises, the meta kernels (and so
+    tpu) computed something; a complex value with no imaginary part is fine."""
+    x = torch.arange(1, 4).to(dtype)
+    calls = [lambda t: torch.addcmul(t, t, t, value=1 + 1j), lambda t: torch.clamp_min(t, 1 + 1j),
+             lambda t: torch._foreach_maximum([t], 1 + 1j)]
+    if dtype.is_floating_point:
+        calls += [lambda t: torch.lerp(t, t, 0.5 + 1j), lambda t: torch._foreach_lerp([t], [t], 0.5 + 1j)]
+    for call in calls:
+        with pytest.raises(RuntimeError) as on_cpu:
+            call(x)
+        with pytest.raises(RuntimeError, match=re.escape(str(on_cpu.value).splitlines()[0])):
+            call(x.to("tpu"))
+    if dtype.is_floating_point:
+        torch.testing.assert_close(torch.lerp(x.to("tpu"), x.to("tpu") * 2, 0.5 + 0j).cpu(), torch.lerp(x, x * 2, 0.5 + 0j))
+
+
+def test_foreach_and_lerp_refuse_what_cpu_refuses():
+    """The element op's checks hold for in-place foreach forms too, and lerp of integers raises."""
+    ints = torch.arange(3)
+    for call, error in ((lambda d: torch._foreach_sub_([torch.ones(3, device=d)], True), RuntimeError),
+                        (lambda d: torch.lerp(ints.to(d), ints.to(d), 0.5), NotImplementedError),
+                        (lambda d: torch._foreach_lerp([ints.to(d)], [ints.to(d)], [ints.to(d)]), NotImplementedError)):
+        with pytest.raises(error) as on_cpu:
+            call("cpu")
+        with pytest.raises(error, match=re.escape(str(on_cpu.value).splitlines()[0])):
+            call("tpu")
 
 
 def test_inplace_result_that_does_not_fit_self_raises_as_on_cpu():
