@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "aten/device.h"
+#include "aten/dtype_support.h"
 #include "aten/generator.h"
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
@@ -326,6 +327,7 @@ std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op,
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
+  check_cpu_dtype_support(schema.name(), schema.overload_name(), args);
   auto result = std::make_shared<MetaResult>();
   for (size_t i = 0; i < args.size(); ++i) result->args.push_back(to_meta(schema.arguments()[i], args[i]));
   result->returns = result->args;

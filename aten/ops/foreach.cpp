@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "aten/dtype_support.h"
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
@@ -127,6 +128,11 @@ std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
       continue;
     }
     std::vector<c10::IValue> stack = element_args(op->schema(), meta_args, num_inputs(schema), k);
+    // CPU's foreach maximum/minimum call the clamp kernels, whose dtype errors differ.
+    std::string checked = op->schema().name() == "aten::maximum"   ? "aten::clamp_min"
+                          : op->schema().name() == "aten::minimum" ? "aten::clamp_max"
+                                                                   : op->schema().name();
+    check_cpu_dtype_support(checked + (schema.name().back() == '_' ? "_" : ""), op->schema().overload_name(), stack);
     const LoweringEntry* element = find_lowering(registry_name(op->operator_name()));
     if (element && element->options.meta)  // checks CPU makes that PyTorch's meta kernel skips
       stack = element->options.meta(op->schema(), stack);

@@ -617,6 +617,25 @@ def test_foreach_and_lerp_refuse_what_cpu_refuses():
             call("tpu")
 
 
+DTYPE_REFUSALS = [  # (call, input): CPU's kernels refuse these dtypes, PyTorch's meta kernels do not
+    (torch.abs, [True, False]), (torch.ceil, [True]), (torch.trunc, [1 + 1j]), (torch.frac, [3]),
+    (torch.sign, [1 + 1j]), (torch.erf, [1j]), (lambda t: torch.clamp_min(t, True), [True]),
+    (lambda t: torch.maximum(t, t), [1j]), (lambda t: t.abs_(), [1 + 1j]),
+    (lambda t: torch._foreach_trunc([t]), [True]), (lambda t: torch._foreach_maximum([t], [t]), [1j]),
+]
+
+
+@pytest.mark.parametrize("call,values", DTYPE_REFUSALS)
+def test_dtypes_cpu_refuses_raise_the_same_error(call, values):
+    """tpu computed abs of bools, sign of complex numbers, ... where CPU raises."""
+    with pytest.raises((RuntimeError, NotImplementedError)) as on_cpu:
+        call(torch.tensor(values))
+    with pytest.raises(type(on_cpu.value), match=re.escape(str(on_cpu.value).splitlines()[0])):
+        call(torch.tensor(values, device="tpu"))
+    assert torch.equal(torch.clamp_min(torch.tensor([True, False], device="tpu"),
+                                       torch.tensor([False, True], device="tpu")).cpu(), torch.tensor([True, True]))
+
+
 def test_inplace_result_that_does_not_fit_self_raises_as_on_cpu():
     """int_tensor.div_(2) (true division gives floats) raised on CPU but wrote truncated ints on
     tpu: PyTorch's meta kernel skips the check, so the functional form's result type decides."""

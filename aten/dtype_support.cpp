@@ -1,0 +1,84 @@
+#include "aten/dtype_support.h"
+
+#include <c10/util/Exception.h>
+
+#include <unordered_map>
+
+namespace torchtpu::aten {
+namespace {
+
+enum class Kind { kBool, kComplex, kInteger };
+
+struct Refusal {
+  Kind kind;
+  // CPU's dispatch name ("abs_cpu": NotImplementedError "abs_cpu" not implemented for 'Bool'), or
+  // with `message` set, that message (a NotImplementedError unless `runtime_error`).
+  const char* kernel;
+  const char* message = nullptr;
+  bool runtime_error = false;
+  bool scalar_bound_only = false;  // clamp_min/clamp_max of a Scalar (the Tensor overload differs)
+};
+
+// By the op's name without the in-place underscore; measured against CPU PyTorch 2.11.
+const std::unordered_multimap<std::string, Refusal>& refusals() {
+  static const std::unordered_multimap<std::string, Refusal> table = {
+      {"abs", {Kind::kBool, "abs_cpu"}},
+      {"ceil", {Kind::kBool, "ceil_vml_cpu"}},
+      {"ceil", {Kind::kComplex, nullptr, "ceil is not supported for complex inputs"}},
+      {"floor", {Kind::kBool, "floor_vml_cpu"}},
+      {"floor", {Kind::kComplex, nullptr, "floor is not supported for complex inputs"}},
+      {"trunc", {Kind::kBool, "trunc_vml_cpu"}},
+      {"trunc", {Kind::kComplex, nullptr, "trunc is not supported for complex inputs"}},
+      {"round", {Kind::kBool, "round_vml_cpu"}},
+      {"round", {Kind::kComplex, "round_vml_cpu"}},
+      {"frac", {Kind::kBool, "frac_cpu"}},
+      {"frac", {Kind::kInteger, "frac_cpu"}},
+      {"frac", {Kind::kComplex, "frac_cpu"}},
+      {"sign", {Kind::kComplex, nullptr,
+                "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead."}},
+      {"erf", {Kind::kComplex, "erf_vml_cpu"}},
+      {"erfc", {Kind::kComplex, "erfc_vml_cpu"}},
+      {"lgamma", {Kind::kComplex, "lgamma_vml_cpu"}},
+      {"maximum", {Kind::kComplex, nullptr, "maximum not implemented for complex tensors.", true}},
+      {"minimum", {Kind::kComplex, nullptr, "minimum not implemented for complex tensors.", true}},
+      {"fmax", {Kind::kComplex, nullptr, "fmax not implemented for complex tensors.", true}},
+      {"fmin", {Kind::kComplex, nullptr, "fmin not implemented for complex tensors.", true}},
+      {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, true}},
+      {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, true}},
+      {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, true}},
+      {"clamp_min", {Kind::kComplex, "maximum_cpu"}},
+      {"clamp_max", {Kind::kComplex, "minimum_cpu"}},
+  };
+  return table;
+}
+
+bool is(Kind kind, c10::ScalarType t) {
+  switch (kind) {
+    case Kind::kBool: return t == c10::kBool;
+    case Kind::kComplex: return c10::isComplexType(t);
+    case Kind::kInteger: return c10::isIntegralType(t, /*includeBool=*/false);
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_cpu_dtype_support(const std::string& op, const std::string& overload,
+                             const std::vector<c10::IValue>& args) {
+  if (args.empty() || !args[0].isTensor()) return;
+  std::string name = op.substr(op.find("::") + 2);
+  bool inplace = !name.empty() && name.back() == '_';
+  if (inplace) name.pop_back();
+  c10::ScalarType t = args[0].toTensor().scalar_type();
+  TORCH_CHECK(!(inplace && name == "abs" && c10::isComplexType(t)), "In-place abs is not supported for complex tensors.");
+  auto [first, last] = refusals().equal_range(name);
+  for (auto it = first; it != last; ++it) {
+    const Refusal& r = it->second;
+    if (!is(r.kind, t) || (r.scalar_bound_only && overload == "Tensor")) continue;
+    if (!r.message) TORCH_CHECK_NOT_IMPLEMENTED(false, '"', r.kernel, "\" not implemented for '", c10::toString(t), "'");
+    if (r.runtime_error) TORCH_CHECK(false, r.message);
+    TORCH_CHECK_NOT_IMPLEMENTED(false, r.message);
+  }
+}
+
+}  // namespace torchtpu::aten
