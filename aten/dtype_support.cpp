@@ -16,7 +16,7 @@ struct Refusal {
   const char* kernel;
   const char* message = nullptr;
   bool runtime_error = false;
-  bool scalar_bound_only = false;  // clamp_min/clamp_max of a Scalar (the Tensor overload differs)
+  const char* overload = nullptr;  // only this overload ("" for clamp_min's Scalar one)
 };
 
 // By the op's name without the in-place underscore; measured against CPU PyTorch 2.11.
@@ -43,9 +43,13 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"minimum", {Kind::kComplex, nullptr, "minimum not implemented for complex tensors.", true}},
       {"fmax", {Kind::kComplex, nullptr, "fmax not implemented for complex tensors.", true}},
       {"fmin", {Kind::kComplex, nullptr, "fmin not implemented for complex tensors.", true}},
-      {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, true}},
-      {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, true}},
-      {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, true}},
+      {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, ""}},
+      {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, ""}},
+      {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, ""}},
+      {"addcmul", {Kind::kBool, "addcmul_cpu_out"}},
+      {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor"}},
+      {"max", {Kind::kComplex, "max_all", nullptr, false, ""}},
+      {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
       {"clamp_min", {Kind::kComplex, "maximum_cpu"}},
       {"clamp_max", {Kind::kComplex, "minimum_cpu"}},
   };
@@ -74,7 +78,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   auto [first, last] = refusals().equal_range(name);
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
-    if (!is(r.kind, t) || (r.scalar_bound_only && overload == "Tensor")) continue;
+    if (!is(r.kind, t) || (r.overload && overload != r.overload)) continue;
     if (!r.message) TORCH_CHECK_NOT_IMPLEMENTED(false, '"', r.kernel, "\" not implemented for '", c10::toString(t), "'");
     if (r.runtime_error) TORCH_CHECK(false, r.message);
     TORCH_CHECK_NOT_IMPLEMENTED(false, r.message);

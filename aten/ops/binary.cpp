@@ -151,9 +151,21 @@ MetaFn no_bool_subtraction() {
 }
 
 // x ** e; for bools (CPU keeps them bools) that is x or not e.
+// Complex powers as CPU's cpow, exp(e * log(x)), where 0 ** e is 0 for Re(e) > 0 (C99's cexp of
+// -inf; XLA gives NaN); in complex128, as XLA's complex64 power loses several ulps on large powers.
+Value complex_power(LoweringContext& c, const Value& x, const Value& e) {
+  Value wx = cast(c.b, x, DType::kC128), we = cast(c.b, e, DType::kC128);
+  Value p = bin(c, BinaryOp::kPower, wx, we);
+  Value re = c.b.unary(UnaryOp::kReal, we);
+  Value zero_base = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kEQ, wx, c.full(0, wx)),
+                               c.b.compare(Compare::kGT, re, c.full(0, re)));
+  return cast(c.b, c.b.select(zero_base, c.full(0, p), p), x.type.dtype);
+}
+
 V power(LoweringContext& c) {
   Value x = c.in_b(0), e = c.in_b(1);
   if (x.type.dtype == DType::kBool) return {bin(c, BinaryOp::kOr, x, c.b.unary(UnaryOp::kNot, e))};
+  if (is_complex(x.type.dtype)) return {complex_power(c, x, e)};
   return {bin(c, BinaryOp::kPower, x, e)};
 }
 

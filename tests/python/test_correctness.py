@@ -622,7 +622,20 @@ DTYPE_REFUSALS = [  # (call, input): CPU's kernels refuse these dtypes, PyTorch'
     (torch.sign, [1 + 1j]), (torch.erf, [1j]), (lambda t: torch.clamp_min(t, True), [True]),
     (lambda t: torch.maximum(t, t), [1j]), (lambda t: t.abs_(), [1 + 1j]),
     (lambda t: torch._foreach_trunc([t]), [True]), (lambda t: torch._foreach_maximum([t], [t]), [1j]),
+    (lambda t: torch.pow(t, t), [True]), (torch.max, [1j]), (lambda t: torch.addcmul(t, t, t), [True]),
 ]
+
+
+def test_complex_powers_of_zero_and_in_full_precision():
+    """0 ** w is 0 for Re(w) > 0 (XLA gave NaN: exp(w * log 0)); complex64 powers are computed in
+    complex128 (XLA's complex64 power lost several ulps)."""
+    ints = torch.tensor([0, 1, 2, -3])
+    torch.testing.assert_close(torch.pow(ints.to("tpu"), 0.9 + 0.05j).cpu(), torch.pow(ints, 0.9 + 0.05j))
+    z = torch.randn(50, dtype=torch.complex64, generator=torch.Generator().manual_seed(0)) * 5
+    w = torch.randn(50, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
+    exact = torch.pow(z.to(torch.complex128), w.to(torch.complex128))
+    got = torch.pow(z.to("tpu"), w.to("tpu")).cpu().to(torch.complex128)
+    assert ((got - exact).abs() / exact.abs()).max() < 2e-7
 
 
 @pytest.mark.parametrize("call,values", DTYPE_REFUSALS)
