@@ -1,5 +1,6 @@
 #include "aten/dtype_support.h"
 
+#include <ATen/ops/result_type.h>
 #include <c10/util/Exception.h>
 
 #include <unordered_map>
@@ -50,8 +51,8 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor"}},
       {"max", {Kind::kComplex, "max_all", nullptr, false, ""}},
       {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
-      {"clamp_min", {Kind::kComplex, "maximum_cpu"}},
-      {"clamp_max", {Kind::kComplex, "minimum_cpu"}},
+      {"clamp_min", {Kind::kComplex, "maximum_cpu", nullptr, false, "Tensor"}},
+      {"clamp_max", {Kind::kComplex, "minimum_cpu", nullptr, false, "Tensor"}},
   };
   return table;
 }
@@ -73,13 +74,17 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   std::string name = op.substr(op.find("::") + 2);
   bool inplace = !name.empty() && name.back() == '_';
   if (inplace) name.pop_back();
-  c10::ScalarType t = args[0].toTensor().scalar_type();
+  const at::Tensor& self = args[0].toTensor();
+  c10::ScalarType t = self.scalar_type();
   TORCH_CHECK(!(inplace && name == "abs" && c10::isComplexType(t)), "In-place abs is not supported for complex tensors.");
   auto [first, last] = refusals().equal_range(name);
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
-    if (!is(r.kind, t) || (r.overload && overload != r.overload)) continue;
-    if (!r.message) TORCH_CHECK_NOT_IMPLEMENTED(false, '"', r.kernel, "\" not implemented for '", c10::toString(t), "'");
+    if (r.overload && overload != r.overload) continue;
+    // A Scalar bound promotes (clamp_min(bools, 2) computes in int64, as CPU does).
+    c10::ScalarType computed = args.size() > 1 && args[1].isScalar() ? at::result_type(self, args[1].toScalar()) : t;
+    if (!is(r.kind, computed)) continue;
+    if (!r.message) TORCH_CHECK_NOT_IMPLEMENTED(false, '"', r.kernel, "\" not implemented for '", c10::toString(computed), "'");
     if (r.runtime_error) TORCH_CHECK(false, r.message);
     TORCH_CHECK_NOT_IMPLEMENTED(false, r.message);
   }

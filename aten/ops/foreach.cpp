@@ -128,11 +128,13 @@ std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
       continue;
     }
     std::vector<c10::IValue> stack = element_args(op->schema(), meta_args, num_inputs(schema), k);
-    // CPU's foreach maximum/minimum call the clamp kernels, whose dtype errors differ.
-    std::string checked = op->schema().name() == "aten::maximum"   ? "aten::clamp_min"
-                          : op->schema().name() == "aten::minimum" ? "aten::clamp_max"
-                                                                   : op->schema().name();
-    check_cpu_dtype_support(checked + (schema.name().back() == '_' ? "_" : ""), op->schema().overload_name(), stack);
+    // CPU's foreach maximum/minimum of two lists run clamp_min/clamp_max.Tensor, whose dtype
+    // errors differ.
+    const std::string& element_name = op->schema().name();
+    bool clamps = element_name == "aten::maximum" || element_name == "aten::minimum";
+    std::string checked = !clamps ? element_name : element_name == "aten::maximum" ? "aten::clamp_min" : "aten::clamp_max";
+    check_cpu_dtype_support(checked + (schema.name().back() == '_' ? "_" : ""),
+                            clamps ? "Tensor" : op->schema().overload_name(), stack);
     const LoweringEntry* element = find_lowering(registry_name(op->operator_name()));
     if (element && element->options.meta)  // checks CPU makes that PyTorch's meta kernel skips
       stack = element->options.meta(op->schema(), stack);

@@ -626,6 +626,18 @@ DTYPE_REFUSALS = [  # (call, input): CPU's kernels refuse these dtypes, PyTorch'
 ]
 
 
+def test_bool_lists_clamp_as_on_cpu():
+    """The refusals above apply to the dtype CPU computes in: bools clamped by an int promote."""
+    bools = [torch.tensor([True, False]), torch.tensor([False])]
+    on_tpu = [t.to("tpu") for t in bools]
+    for fn, args in ((torch._foreach_clamp_min, (2,)), (torch._foreach_maximum, (bools,)),
+                     (torch._foreach_minimum, (0.5,))):
+        expected = fn(bools, *args)
+        got = fn(on_tpu, *[on_tpu if a is bools else a for a in args])
+        for e, g in zip(expected, got):
+            assert torch.equal(g.cpu(), e)
+
+
 def test_complex_powers_of_zero_and_in_full_precision():
     """0 ** w is 0 for Re(w) > 0 (XLA gave NaN: exp(w * log 0)); complex64 powers are computed in
     complex128 (XLA's complex64 power lost several ulps)."""
