@@ -105,13 +105,17 @@ Lowering per_element(F f) {
   };
 }
 
-// self + scalars[k] * (t1 op t2): addcmul/addcdiv with the scalars given as one 1-D tensor.
+// self + scalars[k] * t1 op t2: addcmul/addcdiv with the scalars given as one 1-D tensor, in the
+// element ops' order and opmath ((value * t1) op t2 in float32 for bfloat16/float16 lists).
 Lowering pointwise_tensor_scalars(BinaryOp op) {
   return per_element([op](LoweringContext& c, size_t k) {
-    Value t = c.b.binary(op, operand_of(c, 1, k), operand_of(c, 2, k));
-    Value scale = c.b.reshape(c.b.slice(c.list(3)[0], {static_cast<int64_t>(k)}, {static_cast<int64_t>(k) + 1}, {1}), {});
-    scale = broadcast_to(c.b, cast(c.b, scale, c.out(k).dtype), c.out(k).dims);
-    return c.b.binary(BinaryOp::kAdd, operand_of(c, 0, k), c.b.binary(BinaryOp::kMultiply, scale, t));
+    DType t = accumulator(c.out(k).dtype);
+    auto operand = [&](const Value& v) { return broadcast_to(c.b, cast(c.b, v, t), c.out(k).dims); };
+    auto element = [&](size_t i) { return operand(c.list(i).size() == 1 ? c.list(i)[0] : c.list(i).at(k)); };
+    int64_t at = static_cast<int64_t>(k);
+    Value scale = operand(c.b.reshape(c.b.slice(c.list(3)[0], {at}, {at + 1}, {1}), {}));
+    Value scaled = c.b.binary(BinaryOp::kMultiply, scale, element(1));
+    return c.b.binary(BinaryOp::kAdd, element(0), c.b.binary(op, scaled, element(2)));
   });
 }
 

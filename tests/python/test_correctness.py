@@ -546,6 +546,7 @@ FOREACH_CASES = [  # (op, extra arguments, dtype): the element op's own rules mu
     (torch._foreach_minimum, ("others",), torch.float32),
     (torch._foreach_clamp_min, ([0.1, -0.2, 0.3],), torch.float32),
     (torch._foreach_addcdiv, ("others", "others", 0.5), torch.bfloat16),
+    (torch._foreach_addcmul, ("others", "others", torch.tensor([0.5, -0.3, 0.7])), torch.bfloat16),  # scalars as a tensor
     (torch._foreach_sub, ("others",), torch.int8),
     (torch._foreach_expm1, (), torch.float32),  # PyTorch's slow path ran one program per tensor
     (torch._foreach_sigmoid, (), torch.float16),
@@ -574,7 +575,10 @@ def test_foreach_ops_compute_what_their_element_op_computes_in_one_program(fn, e
     if fn is torch._foreach_div or fn is torch._foreach_addcdiv:
         args = [[t.masked_fill(t == 0, 1) for t in a] if isinstance(a, list) and isinstance(a[0], torch.Tensor) else a
                 for a in args]
-    on_tpu = lambda a: [t.to("tpu") for t in a] if isinstance(a, list) and isinstance(a[0], torch.Tensor) else a  # noqa: E731
+    def on_tpu(a):
+        if isinstance(a, torch.Tensor):
+            return a.to("tpu")
+        return [t.to("tpu") for t in a] if isinstance(a, list) and isinstance(a[0], torch.Tensor) else a
     expected = fn(selves, *args)
     torchtpu.metrics.reset()
     got = fn(on_tpu(selves), *[on_tpu(a) for a in args])
