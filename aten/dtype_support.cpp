@@ -18,6 +18,7 @@ struct Refusal {
   const char* message = nullptr;
   bool runtime_error = false;
   const char* overload = nullptr;  // only this overload ("" for clamp_min's Scalar one)
+  bool scalars_promote = false;    // judged on the dtype the Scalar arguments promote self to
 };
 
 // By the op's name without the in-place underscore; measured against CPU PyTorch 2.11.
@@ -44,9 +45,9 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"minimum", {Kind::kComplex, nullptr, "minimum not implemented for complex tensors.", true}},
       {"fmax", {Kind::kComplex, nullptr, "fmax not implemented for complex tensors.", true}},
       {"fmin", {Kind::kComplex, nullptr, "fmin not implemented for complex tensors.", true}},
-      {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, ""}},
-      {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, ""}},
-      {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, ""}},
+      {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, "", true}},
+      {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, "", true}},
+      {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, "", true}},
       {"addcmul", {Kind::kBool, "addcmul_cpu_out"}},
       {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor"}},
       {"max", {Kind::kComplex, "max_all", nullptr, false, ""}},
@@ -81,8 +82,10 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
     if (r.overload && overload != r.overload) continue;
-    // A Scalar bound promotes (clamp_min(bools, 2) computes in int64, as CPU does).
-    c10::ScalarType computed = args.size() > 1 && args[1].isScalar() ? at::result_type(self, args[1].toScalar()) : t;
+    // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
+    c10::ScalarType computed = t;
+    for (size_t i = 1; r.scalars_promote && i < args.size(); ++i)
+      if (args[i].isScalar()) computed = c10::promoteTypes(computed, at::result_type(self, args[i].toScalar()));
     if (!is(r.kind, computed)) continue;
     if (!r.message) TORCH_CHECK_NOT_IMPLEMENTED(false, '"', r.kernel, "\" not implemented for '", c10::toString(computed), "'");
     if (r.runtime_error) TORCH_CHECK(false, r.message);

@@ -635,7 +635,7 @@ def test_bool_lists_clamp_as_on_cpu():
     bools = [torch.tensor([True, False]), torch.tensor([False])]
     on_tpu = [t.to("tpu") for t in bools]
     for fn, args in ((torch._foreach_clamp_min, (2,)), (torch._foreach_maximum, (bools,)),
-                     (torch._foreach_minimum, (0.5,))):
+                     (torch._foreach_minimum, (0.5,)), (lambda ts, m: [torch.clamp(t, max=m) for t in ts], (2,))):
         expected = fn(bools, *args)
         got = fn(on_tpu, *[on_tpu if a is bools else a for a in args])
         for e, g in zip(expected, got):
