@@ -26,7 +26,6 @@
 namespace torchtpu::aten {
 namespace {
 
-
 std::unordered_map<std::string, LoweringEntry>& registry() {
   static std::unordered_map<std::string, LoweringEntry> r;
   return r;
