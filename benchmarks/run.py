@@ -16,6 +16,7 @@ torchtpu on the XLA CUDA plugin, JAX on CUDA.
 """
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
@@ -226,6 +227,24 @@ def run_child(name, runtime, size, device):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def run_children(names, rts, size, device, jobs):
+    """{workload: {runtime: result}}, in the order given (the first runtime is the reference)."""
+    def run_one(name, rt):
+        t = time.perf_counter()
+        r = run_child(name, rt, size, device)
+        status = r["error"] if "error" in r else f"median {statistics.median(r['step_s']) * 1e3:.2f} ms"
+        print(f"{name:14} {rt:16} {status}  ({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
+        return r
+
+    pairs = [(name, rt) for name in names for rt in rts]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        done = list(pool.map(lambda pair: run_one(*pair), pairs))
+    results = {name: {} for name in names}
+    for (name, rt), r in zip(pairs, done):
+        results[name][rt] = r
+    return results
+
+
 def check_parity(results):
     """Raises unless every runtime's losses match the reference runtime's, step by step."""
     problems = []
@@ -328,6 +347,7 @@ def main(argv=None):
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--markdown", help="regenerate this file's table for the device (e.g. docs/benchmarks.md)")
     ap.add_argument("--chart", help="write a PNG chart of the ratios (e.g. docs/benchmarks.png)")
+    ap.add_argument("--jobs", type=int, default=1, help="children run side by side (--tiny only)")
     ap.add_argument("--child", nargs=2, metavar=("WORKLOAD", "RUNTIME"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -336,14 +356,9 @@ def main(argv=None):
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     names = args.only or list(WORKLOADS)
     rts = args.runtimes or runtimes(args.device)
-    results = {}
-    for name in names:
-        results[name] = {}
-        for rt in rts:
-            t = time.perf_counter()
-            results[name][rt] = r = run_child(name, rt, size, args.device)
-            status = r["error"] if "error" in r else f"median {statistics.median(r['step_s']) * 1e3:.2f} ms"
-            print(f"{name:14} {rt:16} {status}  ({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
+    if args.jobs > 1 and size != "tiny":
+        ap.error("--jobs runs children side by side, which skews their times: only with --tiny")
+    results = run_children(names, rts, size, args.device, args.jobs)
     check_parity(results)
     rows = summarize(results)
     import jax

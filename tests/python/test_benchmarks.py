@@ -14,7 +14,7 @@ RUNTIMES = ["torch-cpu", "torchtpu-strict", "torchtpu-fused", "torchtpu-lazy", "
 def test_every_runtime_computes_the_same_losses_on_every_workload(tmp_path):
     out = tmp_path / "bench.json"
     p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--tiny", "--json", str(out),
-                        "--runtimes", *RUNTIMES], capture_output=True, text=True)
+                        "--runtimes", *RUNTIMES, "--jobs", "2"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads(out.read_text())
     rows = data["rows"]
