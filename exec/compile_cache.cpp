@@ -8,7 +8,6 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -18,7 +17,7 @@
 #include "exec/byte_size.h"
 #include "exec/diagnostics.h"
 #include "exec/disk_cache.h"
-#include "exec/memory_maps.h"
+#include "exec/memory_tier.h"
 #include "exec/interrupt.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
@@ -77,49 +76,6 @@ DiskCacheOptions tier_options(bool local) {
 // A digest of the whole program text and everything else that decides the compiled bytes, so a
 // key names one program's entry only.
 std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
-
-// A bounded map of loaded executables, least recently used first out. Besides its capacity it
-// keeps the process's memory mappings (a few per loaded executable) below 3/4 of the kernel's
-// limit, checked every kMapsCheckEvery insertions: past it, the older half goes.
-class MemoryTier {
- public:
-  static constexpr size_t kMapsCheckEvery = 64;
-
-  explicit MemoryTier(size_t capacity) : capacity_(capacity) {}
-  ExecutablePtr find(const std::string& key) {
-    auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
-    order_.splice(order_.begin(), order_, it->second);
-    return it->second->second;
-  }
-  void insert(const std::string& key, ExecutablePtr exe) {
-    if (find(key)) return;
-    order_.emplace_front(key, std::move(exe));
-    index_[key] = order_.begin();
-    if (order_.size() > capacity_) evict_to(capacity_);
-    if (++inserted_ % kMapsCheckEvery == 0) {
-      MemoryMaps maps = memory_maps();
-      if (maps.limit && maps.in_use > maps.limit / 4 * 3) evict_to(order_.size() / 2);
-    }
-  }
-  void clear() {
-    order_.clear();
-    index_.clear();
-  }
-
- private:
-  void evict_to(size_t size) {
-    while (order_.size() > size) {
-      index_.erase(order_.back().first);
-      order_.pop_back();
-    }
-  }
-
-  size_t capacity_;
-  size_t inserted_ = 0;
-  std::list<std::pair<std::string, ExecutablePtr>> order_;
-  std::unordered_map<std::string, std::list<std::pair<std::string, ExecutablePtr>>::iterator> index_;
-};
 
 // The node keys of a window key ("<len>:<node key><wiring>..." per node, see graph/window.cpp).
 std::vector<std::string> node_keys(const std::string& key) {
@@ -408,7 +364,7 @@ class Cache {
   }
 
   std::mutex mu_, store_mu_;
-  MemoryTier memory_;
+  MemoryTier<ExecutablePtr> memory_;
   DiskCache local_, shared_;  // an empty dir() means the tier is off
   CacheStats stats_;
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
