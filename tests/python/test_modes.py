@@ -52,9 +52,10 @@ def test_fused_windows_repeat_so_a_warm_training_loop_compiles_nothing():
     m = torchtpu.metrics.as_dict()
     assert m["compiles"] == 0 and m["recompile_count"] == 0
     assert m["op_by_op_windows"] == 0
-    assert m["windows"] == 10 and len(m["window_sizes"]) == 1  # one window per step, same size
-    assert m["window_cuts"] == {"optimizer step": 10}
-    assert m["executions"] == 10  # the whole step is one program
+    # three windows per step (forward, backward, optimizer), the same three every step
+    assert m["windows"] == 30 and len(m["window_sizes"]) == 3
+    assert m["window_cuts"] == {"backward": 10, "optimizer step start": 10, "optimizer step": 10}
+    assert m["executions"] == 30  # each window is one program
 
 
 def test_a_window_materializes_only_live_values():
