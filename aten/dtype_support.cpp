@@ -49,6 +49,7 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, "", true}},
       {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, "", true}},
       {"addcmul", {Kind::kBool, "addcmul_cpu_out"}},
+      {"logaddexp2", {Kind::kComplex, "logaddexp2_cpu"}},
       {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor"}},
       {"max", {Kind::kComplex, "max_all", nullptr, false, ""}},
       {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},

@@ -627,6 +627,7 @@ DTYPE_REFUSALS = [  # (call, input): CPU's kernels refuse these dtypes, PyTorch'
     (lambda t: torch.maximum(t, t), [1j]), (lambda t: t.abs_(), [1 + 1j]),
     (lambda t: torch._foreach_trunc([t]), [True]), (lambda t: torch._foreach_maximum([t], [t]), [1j]),
     (lambda t: torch.pow(t, t), [True]), (torch.max, [1j]), (lambda t: torch.addcmul(t, t, t), [True]),
+    (lambda t: torch.logaddexp2(t, t), [1j]),
 ]
 
 

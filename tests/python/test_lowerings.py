@@ -278,6 +278,13 @@ CASES = {
                                       dtype=torch.float64),
                          torch.tensor([0.0, 1, 0, 1.7, 3, 12, 90, 1, -1, 2, float("inf"), 1, 0.1, 1e-3, 8.5, 25],
                                       dtype=torch.float64)),
+    # complex logaddexp in CPU's order (operands by real part, y the lower on a tie), with the
+    # infinite, NaN and tied cases
+    "logaddexp_complex": (lambda a, b: (torch.logaddexp(a, b), torch.logaddexp(b, a)),
+                          torch.tensor([2 + 3j, -4 - 1j, 0.5 + 7j, complex(-math.inf, 1), complex(math.inf, 2),
+                                        complex(math.nan, 0), complex(1, math.nan), 3 + 1j]),
+                          torch.tensor([2 - 3j, 3 + 2j, -0.5 - 7j, complex(-math.inf, 2), complex(math.inf, -1),
+                                        0j, 0j, complex(-math.inf, 5)])),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
