@@ -1,5 +1,6 @@
 """Checkpoints: safetensors files read and written on tpu, one tensor at a time on the host."""
 
+import os
 import subprocess
 import sys
 
@@ -70,6 +71,13 @@ print((peak - start) / 2**20)
 """
 
 
+# glibc serves a large block from its heap once a block that size was freed (its mmap threshold
+# adapts), and a freed heap block may stay resident: RSS then counts copies already freed, and
+# torch.save's one-at-a-time copies measured anywhere from 1 to 227 MiB. A fixed threshold maps
+# every block of 1 MiB or more on its own, and unmaps it when freed.
+MALLOC_RETURNS_FREED = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+
+
 def test_saving_streams_one_tensor_at_a_time(tmp_path):
     """Peak host memory while saving 256 MiB of tpu tensors (16 MiB each): torch.save and
     save_safetensors grow by about one tensor; safetensors' own save_file, which assembles the
@@ -77,9 +85,10 @@ def test_saving_streams_one_tensor_at_a_time(tmp_path):
     growth = {}
     for how in ("torch.save", "torchtpu", "safetensors"):
         done = subprocess.run([sys.executable, "-c", RSS_PROBE, how, str(tmp_path / how)],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, env=MALLOC_RETURNS_FREED)
         assert done.returncode == 0, done.stderr[-3000:]
         growth[how] = float(done.stdout.split()[-1])
     print("peak RSS growth while saving 256 MiB (MiB):", growth)
-    assert growth["torch.save"] < 40 and growth["torchtpu"] < 40, growth
-    assert growth["safetensors"] > 64, growth
+    # streaming: at most a tensor or two in flight (16 MiB each); the full copy: most of 256 MiB
+    assert growth["torch.save"] < 48 and growth["torchtpu"] < 48, growth
+    assert growth["safetensors"] > 128, growth
