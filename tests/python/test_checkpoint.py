@@ -80,7 +80,7 @@ MALLOC_RETURNS_FREED = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 
 def test_saving_streams_one_tensor_at_a_time(tmp_path):
     """Peak host memory while saving 256 MiB of tpu tensors (16 MiB each): torch.save and
-    save_safetensors grow by about one tensor; safetensors' own save_file, which assembles the
+    save_safetensors grow by one or two tensors; safetensors' own save_file, which assembles the
     file in memory, is the control that shows the measurement sees a full copy."""
     growth = {}
     for how in ("torch.save", "torchtpu", "safetensors"):
