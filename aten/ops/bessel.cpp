@@ -68,19 +68,30 @@ Series power_series(Builder& b, const Value& x, int order, double sign, bool log
 
 Value is_nan(Builder& b, const Value& x) { return b.compare(Compare::kNE, x, x); }
 
+// x where the series applies (`small`), elsewhere a stand-in keeping the unused branch finite.
+Value series_argument(Builder& b, const Value& small, const Value& x, double stand_in) {
+  return b.select(small, x, b.constant(stand_in, x.type));
+}
+
+// f(x) of an odd function from f(|x|): negated where x < 0.
+Value odd(Builder& b, const Value& x, const Value& f_of_abs) {
+  Math m{b};
+  return b.select(b.compare(Compare::kLT, x, m.k(0, x)), m.mul(f_of_abs, m.k(-1, f_of_abs)), f_of_abs);
+}
+
 // I_order(x), scaled by e^-|x| when `scaled`.
 Value bessel_i(Builder& b, const Value& x, int order, bool scaled) {
   Math m{b};
   Value ax = b.unary(UnaryOp::kAbs, x);
   Value small = b.compare(Compare::kLE, ax, m.k(kISeriesLimit, ax));
-  Value series = power_series(b, b.select(small, x, m.k(0, x)), order, 1, false).plain;
+  Value series = power_series(b, series_argument(b, small, x, 0), order, 1, false).plain;
   if (scaled) series = m.mul(series, b.unary(UnaryOp::kExponential, m.mul(ax, m.k(-1, ax))));
   Value big = b.select(small, m.k(2 * kISeriesLimit, ax), ax);  // keeps the unused branch finite
   std::vector<double> c = hankel_coefficients(order, kIAsymptoticTerms);
   for (size_t k = 1; k < c.size(); k += 2) c[k] = -c[k];
   Value tail = m.div(polynomial(m, m.div(m.k(1, big), big), c), b.unary(UnaryOp::kSqrt, m.mul(big, m.k(2 * M_PI, big))));
   if (!scaled) tail = m.mul(tail, b.unary(UnaryOp::kExponential, big));
-  if (order == 1) tail = b.select(b.compare(Compare::kLT, x, m.k(0, x)), m.mul(tail, m.k(-1, tail)), tail);
+  if (order == 1) tail = odd(b, x, tail);
   return b.select(is_nan(b, x), x, b.select(small, series, tail));
 }
 
@@ -100,18 +111,13 @@ std::pair<Value, Value> hankel_jy(Builder& b, const Value& x, int order) {
   return {m.mul(amplitude, m.sub(m.mul(pv, cos), m.mul(qv, sin))), m.mul(amplitude, m.add(m.mul(pv, sin), m.mul(qv, cos)))};
 }
 
-// Where the series applies (|x| or x below `limit`) x, elsewhere a stand-in keeping it finite.
-Value series_argument(Builder& b, const Value& small, const Value& x, double stand_in) {
-  return b.select(small, x, b.constant(stand_in, x.type));
-}
-
 Value bessel_j(Builder& b, const Value& x, int order) {
   Math m{b};
   Value ax = b.unary(UnaryOp::kAbs, x);
   Value small = b.compare(Compare::kLE, ax, m.k(kJYSeriesLimit, ax));
   Value series = power_series(b, series_argument(b, small, x, 0), order, -1, false).plain;
   Value tail = hankel_jy(b, b.select(small, m.k(2 * kJYSeriesLimit, ax), ax), order).first;
-  if (order == 1) tail = b.select(b.compare(Compare::kLT, x, m.k(0, x)), m.mul(tail, m.k(-1, tail)), tail);  // odd
+  if (order == 1) tail = odd(b, x, tail);
   return b.select(is_nan(b, x), x, b.select(small, series, tail));
 }
 
