@@ -1,4 +1,5 @@
-// The one kernel behind every lowered op (see aten/lowering.h).
+// The kernel behind every lowered op (see aten/lowering.h): one instance per op, holding its
+// decoded schema (aten/op_plan.h).
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_like.h>
@@ -16,6 +17,7 @@
 #include "aten/dtype_support.h"
 #include "aten/generator.h"
 #include "aten/lowering.h"
+#include "aten/op_plan.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
 #include "aten/scalar_cache.h"
@@ -35,19 +37,6 @@ std::string full_name(const c10::OperatorHandle& op) {
   const auto& n = op.operator_name();
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }
-
-bool is_scalar_arg(const c10::Argument& a) {
-  c10::TypePtr t = a.type();
-  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
-  return t->kind() == c10::TypeKind::NumberType;
-}
-
-bool is_scalar_list_arg(const c10::Argument& a) {
-  auto list = a.type()->cast<c10::ListType>();
-  return list && list->getElementType()->kind() == c10::TypeKind::NumberType;
-}
-
-bool is_written(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
 bool on_tpu(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
@@ -69,23 +58,14 @@ void for_each_tensor(const c10::IValue& v, F&& f) {
   }
 }
 
-// Lists of (optional) tensors, as in cat's Tensor[] or index's Tensor?[].
-bool is_tensor_list(const c10::Argument& a) {
-  auto list = a.type()->cast<c10::ListType>();
-  if (!list) return false;
-  c10::TypePtr e = list->getElementType();
-  if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
-  return e->kind() == c10::TypeKind::TensorType;
-}
-
-c10::IValue to_meta(const c10::Argument& arg, const c10::IValue& v) {
+c10::IValue to_meta(const ArgPlan& arg, const c10::IValue& v) {
   if (v.isTensor()) return to_meta(v.toTensor());
   if (v.isTensorList()) {
     c10::List<at::Tensor> out;
     for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(to_meta(t));
     return out;
   }
-  if (is_tensor_list(arg) && v.isList()) {
+  if (arg.tensor_list() && v.isList()) {
     c10::List<std::optional<at::Tensor>> out;
     for (const c10::IValue& e : v.toListRef())
       out.push_back(e.isTensor() ? std::optional<at::Tensor>(to_meta(e.toTensor())) : std::nullopt);
@@ -140,35 +120,49 @@ void add_scalar(Inputs& in, const c10::Scalar& s, int device) {
   in.key += 's';
 }
 
+// A CPU 0-d tensor's value. Wrapped Python numbers (x + 1.0) are read in place: item() would go
+// through the dispatcher, a microsecond on every such op.
+c10::Scalar cpu_scalar_value(const at::Tensor& t) {
+  if (t.is_conj() || t.is_neg()) return t.item();
+  switch (t.scalar_type()) {
+    case c10::kDouble: return *t.const_data_ptr<double>();
+    case c10::kLong: return *t.const_data_ptr<int64_t>();
+    case c10::kBool: return *t.const_data_ptr<bool>();
+    case c10::kComplexDouble: return *t.const_data_ptr<c10::complex<double>>();
+    default: return t.item();
+  }
+}
+
 void add_tensor(Inputs& in, const at::Tensor& t, int device, const std::string& op) {
   if (on_tpu(t)) {
     in.operands.push_back(operand(t));
     in.key += 't';
   } else if (t.dim() == 0) {  // a CPU scalar tensor (wrapped number) mixes with tpu tensors
-    add_scalar(in, t.item(), device);
+    add_scalar(in, cpu_scalar_value(t), device);
   } else {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
                 "devices, tpu:", device, " and ", t.device(), "! (in ", op, ")");
   }
 }
 
-Inputs gather_inputs(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                     const StaticScalars& static_scalars, int device, const std::string& op) {
+Inputs gather_inputs(const OpPlan& plan, const std::vector<c10::IValue>& args, int device) {
   Inputs in;
-  in.key = op;
+  in.key = plan.name;
+  in.operands.reserve(args.size());
+  in.count.reserve(args.size() + 1);
   for (size_t i = 0; i < args.size(); ++i) {
     size_t before = in.operands.size();
     const c10::IValue& a = args[i];
+    const ArgPlan& arg = plan.args[i];
     in.key += '|';
-    bool is_static = std::find(static_scalars.begin(), static_scalars.end(), i) != static_scalars.end();
-    if (is_scalar_arg(schema.arguments()[i]) && !a.isNone() && !is_static) {
+    if (arg.runtime_scalars() && arg.kind == ArgKind::kScalar && !a.isNone()) {
       add_scalar(in, a.toScalar(), device);
-    } else if (is_scalar_list_arg(schema.arguments()[i]) && !is_static) {
+    } else if (arg.runtime_scalars() && arg.kind == ArgKind::kScalarList) {
       for (const c10::IValue& e : a.toListRef()) add_scalar(in, e.toScalar(), device);
-    } else if (a.isTensor() || is_tensor_list(schema.arguments()[i])) {
+    } else if (a.isTensor() || arg.tensor_list()) {
       if (a.isList()) append_key(in.key, a);
       for_each_tensor(a, [&](const at::Tensor& t) {
-        if (t.defined()) add_tensor(in, t, device, op);
+        if (t.defined()) add_tensor(in, t, device, plan.name);
       });
     } else {
       append_key(in.key, a);
@@ -205,14 +199,6 @@ void add_rng_state(Inputs& in, const std::vector<c10::IValue>& args, int device)
   in.count.push_back(1);
 }
 
-// Index lists (index's and index_put's Tensor?[] indices), as opposed to Tensor[] data (cat).
-bool is_index_list(const c10::Argument& a) {
-  auto list = a.type()->cast<c10::ListType>();
-  if (!list) return false;
-  auto opt = list->getElementType()->cast<c10::OptionalType>();
-  return opt && opt->getElementType()->kind() == c10::TypeKind::TensorType;
-}
-
 bool is_mask(const at::Tensor& t) {
   return t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
 }
@@ -220,11 +206,11 @@ bool is_mask(const at::Tensor& t) {
 // Boolean masks as indices (x[mask], x[mask] = v) become the long indices of their true
 // positions (computed on the device, like CUDA does), then the op runs again. Returns false when
 // there was no mask.
-bool expand_mask_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  size_t n = schema.arguments().size();
+bool expand_mask_indices(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (!plan.has_index_list) return false;
+  size_t n = plan.args.size();
   for (size_t i = 0; i < n; ++i) {
-    if (!is_index_list(schema.arguments()[i])) continue;
+    if (plan.args[i].kind != ArgKind::kIndexList) continue;
     c10::IValue& arg = (*stack)[stack->size() - n + i];
     bool any_mask = false;
     for_each_tensor(arg, [&](const at::Tensor& t) { any_mask |= is_mask(t); });
@@ -256,9 +242,9 @@ char scalar_kind(const c10::IValue& a) { return a.isDouble() ? 'f' : a.isInt() ?
 // A description of everything output metadata depends on: each tensor's dtype, sizes and
 // strides, each Scalar's (and Scalar list element's) kind, their values too for shape_from_scalars
 // ops, every other argument's value.
-std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
-                     const std::vector<c10::IValue>& args, bool scalar_values) {
-  std::string key = name;
+std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  const bool scalar_values = plan.entry->options.shape_from_scalars;
+  std::string key = plan.name;
   auto add_tensor = [&key](const at::Tensor& t) {
     if (!t.defined()) {
       key += "u,";
@@ -274,10 +260,10 @@ std::string meta_key(const std::string& name, const c10::FunctionSchema& schema,
     key += '|';
     if (a.isTensor()) add_tensor(a.toTensor());
     else if (a.isTensorList()) for_each_tensor(a, add_tensor);
-    else if (is_tensor_list(schema.arguments()[i]) && a.isList())
+    else if (plan.args[i].tensor_list() && a.isList())
       for (const c10::IValue& e : a.toListRef()) e.isTensor() ? add_tensor(e.toTensor()) : void(key += "N,");
-    else if (is_scalar_arg(schema.arguments()[i]) && !a.isNone() && !scalar_values) key += scalar_kind(a);
-    else if (is_scalar_list_arg(schema.arguments()[i]) && a.isList() && !scalar_values)
+    else if (plan.args[i].kind == ArgKind::kScalar && !a.isNone() && !scalar_values) key += scalar_kind(a);
+    else if (plan.args[i].kind == ArgKind::kScalarList && a.isList() && !scalar_values)
       for (const c10::IValue& e : a.toListRef()) key += scalar_kind(e);  // a new lr each step is no new key
     else append_key(key, a);
   }
@@ -315,20 +301,21 @@ void check_inplace_result_fits(const c10::FunctionSchema& schema, const std::vec
 
 // Meta results are a pure function of meta_key, so they are cached: the meta kernels of common
 // ops are Python functions costing tens of microseconds, more than the op itself.
-std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const LoweringEntry& entry,
-                                  const std::string& name, const std::vector<c10::IValue>& args) {
+std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
+                                                  const std::vector<c10::IValue>& args) {
   constexpr size_t kMaxEntries = 1 << 16;
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
   const c10::FunctionSchema& schema = op.schema();
-  std::string key = meta_key(name, schema, args, entry.options.shape_from_scalars);
+  const LoweringEntry& entry = *plan.entry;
+  std::string key = meta_key(plan, args);
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
   check_cpu_dtype_support(schema.name(), schema.overload_name(), args);
   auto result = std::make_shared<MetaResult>();
-  for (size_t i = 0; i < args.size(); ++i) result->args.push_back(to_meta(schema.arguments()[i], args[i]));
+  for (size_t i = 0; i < args.size(); ++i) result->args.push_back(to_meta(plan.args[i], args[i]));
   result->returns = result->args;
   if (entry.options.meta)
     result->returns = entry.options.meta(schema, result->args);
@@ -349,11 +336,10 @@ struct Destinations {
   std::vector<c10::IValue> fresh;  // the non-aliased returns, as they will be returned
 };
 
-Destinations destinations(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                          const MetaResult& meta, int device) {
+Destinations destinations(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta,
+                          int device) {
   Destinations d;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (!is_written(schema.arguments()[i])) continue;
+  for (size_t i : plan.written_args) {
     std::vector<at::Tensor> metas;
     for_each_tensor(meta.args[i], [&](const at::Tensor& t) { metas.push_back(t); });
     size_t k = 0;
@@ -378,8 +364,8 @@ Destinations destinations(const c10::FunctionSchema& schema, const std::vector<c
     d.tensors.push_back(t);
     return t;
   };
-  for (size_t r = 0; r < schema.returns().size(); ++r) {
-    if (schema.returns()[r].alias_info()) continue;
+  for (size_t r = 0; r < plan.aliased_returns.size(); ++r) {
+    if (plan.aliased_returns[r]) continue;
     const c10::IValue& m = meta.returns[r];
     if (m.isTensor()) {
       d.fresh.emplace_back(make(m.toTensor()));
@@ -407,9 +393,10 @@ std::vector<c10::IValue> lowering_args(const std::vector<c10::IValue>& args, con
 
 // One program: inputs read through their views, the lowering, results cast and broadcast into
 // the destinations (plus the device-check flag, for ops that have one).
-void run_program(const LoweringEntry& entry, const std::string& name, const c10::FunctionSchema& schema,
-                 const std::vector<c10::IValue>& args, const MetaResult& meta, const Destinations& d,
-                 int device) {
+void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta,
+                 const Destinations& d, int device) {
+  const LoweringEntry& entry = *plan.entry;
+  const std::string& name = plan.name;
   // Empty results are all there is to compute (and XLA rejects some ops on empty operands, such
   // as a gather from a dimension of size 0), unless the op checks indices that are there.
   auto empty = [](const at::Tensor& t) { return t.numel() == 0; };
@@ -422,7 +409,7 @@ void run_program(const LoweringEntry& entry, const std::string& name, const c10:
   if (!d.tensors.empty() && std::all_of(d.tensors.begin(), d.tensors.end(), empty) && !indices_to_check) return;
   std::shared_ptr<const graph::Origin> origin = origin_of(name);
   exec::TraceCause cause(origin.get());  // the scalar and RNG-state uploads below name the op's line
-  Inputs in = gather_inputs(schema, args, entry.options.static_scalars, device, name);
+  Inputs in = gather_inputs(plan, args, device);
   if (entry.options.random) add_rng_state(in, args, device);
   hlo::Builder::Precision precision = hlo::Builder::Precision::kHighest;
   if (entry.options.matmul) {
@@ -444,9 +431,11 @@ void run_program(const LoweringEntry& entry, const std::string& name, const c10:
     const exec::Operand& o = outputs[next_dest++];
     out_types.push_back({o.view.dtype, o.view.sizes});
   }
-  // The registry's entries live as long as the process, so the lowering refers to its entry.
-  exec::Lowering lower = [entry = &entry, count = in.count, largs = lowering_args(args, meta), out_types,
-                          wanted = d.wanted, name, precision](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
+  // The registry's entries and plans live as long as the process, so the lowering refers to them;
+  // what it owns is moved in, not copied (this runs on every op).
+  exec::Lowering lower = [entry = &entry, name = &plan.name, count = std::move(in.count),
+                          largs = lowering_args(args, meta), out_types = std::move(out_types), wanted = d.wanted,
+                          precision](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
     std::vector<std::vector<hlo::Value>> values(count.size());
     size_t next = 0;
     for (size_t i = 0; i < count.size(); ++i)
@@ -454,7 +443,7 @@ void run_program(const LoweringEntry& entry, const std::string& name, const c10:
     LoweringContext ctx(b, std::move(values), largs, out_types);
     ctx.set_precision(precision);
     std::vector<hlo::Value> results = entry->fn(ctx);
-    TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), name, ": lowering returned ",
+    TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), *name, ": lowering returned ",
                           results.size(), " values for ", out_types.size(), " outputs");
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < results.size(); ++i)
@@ -467,7 +456,7 @@ void run_program(const LoweringEntry& entry, const std::string& name, const c10:
     ok = std::make_shared<exec::BufferRef>(device, 1);
     outputs.push_back({ok.get(), {DType::kBool, {}, {}, 0}});
   }
-  run_on_device({in.key, lower, in.operands, outputs, origin});
+  run_on_device({std::move(in.key), std::move(lower), std::move(in.operands), outputs, origin});
   if (ok) {
     std::vector<graph::ValuePtr> results;
     for (const exec::Operand& out : outputs)
@@ -480,15 +469,12 @@ void run_program(const LoweringEntry& entry, const std::string& name, const c10:
 }
 
 // Aliased returns are the written arguments themselves; the others are the fresh tensors.
-void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                  const Destinations& d, torch::jit::Stack* stack) {
-  std::vector<size_t> written_args;
-  for (size_t i = 0; i < args.size(); ++i)
-    if (is_written(schema.arguments()[i])) written_args.push_back(i);
+void push_returns(const OpPlan& plan, const std::vector<c10::IValue>& args, const Destinations& d,
+                  torch::jit::Stack* stack) {
   size_t next_fresh = 0, next_written = 0;
-  for (size_t r = 0; r < schema.returns().size(); ++r) {
-    if (schema.returns()[r].alias_info())
-      stack->push_back(args[written_args.at(next_written++)]);
+  for (size_t r = 0; r < plan.aliased_returns.size(); ++r) {
+    if (plan.aliased_returns[r])
+      stack->push_back(args[plan.written_args.at(next_written++)]);
     else
       stack->push_back(d.fresh[next_fresh++]);
   }
@@ -498,9 +484,10 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
 // input (a.add_(a.t()), a[1:].copy_(a[:-1])): the result would depend on the order of the writes.
 // A destination that is exactly an input (x.add_(x)) is fine, except for ops that are `no_aliasing`
 // (indexing ops), whose tensor-list inputs (cat's) are checked too. Written lists (foreach) are not.
-void check_no_overlap(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args, bool no_aliasing) {
-  for (size_t w = 0; w < args.size(); ++w) {
-    if (!is_written(schema.arguments()[w]) || !args[w].isTensor()) continue;
+void check_no_overlap(const c10::FunctionSchema& schema, const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  const bool no_aliasing = plan.entry->options.no_aliasing;
+  for (size_t w : plan.written_args) {
+    if (!args[w].isTensor()) continue;
     const at::Tensor& out = args[w].toTensor();
     at::assert_no_internal_overlap(out);
     for (size_t i = 0; i < args.size(); ++i) {
@@ -521,25 +508,39 @@ void check_no_overlap(const c10::FunctionSchema& schema, const std::vector<c10::
   }
 }
 
-void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  if (expand_mask_indices(op, stack)) return;
-  const std::string name = full_name(op);
-  const LoweringEntry& entry = registry().at(name);
-  const size_t num_args = schema.arguments().size();
-  std::vector<c10::IValue> args(stack->end() - num_args, stack->end());
-  if (entry.options.cpu_when && entry.options.cpu_when(args)) return cpu_fallback(op, stack);
+void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (expand_mask_indices(plan, op, stack)) return;
+  const LoweringEntry& entry = *plan.entry;
+  const size_t num_args = plan.args.size();
+  std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - num_args),
+                                std::make_move_iterator(stack->end()));
+  if (entry.options.cpu_when && entry.options.cpu_when(args)) {
+    std::move(args.begin(), args.end(), stack->end() - num_args);
+    return cpu_fallback(op, stack);
+  }
   torch::jit::drop(*stack, num_args);
 
   // Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
-  std::shared_ptr<const MetaResult> meta = output_metadata(op, entry, name, args);
-  check_no_overlap(schema, args, entry.options.no_aliasing);
+  std::shared_ptr<const MetaResult> meta = output_metadata(op, plan, args);
+  check_no_overlap(op.schema(), plan, args);
   int device = device_of(args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
-  Destinations d = destinations(schema, args, *meta, device);
-  run_program(entry, name, schema, args, *meta, d, device);
-  push_returns(schema, args, d, stack);
+  Destinations d = destinations(plan, args, *meta, device);
+  run_program(plan, args, *meta, d, device);
+  push_returns(plan, args, d, stack);
 }
+
+// The kernel installed for one lowered op: its schema decoded once, at install time.
+class LoweredOpKernel final : public c10::OperatorKernel {
+ public:
+  explicit LoweredOpKernel(OpPlan plan) : plan_(std::move(plan)) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    run_lowered(plan_, op, stack);
+  }
+
+ private:
+  OpPlan plan_;
+};
 
 }  // namespace
 
@@ -640,12 +641,14 @@ void install_lowerings() {
   for (const auto& derive : derivers()) derive();
   static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                             __FILE__, __LINE__);
-  for (const auto& [name, fn] : registry()) {
+  for (const auto& [name, entry] : registry()) {
     size_t dot = name.find('.');
     c10::OperatorName op{dot == std::string::npos ? name : name.substr(0, dot),
                          dot == std::string::npos ? "" : name.substr(dot + 1)};
-    if (!c10::Dispatcher::singleton().findSchema(op)) continue;  // a variant PyTorch lacks
-    lib.impl(name.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+    auto handle = c10::Dispatcher::singleton().findSchema(op);
+    if (!handle) continue;  // a variant PyTorch lacks
+    auto kernel = std::make_unique<LoweredOpKernel>(OpPlan(handle->schema(), name, entry));
+    lib.impl(name.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
   }
 }
 

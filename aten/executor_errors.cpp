@@ -36,9 +36,10 @@ bool python_signal_raised() {
 
 void install_interrupt_check() { exec::set_interrupt_check(python_signal_raised); }
 
-void translating_errors(const std::function<void()>& f, const std::string& what) {
+// Rethrows the exception being handled as PyTorch's; called in a catch block.
+[[noreturn]] void rethrow_translated(const std::string& what) {
   try {
-    f();
+    throw;
   } catch (const c10::Error&) {
     throw;
   } catch (const pybind11::error_already_set&) {
@@ -59,8 +60,20 @@ void translating_errors(const std::function<void()>& f, const std::string& what)
   }
 }
 
-void run_on_device(const exec::OpCall& call) {
-  translating_errors([&] { exec::run(call); }, call.origin ? call.origin->describe() : call.key);
+void translating_errors(const std::function<void()>& f, const std::string& what) {
+  try {
+    f();
+  } catch (...) {
+    rethrow_translated(what);
+  }
+}
+
+void run_on_device(exec::OpCall call) {
+  try {
+    exec::run(std::move(call));
+  } catch (...) {  // the description is built only when there is an error to describe
+    rethrow_translated(call.origin ? call.origin->describe() : call.key);
+  }
 }
 
 void download_to_host(const exec::BufferRef& storage, void* dst, const std::string& reason) {

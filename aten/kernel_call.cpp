@@ -40,7 +40,7 @@ void call_stablehlo(const std::string& op, const std::string& key, const std::st
   };
   call.origin = origin_of(op);
   py::gil_scoped_release no_gil;
-  run_on_device(call);
+  run_on_device(std::move(call));
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ exec::Operand operand(const at::Tensor& t);
 
 // The executor's entry points with its errors turned into PyTorch's exception types (IndexError
 // for a failed device-side check, OutOfMemoryError, RuntimeError naming the op and user line).
-void run_on_device(const exec::OpCall& call);
+void run_on_device(exec::OpCall call);
 void download_to_host(const exec::BufferRef& storage, void* dst, const std::string& reason);
 void synchronize_device(int device, const std::string& reason);
 void flush_pending(const std::string& reason);

@@ -283,7 +283,7 @@ std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& output
   std::shared_ptr<runtime::Executable> exe;
   std::vector<std::shared_ptr<runtime::Buffer>> produced;
   try {
-    exe = cached_executable(key, [&] { return w.program_text(aliases); }, what, identity);
+    exe = cached_executable(key, [&] { return w.program_text(aliases); }, [&] { return ProgramNames{what, identity}; });
     // This call's results (the storages already hold the window's pending values); the capture
     // still holds the inputs' old contents, so nothing is donated.
     std::vector<int64_t> keep(plan.donatable.begin(), plan.donatable.end());

@@ -127,20 +127,20 @@ class Cache {
         local_(env_or("TORCHTPU_CACHE_DIR", env_or("HOME", "/tmp") + "/.cache/torchtpu"), tier_options(true)),
         shared_(env_or("TORCHTPU_SHARED_CACHE_DIR", ""), tier_options(false)) {}
 
-  ExecutablePtr get(const std::string& key, const ProgramText& program, const std::string& what,
-                    const std::string& identity, bool wait) {
+  ExecutablePtr get(const std::string& key, const ProgramText& program, const NameProgram& names, bool wait) {
     std::unique_lock<std::mutex> lock(mu_);
     stats_.requests++;
     if (ExecutablePtr exe = memory_.find(key)) {
-      stats_.hits["memory"]++;
+      memory_hits_++;
       return exe;
     }
     if (compiling_.count(key)) return nullptr;  // the background worker has it: the caller decides
-    note_recompile(key, what, identity);
+    ProgramNames name = names();
+    note_recompile(key, name.what, name.identity);
     lock.unlock();
     std::string text = program();
     std::string pkey = persistent_key(text);
-    Job job{key, std::move(text), pkey, what};
+    Job job{key, std::move(text), pkey, std::move(name.what)};
     if (tracing()) {
       job.location = TraceCause::location();
       job.correlation = trace_correlation();
@@ -185,11 +185,14 @@ class Cache {
 
   CacheStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    CacheStats s = stats_;
+    if (memory_hits_) s.hits["memory"] = memory_hits_;
+    return s;
   }
   void reset_stats() {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t pending = stats_.background_pending;
+    memory_hits_ = 0;
     stats_ = {};
     stats_.background_pending = pending;
   }
@@ -367,6 +370,7 @@ class Cache {
   MemoryTier<ExecutablePtr> memory_;
   DiskCache local_, shared_;  // an empty dir() means the tier is off
   CacheStats stats_;
+  int64_t memory_hits_ = 0;  // counted apart from stats_.hits: no map look-up per hit
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
   std::unordered_set<std::string> compiling_;
   std::deque<Job> queue_;
@@ -388,19 +392,18 @@ Cache& cache() {
 }  // namespace
 
 std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, const ProgramText& program,
-                                                       const std::string& what, const std::string& identity) {
-  ExecutablePtr exe = cache().get(key, program, what, identity, /*wait=*/true);
+                                                       const NameProgram& names) {
+  ExecutablePtr exe = cache().get(key, program, names, /*wait=*/true);
   if (exe) return exe;
   // Being compiled in the background: wait for it rather than compiling twice.
   wait_for_background_compiles();
-  return cache().get(key, program, what, identity, /*wait=*/true);
+  return cache().get(key, program, names, /*wait=*/true);
 }
 
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
-                                                                        const std::string& what,
-                                                                        const std::string& identity) {
-  return cache().get(key, program, what, identity, /*wait=*/false);
+                                                                        const NameProgram& names) {
+  return cache().get(key, program, names, /*wait=*/false);
 }
 
 void wait_for_background_compiles() { cache().wait_for_background(); }

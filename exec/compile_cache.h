@@ -31,19 +31,25 @@ struct CacheStats {
 
 using ProgramText = std::function<std::string()>;
 
+// `what` names the op or window (errors, metrics) and `identity` what counts as "the same op" for
+// recompile tracking (the op and its user line). Like the program text, they are made only on a
+// miss: a hit builds no strings.
+struct ProgramNames {
+  std::string what;
+  std::string identity;
+};
+using NameProgram = std::function<ProgramNames()>;
+
 // The executable for `key`, from the first tier that has it, else compiled now (on a thread of
-// its own: Ctrl-C during the wait throws Interrupted, see exec/interrupt.h). `what` names the
-// op or window (errors, metrics) and `identity` what counts as "the same op" for recompile
-// tracking (the op and its user line).
+// its own: Ctrl-C during the wait throws Interrupted, see exec/interrupt.h).
 std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, const ProgramText& program,
-                                                       const std::string& what, const std::string& identity);
+                                                       const NameProgram& names);
 
 // The same without waiting for a compile: null while the program compiles on a background thread
 // (started by the first call for `key`); later calls return it once it is ready.
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
-                                                                        const std::string& what,
-                                                                        const std::string& identity);
+                                                                        const NameProgram& names);
 
 // Blocks until no background compile is running.
 void wait_for_background_compiles();

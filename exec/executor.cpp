@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -60,12 +61,12 @@ class PendingWork {
     auto& events = by_device_[device];
     while (!events.empty() && events.front().first.is_ready()) {
       check(events.front());
-      events.erase(events.begin());
+      events.pop_front();
     }
     events.emplace_back(std::move(done), std::move(what));
   }
   void wait(int device) {
-    std::vector<std::pair<runtime::Event, std::string>> events;
+    std::deque<std::pair<runtime::Event, std::string>> events;
     {
       std::lock_guard<std::mutex> lock(mu_);
       events.swap(by_device_[device]);
@@ -82,7 +83,7 @@ class PendingWork {
     }
   }
   std::mutex mu_;
-  std::unordered_map<int, std::vector<std::pair<runtime::Event, std::string>>> by_device_;
+  std::unordered_map<int, std::deque<std::pair<runtime::Event, std::string>>> by_device_;
 };
 
 // Process-lifetime objects are deliberately never destroyed: destroying executables and
@@ -188,7 +189,8 @@ void execute_single(const NodePtr& node, const char* kind = "op") {
   if (w.results().empty()) return;
   TraceCause cause(node->origin.get());  // a compile it needs names the op's line
   std::string what = op_of(*node);
-  auto exe = cached_executable(w.key(), [&] { return w.program_text(); }, what, identity_of({node}));
+  auto exe = cached_executable(w.key(), [&] { return w.program_text(); },
+                               [&] { return ProgramNames{what, identity_of({node})}; });
   execute(w, *exe, what, {kind, node.get(), node.get()});
 }
 
@@ -243,9 +245,10 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   TraceCause cause(nodes.front()->origin.get());
   std::string what = describe(nodes);
   auto text = [&] { return w.program_text(); };
-  std::shared_ptr<runtime::Executable> exe =
-      m == Mode::kFused ? cached_executable_or_compile_async(w.key(), text, what, identity_of(nodes))
-                        : cached_executable(w.key(), text, what, identity_of(nodes));
+  auto names = [&] { return ProgramNames{what, identity_of(nodes)}; };
+  std::shared_ptr<runtime::Executable> exe = m == Mode::kFused
+                                                 ? cached_executable_or_compile_async(w.key(), text, names)
+                                                 : cached_executable(w.key(), text, names);
   if (exe) {
     const char* kind = m == Mode::kFused ? "fused window" : "lazy window";
     int64_t ops = static_cast<int64_t>(nodes.size());
@@ -292,6 +295,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executabl
                                                               const std::string& what, const std::vector<int64_t>& keep,
                                                               const RunInfo& info) {
   std::vector<const runtime::Buffer*> buffers;
+  buffers.reserve(args.size());
   for (const ValuePtr& a : args) buffers.push_back(a->buffer().get());
   int64_t dispatched = tracing() ? trace_clock_ns() : 0;
   runtime::ExecuteResult result;
@@ -304,6 +308,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executabl
   if (dispatched) trace_execution(result.done[0], device, dispatched, what, info);
   pending_work().add(device, std::move(result.done[0]), what);
   std::vector<std::shared_ptr<runtime::Buffer>> buffers_out;
+  buffers_out.reserve(result.outputs[0].size());
   for (runtime::Buffer& b : result.outputs[0]) buffers_out.push_back(std::make_shared<runtime::Buffer>(std::move(b)));
   return buffers_out;
 }
@@ -337,29 +342,29 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
   return out;
 }
 
-void run(const OpCall& call) {
+void run(OpCall&& call) {
   TraceCause cause(call.origin.get());
   if (capturing()) {
-    capture_node(record_op(call));
+    capture_node(record_op(std::move(call)));
     counters().captured_ops++;
     return;
   }
   Mode m = mode();
+  int node_device = call.outputs.empty() ? 0 : call.outputs[0].storage->device();
   if (m == Mode::kDebug || m == Mode::kStrict) {
     if (deferred().graph.size() > 0) flush("mode change");
-    NodePtr node = record_op(call);
+    NodePtr node = record_op(std::move(call));
     (m == Mode::kDebug ? counters().debug_ops : counters().strict_ops)++;
     execute_single(node);
     if (m == Mode::kDebug) {
-      synchronize(node->outputs.empty() ? 0 : call.outputs[0].storage->device(), "debug mode");
+      synchronize(node_device, "debug mode");
       if (env_flag("TORCHTPU_CHECK_NANS")) check_finite(*node);
     }
     return;
   }
   std::lock_guard<std::recursive_mutex> lock(deferred().mu);
   std::optional<int> device = deferred().graph.device();
-  NodePtr node = record_op(call);
-  int node_device = call.outputs.empty() ? 0 : call.outputs[0].storage->device();
+  NodePtr node = record_op(std::move(call));
   if (device && *device != node_device) flush_locked(m, "device change");
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
   deferred().graph.append(std::move(node));

@@ -29,8 +29,8 @@ const char* mode_name(Mode mode);
 std::optional<Mode> parse_mode(const std::string& name);
 
 // Records `call` (its output storages now hold its results, possibly pending) and runs it as
-// the mode says.
-void run(const OpCall& call);
+// the mode says. Takes the lowering and the views out of `call`; its key and origin stay.
+void run(OpCall&& call);
 
 // Dispatches a compiled program on `device` (asynchronously, tracked like every execution so that
 // a failure names `what`); returns its result buffers (`output_bytes`, their size, for errors).

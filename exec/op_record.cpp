@@ -126,7 +126,7 @@ std::vector<graph::CheckPtr> unsettled_checks(const std::vector<graph::ValuePtr>
   return checks;
 }
 
-graph::NodePtr record_op(const OpCall& call) {
+graph::NodePtr record_op(OpCall&& call) {
   SlotPlan plan(call);
   auto node = std::make_shared<graph::Node>();
   node->key = plan.key(call);
@@ -139,9 +139,12 @@ graph::NodePtr record_op(const OpCall& call) {
     if (s.read) node->inputs.push_back(current_value(*s.storage, s.flat_dtype));
   }
   std::vector<graph::CheckPtr> inherited = unsettled_checks(node->inputs);
-  Fragment fragment{node->key, call.lower, plan.slots, plan.input_slot, plan.output_slot, {}, {}};
-  for (const Operand& in : call.inputs) fragment.input_views.push_back(in.view);
-  for (const Operand& out : call.outputs) fragment.output_views.push_back(out.view);
+  Fragment fragment{node->key, std::move(call.lower), plan.slots, std::move(plan.input_slot),
+                    std::move(plan.output_slot), {}, {}};
+  fragment.input_views.reserve(call.inputs.size());
+  fragment.output_views.reserve(call.outputs.size());
+  for (Operand& in : call.inputs) fragment.input_views.push_back(std::move(in.view));
+  for (Operand& out : call.outputs) fragment.output_views.push_back(std::move(out.view));
   for (Slot& s : fragment.slots) s.storage = nullptr;  // the fragment must not reach storages later
   node->emit = std::move(fragment);
   for (const Slot& s : plan.slots)

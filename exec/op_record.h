@@ -12,7 +12,8 @@
 
 namespace torchtpu::exec {
 
-graph::NodePtr record_op(const OpCall& call);
+// Takes the lowering and the views out of `call` (the node owns them); its key and origin stay.
+graph::NodePtr record_op(OpCall&& call);
 
 // The device-side checks `inputs` carry that have not passed, which values computed from them
 // inherit. Computing from a value whose check failed throws CheckFailed here, at the user's op.

@@ -1,31 +1,62 @@
 #include "graph/window.h"
 
+#include <algorithm>
+#include <charconv>
 #include <stdexcept>
 #include <unordered_map>
 
 namespace torchtpu::graph {
 
+namespace {
+void append_number(std::string& key, size_t n) {
+  char digits[24];
+  key.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
+}
+}  // namespace
+
 Window::Window(std::vector<NodePtr> nodes, Keep keep) : nodes_(std::move(nodes)) {
+  // A one-op window (every op in strict mode) has no producer inside and few parameters: it
+  // finds them by scanning, without building hash maps.
+  const bool single = nodes_.size() == 1;
   std::unordered_map<const Node*, size_t> node_index;
   std::unordered_map<const DeviceValue*, size_t> parameter_index;
+  auto parameter = [&](const ValuePtr& in) {
+    if (single) {
+      size_t p = std::find(parameters_.begin(), parameters_.end(), in) - parameters_.begin();
+      if (p == parameters_.size()) parameters_.push_back(in);
+      return p;
+    }
+    auto [it, fresh] = parameter_index.emplace(in.get(), parameters_.size());
+    if (fresh) parameters_.push_back(in);
+    return it->second;
+  };
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const Node& node = *nodes_[n];
-    node_index[&node] = n;
-    key_ += std::to_string(node.key.size()) + ':' + node.key + '<';  // length-prefixed: unambiguous
+    if (!single) node_index[&node] = n;
+    key_.reserve(key_.size() + node.key.size() + 8 * node.inputs.size() + 16);
+    append_number(key_, node.key.size());  // length-prefixed: unambiguous
+    key_ += ':';
+    key_ += node.key;
+    key_ += '<';
     std::vector<Source>& sources = sources_.emplace_back();
     for (const ValuePtr& in : node.inputs) {
-      auto producer = in->producer() ? node_index.find(in->producer()) : node_index.end();
+      auto producer = in->producer() && !single ? node_index.find(in->producer()) : node_index.end();
       if (producer != node_index.end()) {
         sources.push_back({true, producer->second, in->output_index()});
-        key_ += 'n' + std::to_string(producer->second) + '.' + std::to_string(in->output_index()) + ',';
+        key_ += 'n';
+        append_number(key_, producer->second);
+        key_ += '.';
+        append_number(key_, in->output_index());
+        key_ += ',';
         continue;
       }
       if (!in->is_materialized())
         throw std::logic_error(node.key + ": input is produced outside the window and never materialized");
-      auto [it, fresh] = parameter_index.emplace(in.get(), parameters_.size());
-      if (fresh) parameters_.push_back(in);
-      sources.push_back({false, it->second, 0});
-      key_ += 'p' + std::to_string(it->second) + ',';
+      size_t p = parameter(in);
+      sources.push_back({false, p, 0});
+      key_ += 'p';
+      append_number(key_, p);
+      key_ += ',';
     }
     key_ += '>';
   }
@@ -35,7 +66,10 @@ Window::Window(std::vector<NodePtr> nodes, Keep keep) : nodes_(std::move(nodes))
       if (ValuePtr v = nodes_[n]->outputs[o].lock(); v && (keep == Keep::kAlive || v->is_held())) {
         results_.push_back(v);
         result_sources_.push_back({n, o});
-        key_ += std::to_string(n) + '.' + std::to_string(o) + ',';
+        append_number(key_, n);
+        key_ += '.';
+        append_number(key_, o);
+        key_ += ',';
       }
 }
 

@@ -78,34 +78,32 @@ std::string Executable::serialize() const {
 }
 
 ExecuteResult Executable::execute(const std::vector<std::vector<const Buffer*>>& args) const {
-  return run(args, nullptr);
+  return run(args.data(), args.size(), nullptr);
 }
 
 ExecuteResult Executable::execute_on(PJRT_Device* device, const std::vector<const Buffer*>& args,
                                      const std::vector<int64_t>& keep) const {
-  return run({args}, device, keep);
+  return run(&args, 1, device, keep);
 }
 
-ExecuteResult Executable::run(const std::vector<std::vector<const Buffer*>>& args,
-                              PJRT_Device* device, const std::vector<int64_t>& keep) const {
-  if (args.empty()) throw std::invalid_argument("execute: no argument lists (one per device)");
-  const size_t num_devices = args.size();
+ExecuteResult Executable::run(const std::vector<const Buffer*>* args, size_t num_devices, PJRT_Device* device,
+                              const std::vector<int64_t>& keep) const {
+  if (num_devices == 0) throw std::invalid_argument("execute: no argument lists (one per device)");
   const size_t num_args = args[0].size();
-  std::vector<std::vector<PJRT_Buffer*>> raw_args(num_devices);
+  // Flat arrays, one row per device: a few allocations per execution, however many devices.
+  std::vector<PJRT_Buffer*> raw_args(num_devices * num_args);
+  std::vector<PJRT_Buffer*> raw_outputs(num_devices * num_outputs_);
+  std::vector<PJRT_Buffer* const*> arg_lists(num_devices);
+  std::vector<PJRT_Buffer**> output_lists(num_devices);
   for (size_t d = 0; d < num_devices; ++d) {
     if (args[d].size() != num_args)
       throw std::invalid_argument("execute: device " + std::to_string(d) + " got " +
                                   std::to_string(args[d].size()) + " arguments, device 0 got " +
                                   std::to_string(num_args));
-    for (const Buffer* b : args[d]) raw_args[d].push_back(b->raw());
+    for (size_t i = 0; i < num_args; ++i) raw_args[d * num_args + i] = args[d][i]->raw();
+    arg_lists[d] = raw_args.data() + d * num_args;
+    output_lists[d] = raw_outputs.data() + d * num_outputs_;
   }
-  std::vector<PJRT_Buffer* const*> arg_lists;
-  for (auto& list : raw_args) arg_lists.push_back(list.data());
-
-  std::vector<std::vector<PJRT_Buffer*>> raw_outputs(num_devices,
-                                                     std::vector<PJRT_Buffer*>(num_outputs_));
-  std::vector<PJRT_Buffer**> output_lists;
-  for (auto& list : raw_outputs) output_lists.push_back(list.data());
   std::vector<PJRT_Event*> events(num_devices, nullptr);
 
   PJRT_ARGS(PJRT_ExecuteOptions, options);
@@ -123,10 +121,12 @@ ExecuteResult Executable::run(const std::vector<std::vector<const Buffer*>>& arg
   check(api_, api_->PJRT_LoadedExecutable_Execute(&exec), "PJRT_LoadedExecutable_Execute");
 
   ExecuteResult result;
+  result.done.reserve(num_devices);
+  result.outputs.resize(num_devices);
   for (size_t d = 0; d < num_devices; ++d) {
     result.done.emplace_back(api_, events[d]);
-    auto& outputs = result.outputs.emplace_back();
-    for (PJRT_Buffer* b : raw_outputs[d]) outputs.emplace_back(api_, b);
+    result.outputs[d].reserve(num_outputs_);
+    for (size_t i = 0; i < num_outputs_; ++i) result.outputs[d].emplace_back(api_, output_lists[d][i]);
   }
   return result;
 }

@@ -41,8 +41,9 @@ class Executable {
                            const std::vector<int64_t>& keep = {}) const;
 
  private:
-  ExecuteResult run(const std::vector<std::vector<const Buffer*>>& args,
-                    PJRT_Device* device, const std::vector<int64_t>& keep = {}) const;
+  // `args` points at one argument list per device (num_devices of them).
+  ExecuteResult run(const std::vector<const Buffer*>* args, size_t num_devices, PJRT_Device* device,
+                    const std::vector<int64_t>& keep = {}) const;
   void release();
 
   const PJRT_Api* api_ = nullptr;
