@@ -24,6 +24,7 @@
 #include "aten/tensor_operand.h"
 #include "exec/capture.h"
 #include "exec/executor.h"
+#include "graph/key_text.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -80,7 +81,7 @@ void append_key(std::string& key, const c10::IValue& v) {
   } else if (v.isBool()) {
     key += v.toBool() ? "T" : "F";
   } else if (v.isInt()) {
-    key += std::to_string(v.toInt());
+    graph::append_number(key, v.toInt());
   } else if (v.isDouble()) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%a", v.toDouble());  // exact: no two values share a key
@@ -88,7 +89,10 @@ void append_key(std::string& key, const c10::IValue& v) {
   } else if (v.isString()) {
     key += v.toStringRef();
   } else if (v.isIntList()) {
-    for (int64_t i : v.toIntVector()) key += std::to_string(i) + ",";
+    for (const c10::IValue& i : v.toListRef()) {
+      graph::append_number(key, i.toInt());
+      key += ',';
+    }
   } else if (v.isList()) {
     key += '[';
     for (const c10::IValue& e : v.toListRef()) {
@@ -252,7 +256,12 @@ std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
     }
     key += c10::toString(t.scalar_type());
     key += t.device().type() == c10::DeviceType::PrivateUse1 ? '[' : '<';
-    for (int64_t d = 0; d < t.dim(); ++d) key += std::to_string(t.size(d)) + ":" + std::to_string(t.stride(d)) + ",";
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      graph::append_number(key, t.size(d));
+      key += ':';
+      graph::append_number(key, t.stride(d));
+      key += ',';
+    }
     key += ']';
   };
   for (size_t i = 0; i < args.size(); ++i) {

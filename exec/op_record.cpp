@@ -6,6 +6,7 @@
 
 #include "exec/executor.h"
 #include "exec/view_program.h"
+#include "graph/key_text.h"
 
 namespace torchtpu::exec {
 namespace {
@@ -55,10 +56,13 @@ struct SlotPlan {
 
   std::string key(const OpCall& call) const {
     std::string key = call.key;
+    key.reserve(key.size() + 32 * (slots.size() + call.inputs.size() + call.outputs.size()));
     for (const Slot& s : slots) {
       key += s.read ? "|read " : "|write ";
       key += dtype_name(s.flat_dtype);
-      key += '[' + std::to_string(s.flat_length) + ']';
+      key += '[';
+      graph::append_number(key, s.flat_length);
+      key += ']';
     }
     for (size_t i = 0; i < call.inputs.size(); ++i) append_operand(key, 'i', input_slot[i], call.inputs[i]);
     for (size_t i = 0; i < call.outputs.size(); ++i) append_operand(key, 'o', output_slot[i], call.outputs[i]);
@@ -68,7 +72,7 @@ struct SlotPlan {
   static void append_operand(std::string& key, char kind, size_t slot, const Operand& o) {
     key += '|';
     key += kind;
-    key += std::to_string(slot);
+    graph::append_number(key, static_cast<int64_t>(slot));
     o.view.append_key(key);
   }
 };

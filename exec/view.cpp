@@ -1,5 +1,7 @@
 #include "exec/view.h"
 
+#include "graph/key_text.h"
+
 namespace torchtpu::exec {
 
 int64_t View::numel() const {
@@ -21,13 +23,13 @@ void View::append_key(std::string& key) const {
   key += dtype_name(dtype);
   key += '[';
   for (size_t i = 0; i < sizes.size(); ++i) {
-    key += std::to_string(sizes[i]);
+    graph::append_number(key, sizes[i]);
     key += ':';
-    key += std::to_string(strides[i]);
+    graph::append_number(key, strides[i]);
     key += ',';
   }
   key += '+';
-  key += std::to_string(offset);
+  graph::append_number(key, offset);
   key += ']';
 }
 

@@ -1,18 +1,12 @@
 #include "graph/window.h"
 
 #include <algorithm>
-#include <charconv>
 #include <stdexcept>
 #include <unordered_map>
 
-namespace torchtpu::graph {
+#include "graph/key_text.h"
 
-namespace {
-void append_number(std::string& key, size_t n) {
-  char digits[24];
-  key.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
-}
-}  // namespace
+namespace torchtpu::graph {
 
 Window::Window(std::vector<NodePtr> nodes, Keep keep) : nodes_(std::move(nodes)) {
   // A one-op window (every op in strict mode) has no producer inside and few parameters: it
