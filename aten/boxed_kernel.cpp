@@ -1,5 +1,6 @@
 // The kernel behind every lowered op (see aten/lowering.h): one instance per op, holding its
 // decoded schema (aten/op_plan.h).
+#include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_like.h>
@@ -113,7 +114,6 @@ struct Inputs {
   std::vector<exec::Operand> operands;
   std::vector<size_t> count;  // operands contributed by each argument
   std::vector<std::shared_ptr<exec::BufferRef>> scalars;  // keeps scalar storages alive
-  std::vector<at::Tensor> uploaded;                       // CPU tensors moved to the device
   std::string key;
 };
 
@@ -345,8 +345,7 @@ struct Destinations {
   std::vector<c10::IValue> fresh;  // the non-aliased returns, as they will be returned
 };
 
-Destinations destinations(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta,
-                          int device) {
+Destinations destinations(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta) {
   Destinations d;
   for (size_t i : plan.written_args) {
     std::vector<at::Tensor> metas;
@@ -368,8 +367,11 @@ Destinations destinations(const OpPlan& plan, const std::vector<c10::IValue>& ar
   auto make = [&](const at::Tensor& mt) {
     d.wanted.push_back(mt.defined());
     if (!mt.defined()) return at::Tensor();
-    at::Tensor t = at::empty_strided(mt.sizes(), mt.strides(),
-                                     mt.options().device(c10::DeviceType::PrivateUse1, device));
+    // Allocated directly, as the tpu empty_strided kernel does (the caller's DeviceGuard picks the
+    // device): a dispatcher round trip per result is a measurable part of a small op.
+    at::Tensor t = at::detail::empty_strided_generic(mt.sizes(), mt.strides(), tpu_allocator(),
+                                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                     mt.scalar_type());
     d.tensors.push_back(t);
     return t;
   };
@@ -534,7 +536,7 @@ void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::
   check_no_overlap(op.schema(), plan, args);
   int device = device_of(args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
-  Destinations d = destinations(plan, args, *meta, device);
+  Destinations d = destinations(plan, args, *meta);
   run_program(plan, args, *meta, d, device);
   push_returns(plan, args, d, stack);
 }
