@@ -255,7 +255,9 @@ std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
       return;
     }
     key += c10::toString(t.scalar_type());
-    key += t.device().type() == c10::DeviceType::PrivateUse1 ? '[' : '<';
+    // A wrapped Python number promotes like a Scalar (x_int * 2.5 is float32), a CPU 0-d tensor
+    // by its own dtype (x_int * torch.tensor(2.5, dtype=torch.float64) is float64).
+    key += on_tpu(t) ? '[' : t.unsafeGetTensorImpl()->is_wrapped_number() ? 'w' : '<';
     for (int64_t d = 0; d < t.dim(); ++d) {
       graph::append_number(key, t.size(d));
       key += ':';

@@ -761,3 +761,21 @@ def test_index_fill_backward_and_old_unique_run_on_the_device(no_fallbacks):
     values, inverse = torch._unique(data.to("tpu"), sorted=True, return_inverse=True)
     want_values, want_inverse = torch._unique(data, sorted=True, return_inverse=True)
     assert torch.equal(values.cpu(), want_values) and torch.equal(inverse.cpu(), want_inverse)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.int64])
+def test_cpu_zero_dim_tensors_beside_tpu_tensors_compute_as_on_cpu(dtype):
+    """A CPU 0-d tensor beside a tpu tensor becomes a Scalar operand, read in place: Python numbers
+    PyTorch wraps, 0-d tensors of each Scalar kind, and conjugated or negated views, whose bits say
+    to conjugate or negate when read (their values must not be taken raw)."""
+    x = torch.arange(1, 5).to(dtype)
+    others = [1.5, 2, True, 1 - 2j, torch.tensor(2.5, dtype=torch.float64), torch.tensor(3),
+              torch.tensor(True), torch.tensor(2.0)._neg_view(), torch.tensor(1 + 2j).conj(),
+              torch.tensor(1 + 2j, dtype=torch.complex64).conj(), torch.tensor(0.5, dtype=torch.float16)]
+    torchtpu.metrics.reset()
+    for other in others:
+        expected = x * other
+        got = x.to("tpu") * other
+        assert got.dtype == expected.dtype, other
+        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0, msg=f"times {other!r}")
+    assert torchtpu.metrics.cpu_fallbacks() == {}
