@@ -159,9 +159,9 @@ Inputs gather_inputs(const OpPlan& plan, const std::vector<c10::IValue>& args, i
     const c10::IValue& a = args[i];
     const ArgPlan& arg = plan.args[i];
     in.key += '|';
-    if (arg.runtime_scalars() && arg.kind == ArgKind::kScalar && !a.isNone()) {
+    if (arg.kind == ArgKind::kScalar && !arg.static_value && !a.isNone()) {
       add_scalar(in, a.toScalar(), device);
-    } else if (arg.runtime_scalars() && arg.kind == ArgKind::kScalarList) {
+    } else if (arg.kind == ArgKind::kScalarList && !arg.static_value) {
       for (const c10::IValue& e : a.toListRef()) add_scalar(in, e.toScalar(), device);
     } else if (a.isTensor() || arg.tensor_list()) {
       if (a.isList()) append_key(in.key, a);

@@ -28,7 +28,6 @@ struct ArgPlan {
   bool static_value; // a Scalar the lowering branches on (LoweringOptions::static_scalars)
 
   bool tensor_list() const { return kind == ArgKind::kTensorList || kind == ArgKind::kIndexList; }
-  bool runtime_scalars() const { return !static_value && (kind == ArgKind::kScalar || kind == ArgKind::kScalarList); }
 };
 
 struct OpPlan {
