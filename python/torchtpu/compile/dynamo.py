@@ -25,11 +25,26 @@ _graph_numbers = itertools.count()
 _guard_failures_seen = {}
 
 
+def _on_tpu_only(decomposition):
+    """``decomposition`` for calls with a tpu tensor argument. Other calls run the op as it is:
+    they run eagerly on their own device, whose kernel is the reference (PyTorch's decomposition
+    of ``_scaled_dot_product_flash_attention_for_cpu`` gives wrong gradients on CPU tensors)."""
+
+    @functools.wraps(decomposition)
+    def on_tpu(*args, **kwargs):
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        if not any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in leaves):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
+
+    return on_tpu
+
+
 @functools.cache
 def _decompositions() -> dict:
     table = torch._decomp.core_aten_decompositions()
     return {
-        op: fn
+        op: _on_tpu_only(fn)
         for op, fn in table.items()
         if not (isinstance(op, torch._ops.OpOverload) and partition.has_tpu_kernel(op))
     }
