@@ -42,22 +42,6 @@ def bucket(n: int) -> int:
 
 # ---------------------------------------------------------------- analysis of the graph
 
-_VIEWS = {aten.t.default, aten.transpose.int, aten.permute.default, aten.unsqueeze.default,
-          aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.clone.default,
-          aten.detach.default, aten.alias.default, aten._to_copy.default, aten.view.default,
-          aten._unsafe_view.default, aten.reshape.default}
-_REDUCTIONS = {aten.sum.dim_IntList: 0.0, aten.sum.default: 0.0, aten.amax.default: -math.inf,
-               aten.amin.default: math.inf, aten.mean.dim: 0.0, aten.mean.default: 0.0}
-_ROW_WISE = {aten._softmax.default, aten._log_softmax.default, aten._softmax_backward_data.default,
-             aten._log_softmax_backward_data.default, aten.native_layer_norm.default,
-             aten.embedding.default, aten._native_batch_norm_legit_no_training.default}
-_CONTRACTIONS = {aten.mm.default: 2, aten.bmm.default: 3, aten.addmm.default: 2}
-_SCALAR_TO_TENSOR = {aten.div.Scalar: aten.div.Tensor, aten.mul.Scalar: aten.mul.Tensor,
-                     aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor}
-_MASKED_ARGS = {aten.nll_loss_forward.default, aten.nll_loss_backward.default,
-                aten.native_layer_norm_backward.default, aten.embedding_dense_backward.default}
-
-
 class NotBucketable(Exception):
     pass
 
@@ -82,6 +66,101 @@ def _dims_arg(node, rank):
     return [d % rank for d in dims]
 
 
+# ---------------------------------------------------------------- layouts
+#
+# A reshape that merges the dynamic dimension with an outer one ([B, S, D] -> [B*S, D], as every
+# Linear on a sequence does) interleaves the padded part: row b*S_padded + s is valid when s < S.
+# So each dimension carries its *factors*, outermost first ((B, S) for that merged dimension), and
+# masks, output slicing and input padding work on the tensor viewed as its factors, where the
+# valid part of each factor is a prefix. A dimension nothing has split is one factor: padded at
+# its end. An input's dimension of size B*S becomes (B, S) when an op of the graph reads it so
+# (a reshape to [B, S, ...], or an element-wise op with a tensor laid out so); the graph is then
+# planned again with that layout for every dimension of that size.
+
+class _Replan(Exception):
+    """A dimension's factors were learned: plan the graph again."""
+
+
+class _Unsplit:
+    """A dimension of size ``expr`` (a product, such as B*S) whose factors no op named yet: one
+    factor, padded at its end, until an op splits it. ``origin`` is (node, dimension)."""
+
+    __slots__ = ("expr", "origin")
+
+    def __init__(self, expr, origin):
+        self.expr, self.origin = expr, origin
+
+    def __eq__(self, other):
+        return isinstance(other, _Unsplit) and other.origin == self.origin
+
+    def __hash__(self):
+        return hash(self.origin)
+
+    def __repr__(self):
+        return f"({self.expr},)"
+
+
+def _factor_list(dim):
+    return (dim.expr,) if isinstance(dim, _Unsplit) else dim
+
+
+def _size(dim):
+    return math.prod(_factor_list(dim))
+
+
+def _norm(factors):
+    """Factors without ones, adjacent constants multiplied (their split never matters)."""
+    out = []
+    for f in factors:
+        if f == 1:
+            continue
+        if out and f.is_number and out[-1].is_number:
+            out[-1] = out[-1] * f
+        else:
+            out.append(f)
+    return tuple(out) or (sympy.Integer(1),)
+
+
+def _divides(f, e):
+    return sympy.fraction(sympy.cancel(e / f))[1] == 1
+
+
+def _prefix_indexed(dim):
+    """Whether an index along the dimension means the same position padded or not (only its
+    outermost factor may be dynamic)."""
+    return all(f.is_number for f in _factor_list(dim)[1:])
+
+
+def _sizes(layout, values):
+    """Each dimension's size, and each factor's, with the symbols set to ``values``."""
+    dims = [int(_size(dim).subs(values)) for dim in layout]
+    flat = [int(f.subs(values)) for dim in layout for f in _factor_list(dim)]
+    return dims, flat
+
+
+_VIEWS = {aten.t.default, aten.transpose.int, aten.permute.default, aten.unsqueeze.default,
+          aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.clone.default,
+          aten.detach.default, aten.alias.default, aten._to_copy.default, aten.view.default,
+          aten._unsafe_view.default, aten.reshape.default}
+_RESHAPES = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+_REDUCTIONS = {aten.sum.dim_IntList: 0.0, aten.sum.default: 0.0, aten.amax.default: -math.inf,
+               aten.amin.default: math.inf, aten.mean.dim: 0.0, aten.mean.default: 0.0}
+_SOFTMAX = {aten._softmax.default, aten._log_softmax.default, aten._safe_softmax.default}
+_SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
+_ROW_WISE = _SOFTMAX | _SOFTMAX_BACKWARD | {aten.native_layer_norm.default, aten.embedding.default,
+                                            aten._native_batch_norm_legit_no_training.default}
+# ops whose result at an index depends on the index itself: valid only where the index means the
+# same position padded or not
+_POSITIONAL = {aten.tril.default, aten.triu.default, aten.slice.Tensor, aten.select.int,
+               aten.select_backward.default}
+_CONTRACTIONS = {aten.mm.default: 2, aten.bmm.default: 3, aten.addmm.default: 2}
+_SCALAR_TO_TENSOR = {aten.div.Scalar: aten.div.Tensor, aten.mul.Scalar: aten.mul.Tensor,
+                     aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor}
+_MASKED_ARGS = {aten.nll_loss_forward.default, aten.nll_loss_backward.default,
+                aten.native_layer_norm_backward.default, aten.embedding_dense_backward.default}
+_END = 2**62  # a slice "to the end"
+
+
 class _Rewriter:
     """Plans the masks over the whole graph (raising NotBucketable for unknown cases) before
     changing anything, then inserts them."""
@@ -91,17 +170,103 @@ class _Rewriter:
         self.symbol_nodes = symbol_nodes  # symbol -> its SymInt placeholder (the padded size at run)
         self.symbols = set(symbol_nodes)
         self.sizes = {}  # symbol -> placeholder holding its true size (added)
+        self.layouts = {}  # node -> its dimensions' factors (a list of them for multi-output ops)
+        self.splits = {}  # an _Unsplit's origin -> the factors ops gave it (or another _Unsplit)
         self.actions = []
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         self.last_placeholder = placeholders[-1]
 
+    def plan(self):
+        for _ in range(64):
+            self.layouts, self.actions = {}, []
+            try:
+                for n in list(self.graph.nodes):
+                    self.visit(n)
+                return
+            except _Replan:
+                continue
+        raise NotBucketable("the layouts of its dimensions did not settle")
+
     def rewrite(self):
-        for n in list(self.graph.nodes):
-            self.visit(n)
         for action in self.actions:
             action()
         self.graph.lint()
         self.gm.recompile()
+
+    def layout(self, node):
+        """The factors of each dimension of ``node``'s tensor value."""
+        if node in self.layouts:
+            return self.layouts[node]
+        if node.op == "call_function" and node.target is operator.getitem and node.args[0] in self.layouts:
+            return self.layouts[node.args[0]][node.args[1]]
+        return [self.plain(e, (node, d)) for d, e in enumerate(_exprs(node.meta["val"]))]
+
+    def plain(self, e, origin):
+        """The factors of a dimension of size ``e`` that no op made: one, unless it is a product
+        an op has split since."""
+        if not (e.is_Mul and self.dynamic(e)):
+            return (e,)
+        return self.resolved(_Unsplit(e, origin))
+
+    def resolved(self, dim):
+        while isinstance(dim, _Unsplit) and dim.origin in self.splits:
+            dim = self.splits[dim.origin]
+        return dim
+
+    def final(self, layout):
+        """A layout with every dimension as its tuple of factors."""
+        return [_factor_list(self.resolved(dim)) for dim in layout]
+
+    def dynamic(self, e):
+        return bool(e.free_symbols & self.symbols)
+
+    def unify(self, a, b, what):
+        """The common layout of two dimensions an op pairs up; a dimension no op split yet takes
+        the other's factors (and the graph is planned again)."""
+        a, b = self.resolved(a), self.resolved(b)
+        if a == b:
+            return a
+        if sympy.expand(_size(a) - _size(b)) == 0:
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, _Unsplit):
+                    self.splits[x.origin] = y
+                    raise _Replan()
+        raise NotBucketable(f"{what} pairs dimensions laid out as {a} and {b}")
+
+    def regroup(self, layout, out_exprs):
+        """The factors of a reshape's output dimensions, from its input's factors. An _Unsplit
+        dimension may be split here (planned again then); one kept whole stays itself."""
+        flat = []  # (factor, the _Unsplit it is part of)
+        for dim in map(self.resolved, layout):
+            flat += [(dim.expr, dim)] if isinstance(dim, _Unsplit) else [(f, None) for f in dim if f != 1]
+        pieces = {}  # an _Unsplit -> the factors it was split into
+        out = []
+        for o in out_exprs:
+            taken, prod = [], sympy.Integer(1)
+            while sympy.expand(prod - o) != 0:
+                if not flat:
+                    raise NotBucketable(f"a reshape to {out_exprs} of dimensions {layout}")
+                f, whole = flat.pop(0)
+                missing = sympy.cancel(o / prod)
+                if not _divides(f, missing):
+                    part = sympy.gcd(f, missing)
+                    if part == 1 or not (f.is_number or whole is not None):
+                        raise NotBucketable(f"a reshape to {out_exprs} splits a dimension of {layout}")
+                    flat.insert(0, (sympy.cancel(f / part), whole))
+                    f = part
+                if whole is not None:
+                    pieces.setdefault(whole, []).append(f)
+                taken.append((f, whole))
+                prod *= f
+            kept_whole = len(taken) == 1 and taken[0][1] is not None and taken[0][0] == taken[0][1].expr
+            out.append(taken[0][1] if kept_whole else _norm([f for f, _ in taken]))
+        if flat:
+            raise NotBucketable(f"a reshape to {out_exprs} of dimensions {layout}")
+        for whole, parts in pieces.items():
+            if len(_norm(parts)) > 1:
+                self.splits[whole.origin] = _norm(parts)
+                raise _Replan()
+        return out
 
     def true_size(self, expr):
         """A placeholder for the true value of a size expression (a 0-d int64 tensor at run)."""
@@ -112,24 +277,50 @@ class _Rewriter:
             self.sizes[expr] = node
         return self.sizes[expr]
 
+    def padded_size(self, expr):
+        """A graph value holding a size expression's padded value (a plain int while capturing)."""
+        if expr.is_number:
+            return int(expr)
+        if expr in self.symbol_nodes:
+            return self.symbol_nodes[expr]
+        if not (expr.is_Add or expr.is_Mul):
+            raise NotBucketable(f"no size input gives {expr}")
+        combine = operator.add if expr.is_Add else operator.mul
+        terms = [self.padded_size(a) for a in expr.args]
+        node = terms[0]
+        for t in terms[1:]:
+            node = self.graph.call_function(combine, (node, t))
+        return node
+
     def masked(self, before, x, dims, fill):
-        """``x`` with its padded part along ``dims`` replaced by ``fill``."""
+        """``x`` with its padded part along ``dims`` replaced by ``fill`` (on ``x`` viewed as its
+        dimensions' factors, where each valid part is a prefix)."""
         val = x.meta["val"]
-        exprs = _exprs(val)
+        layout = self.final(self.layout(x))
+        flat = [f for factors in layout for f in factors]
+        split = len(flat) != len(layout)
         with self.graph.inserting_before(before):
-            for d in dims:
-                (symbol,) = exprs[d].free_symbols & self.symbols
-                if exprs[d] != symbol:
-                    raise NotBucketable(f"{before.target} reduces a dimension of size {exprs[d]}")
-                size = self.symbol_nodes[symbol]
-                index = self.graph.call_function(aten.arange.default, (size,),
-                                                 {"device": val.device, "dtype": torch.int64})
-                valid = self.graph.call_function(aten.lt.Tensor, (index, self.true_size(symbol)))
-                shape = [1] * val.dim()
-                shape[d] = size
-                valid = self.graph.call_function(aten.view.default, (valid, shape))
-                x = self.graph.call_function(aten.where.ScalarOther, (valid, x, fill))
-        return x
+            y = x
+            if split:
+                y = self.graph.call_function(aten.reshape.default, (x, [self.padded_size(f) for f in flat]))
+            position = 0
+            for d, factors in enumerate(layout):
+                for f in factors:
+                    if d in dims and self.dynamic(f):
+                        y = self.mask_factor(y, position, len(flat), f, fill, val.device)
+                    position += 1
+            if split:
+                y = self.graph.call_function(aten.reshape.default, (y, [self.padded_size(e) for e in _exprs(val)]))
+        return y
+
+    def mask_factor(self, y, position, rank, factor, fill, device):
+        size = self.padded_size(factor)
+        index = self.graph.call_function(aten.arange.default, (size,), {"device": device, "dtype": torch.int64})
+        valid = self.graph.call_function(aten.lt.Tensor, (index, self.true_size(factor)))
+        shape = [1] * rank
+        shape[position] = size
+        valid = self.graph.call_function(aten.view.default, (valid, shape))
+        return self.graph.call_function(aten.where.ScalarOther, (valid, y, fill))
 
     def count(self, before, x, dims):
         """How many valid elements ``dims`` of ``x`` hold, as a tensor of x's dtype."""
@@ -138,31 +329,37 @@ class _Rewriter:
         total = None
         with self.graph.inserting_before(before):
             for d in dims:
-                padded = exprs[d].free_symbols & self.symbols
-                if not padded:
+                if not self.dynamic(exprs[d]):
                     static *= int(exprs[d])
                     continue
-                n = self.true_size(next(iter(padded)))
+                n = self.true_size(exprs[d])
                 total = n if total is None else self.graph.call_function(aten.mul.Tensor, (total, n))
             total = self.graph.call_function(aten._to_copy.default, (total,), {"dtype": x.meta["val"].dtype})
             return self.graph.call_function(aten.mul.Scalar, (total, static))
 
     def visit(self, n):
-        if n.op != "call_function":
+        if n.op != "call_function" or n.target is operator.getitem:
             return
         self.value_uses_of_sizes(n)
-        inputs_padded = {a: _padded_dims(a, self.symbols) for a in n.all_input_nodes}
-        if not any(inputs_padded.values()) or n.target is operator.getitem:
+        if not any(_padded_dims(a, self.symbols) for a in n.all_input_nodes):
             return
         t = n.target
         if isinstance(t, torch._ops.OpOverload) and torch.Tag.pointwise in t.tags:
+            self.layouts[n] = self.broadcast_layout(n)
             return
         if t in _VIEWS:
-            return self.check_view(n)
+            self.layouts[n] = self.view_layout(n)
+            return
+        if t in _POSITIONAL:
+            self.layouts[n] = self.positional_layout(n)
+            return
         if t in _ROW_WISE:
             self.check_row_wise(n)
         elif t not in _REDUCTIONS and t not in _CONTRACTIONS and t not in _MASKED_ARGS:
             raise NotBucketable(f"{t} reads a dynamic dimension")
+        if t in _ROW_WISE or t in _MASKED_ARGS:
+            self.pair_rows(n)
+        self.layouts[n] = self.result_layout(n)
         self.actions.append(lambda: self.apply(n))
 
     def apply(self, n):
@@ -171,7 +368,7 @@ class _Rewriter:
             return self.reduction(n)
         if t in _CONTRACTIONS:
             return self.contraction(n)
-        if t in (aten._softmax.default, aten._log_softmax.default):
+        if t in _SOFTMAX | _SOFTMAX_BACKWARD:
             return self.softmax(n)
         if t in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
             return self.loss(n)
@@ -179,6 +376,126 @@ class _Rewriter:
             return self.layer_norm_backward(n)
         if t is aten.embedding_dense_backward.default:
             return self.mask_arg(n, 0, _padded_dims(n.args[0], self.symbols), 0.0)
+
+    # -- the layouts of results
+
+    def broadcast_layout(self, n):
+        """An element-wise op's result: each dimension as its inputs lay it out (they must agree)."""
+        exprs = _exprs(n.meta["val"])
+        layout = []
+        for d, e in enumerate(exprs):
+            factors = None
+            for a in n.all_input_nodes:
+                val = a.meta.get("val")
+                k = d - (len(exprs) - val.dim()) if isinstance(val, torch.Tensor) else -1
+                if k >= 0 and val.shape[k] != 1:
+                    mine = self.layout(a)[k]
+                    factors = mine if factors is None else self.unify(factors, mine, n.target)
+            layout.append(factors or self.plain(e, (n, d)))
+        return layout
+
+    def view_layout(self, n):
+        src = self.layout(n.args[0])
+        out = _exprs(n.meta["val"])
+        t = n.target
+        if t in _RESHAPES:
+            return self.regroup(src, out)
+        if t in (aten.t.default, aten.transpose.int, aten.permute.default):
+            if t is aten.t.default:
+                order = list(range(len(src)))[::-1]
+            elif t is aten.transpose.int:
+                order = list(range(len(src)))
+                a, b = n.args[1] % len(src), n.args[2] % len(src)
+                order[a], order[b] = order[b], order[a]
+            else:
+                order = [d % len(src) for d in n.args[1]]
+            return [src[d] for d in order]
+        if t is aten.expand.default:
+            offset = len(out) - len(src)
+            return [self.plain(e, (n, d)) if d < offset or src[d - offset] == (1,) else src[d - offset]
+                    for d, e in enumerate(out)]
+        if t in (aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default):
+            return self.regroup(src, out)  # adds or drops dimensions of size 1
+        return src  # clone, detach, alias, _to_copy
+
+    def positional_layout(self, n):
+        src = self.layout(n.args[0])
+        t = n.target
+        rank = len(src)
+        if t in (aten.tril.default, aten.triu.default):
+            if not (_prefix_indexed(src[-2]) and _prefix_indexed(src[-1])):
+                raise NotBucketable(f"{t} of a dimension merged with a dynamic one")
+            return src
+        if t is aten.select_backward.default:  # (grad, input_sizes, dim, index)
+            dim = n.args[2] % (rank + 1)
+            if self.dynamic(sympy.sympify(_exprs(n.meta["val"])[dim])):
+                raise NotBucketable(f"{t} along a dynamic dimension")
+            return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim:]
+        dim = n.args[1] % rank
+        moved = any(self.dynamic(f) for f in src[dim])
+        if t is aten.select.int:
+            if moved and not (_prefix_indexed(src[dim]) and n.args[2] >= 0):
+                raise NotBucketable(f"{t} along a dynamic dimension from its end")
+            return src[:dim] + src[dim + 1:]
+        start, end, step = (list(n.args[2:]) + [None, None, None])[:3]
+        if moved:
+            keeps_prefix = (len(src[dim]) == 1 and isinstance(start or 0, int) and (start or 0) >= 0
+                            and (step or 1) == 1
+                            and (end is None or isinstance(end, torch.fx.Node) or end < 0 or end >= _END))
+            if not keeps_prefix:
+                raise NotBucketable(f"{t} of a dynamic dimension from {start} to {end}")
+        return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim + 1:]
+
+    def result_layout(self, n):
+        """Reductions drop or keep dimensions; contractions keep their operands' outer dimensions;
+        the other ops keep the first input's leading dimensions."""
+        t = n.target
+        val = n.meta["val"]
+        if t in _REDUCTIONS:
+            src = self.layout(n.args[0])
+            if t in (aten.sum.default, aten.mean.default):
+                return []
+            dims = _dims_arg(n, len(src))
+            keepdim = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+            return [(sympy.Integer(1),) if d in dims else f for d, f in enumerate(src) if keepdim or d not in dims]
+        if t in _CONTRACTIONS:
+            first = 1 if t is aten.addmm.default else 0
+            a, b = self.layout(n.args[first]), self.layout(n.args[first + 1])
+            k_a, k_b = len(a) - 1, len(b) - 2
+            self.unify(a[k_a], b[k_b], t)
+            if t is aten.bmm.default:
+                self.unify(a[0], b[0], t)
+            return a[:-1] + [b[-1]]
+        source = n.args[1] if t in (aten.embedding.default, aten.nll_loss_backward.default) else n.args[0]
+        src = self.layout(source)
+        vals = val if isinstance(val, (tuple, list)) else [val]
+        layouts = [self.like(n, src, v) if isinstance(v, torch.Tensor) else None for v in vals]
+        return layouts if isinstance(val, (tuple, list)) else layouts[0]
+
+    def pair_rows(self, n):
+        """The rows an op pairs across its tensor arguments (a loss's inputs and targets, a
+        backward's gradient and saved values: their leading dimensions of one size) must be laid
+        out alike."""
+        tensors = [a for a in n.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+        for i, a in enumerate(tensors):
+            for b in tensors[i + 1:]:
+                for d, (x, y) in enumerate(zip(_exprs(a.meta["val"]), _exprs(b.meta["val"]))):
+                    if x != y:
+                        break
+                    if self.dynamic(x):
+                        self.unify(self.layout(a)[d], self.layout(b)[d], n.target)
+
+    def like(self, n, src, val):
+        """``val``'s layout where its leading dimensions are ``src``'s (same sizes), then plain."""
+        out = []
+        for d, e in enumerate(_exprs(val)):
+            same = d < len(src) and sympy.expand(_size(src[d]) - e) == 0
+            if self.dynamic(e) and not same:
+                raise NotBucketable(f"{n.target} gives a dimension of size {e} of unknown layout")
+            out.append(src[d] if same else self.plain(e, (n, d)))
+        return out
+
+    # -- checks and masks
 
     def value_uses_of_sizes(self, n):
         """A size used as a number (a mean's backward divides by the element count) must be the
@@ -190,6 +507,9 @@ class _Rewriter:
                 continue
             if str(arg.type) in ("int", "SymInt", "int?", "SymInt?"):
                 continue  # a size: the padded one is right
+            if n.target is aten.arange.default or (n.target is aten.arange.start and arg.name == "end"
+                                                   and n.args[0] == 0):
+                continue  # arange(n): a size too; the padded part counts on past n
             if n.target not in _SCALAR_TO_TENSOR:
                 raise NotBucketable(f"{n.target} uses a dynamic size as a value")
             self.actions.append(lambda n=n, i=i, a=a: self.use_true_value(n, i, a))
@@ -199,16 +519,6 @@ class _Rewriter:
         args[i] = self.true_size(a.meta["val"].node.expr)
         n.args = tuple(args)
         n.target = _SCALAR_TO_TENSOR[n.target]
-
-    def check_view(self, n):
-        src = n.args[0]
-        if n.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
-            before, after = _exprs(src.meta["val"]), _exprs(n.meta["val"])
-            padded_in = [d for d, e in enumerate(before) if e.free_symbols & self.symbols]
-            padded_out = [d for d, e in enumerate(after) if e.free_symbols & self.symbols]
-            # the padded part stays a suffix only while the dynamic dimension stays outermost
-            if padded_in != [0] or padded_out != [0]:
-                raise NotBucketable(f"{n.target} reshapes a dynamic dimension that is not the first")
 
     def reduction(self, n):
         x = n.args[0]
@@ -251,15 +561,17 @@ class _Rewriter:
             normalized = list(range(rank - len(n.args[1]), rank))
         else:  # softmax(x, dim, ...) or softmax_backward_data(grad, output, dim, ...)
             normalized = [(n.args[2] if "backward" in n.target.name() else n.args[1]) % rank]
-        softmax = n.target in (aten._softmax.default, aten._log_softmax.default)
-        if set(normalized) & set(padded) and not softmax:
+        if set(normalized) & set(padded) and n.target not in _SOFTMAX | _SOFTMAX_BACKWARD:
             raise NotBucketable(f"{n.target} normalizes over a dynamic dimension")
 
     def softmax(self, n):
+        """Padded entries weigh nothing: -inf before a softmax, a zero gradient in its backward
+        (which sums the gradient, times the output, over the dimension)."""
         rank = n.args[0].meta["val"].dim()
-        dim = n.args[1] % rank
+        backward = n.target in _SOFTMAX_BACKWARD
+        dim = n.args[2 if backward else 1] % rank
         if dim in _padded_dims(n.args[0], self.symbols):
-            self.mask_arg(n, 0, [dim], -math.inf)
+            self.mask_arg(n, 0, [dim], 0.0 if backward else -math.inf)
 
     def loss(self, n):
         target_index = 1 if n.target is aten.nll_loss_forward.default else 2
@@ -322,15 +634,16 @@ class BucketedGraph:
         self.name = name
         self.symbolic_inputs = symbolic_inputs  # placeholder index -> size expression
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.input_exprs = [_exprs(p.meta["val"]) if isinstance(p.meta.get("val"), torch.Tensor) else None
-                            for p in placeholders]
+        rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs))
+        rewriter.plan()
+        self.input_layouts = [rewriter.final(rewriter.layout(p)) if isinstance(p.meta.get("val"), torch.Tensor) else None
+                              for p in placeholders]
         output = next(n for n in gm.graph.nodes if n.op == "output")
-        self.output_exprs = [
-            (_exprs(a.meta["val"]) if isinstance(a.meta.get("val"), torch.Tensor)
+        self.output_layouts = [  # a tensor's layout, a size's expression, or None
+            (rewriter.final(rewriter.layout(a)) if isinstance(a.meta.get("val"), torch.Tensor)
              else a.meta["val"].node.expr if isinstance(a.meta.get("val"), torch.SymInt) else None)
             if isinstance(a, torch.fx.Node) else None
             for a in pytree.tree_leaves(output.args[0])]
-        rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs))
         rewriter.rewrite()
         self.size_exprs = list(rewriter.sizes)  # what the added true-size placeholders hold, in order
         self.graph = CapturedGraph(gm, name)
@@ -350,9 +663,9 @@ class BucketedGraph:
         true = self._true_sizes(args)
         padded = {s: bucket(v) for s, v in true.items()}
         bound = []
-        for i, (a, exprs) in enumerate(zip(args, self.input_exprs)):
-            if exprs is not None:
-                a = _pad(a, [int(e.subs(padded)) for e in exprs])
+        for i, (a, layout) in enumerate(zip(args, self.input_layouts)):
+            if layout is not None:
+                a = _pad(a, layout, true, padded)
             elif i in self.symbolic_inputs:
                 a = int(self.symbolic_inputs[i].subs(padded))
             bound.append(a)
@@ -362,28 +675,39 @@ class BucketedGraph:
             sizes = list(torch.stack(sizes).to(device).unbind())
         out = self.graph(*bound, *sizes)
         flat, spec = pytree.tree_flatten(out)
-        for i, exprs in enumerate(self.output_exprs):
-            if isinstance(exprs, list):
-                flat[i] = _narrow(flat[i], [int(e.subs(true)) for e in exprs])
-            elif exprs is not None:
-                flat[i] = int(exprs.subs(true))
+        for i, layout in enumerate(self.output_layouts):
+            if isinstance(layout, list):
+                flat[i] = _narrow(flat[i], layout, true, padded)
+            elif layout is not None:
+                flat[i] = int(layout.subs(true))
         return pytree.tree_unflatten(flat, spec)
 
 
-def _pad(t, sizes):
-    """``t`` zero-padded at the end of each dimension up to ``sizes`` (one small op). Always a new
+def _pad(t, layout, true, padded):
+    """``t`` zero-padded at the end of each dimension's factors (one small op). Always a new
     tensor, also at a bucket's exact size: which inputs share storage must not depend on the size."""
+    dims, factors = _sizes(layout, padded)
+    true_dims, true_factors = _sizes(layout, true)
+    split = len(factors) != len(dims)
+    if split:
+        t = t.reshape(true_factors)
     widths = []
-    for have, want in reversed(list(zip(t.shape, sizes))):
+    for have, want in reversed(list(zip(t.shape, factors))):
         widths += [0, want - have]
-    return torch.constant_pad_nd(t, widths, 0)
+    t = torch.constant_pad_nd(t, widths, 0)
+    return t.reshape(dims) if split else t
 
 
-def _narrow(t, sizes):
-    for d, n in enumerate(sizes):
+def _narrow(t, layout, true, padded):
+    """The valid part of a padded result: each dimension's factors cut to their true sizes."""
+    dims, factors = _sizes(layout, true)
+    split = len(factors) != len(dims)
+    if split:
+        t = t.reshape(_sizes(layout, padded)[1])
+    for d, n in enumerate(factors if split else dims):
         if t.shape[d] != n:
             t = t.narrow(d, 0, n)
-    return t
+    return t.reshape(dims) if split else t
 
 
 def build(gm: torch.fx.GraphModule, name: str):
