@@ -396,6 +396,94 @@ def test_dynamic_sizes_run_padded_to_buckets():
     assert captures == [True, False, False, False, False, True]
 
 
+def _sequence_batch(n, vocab=50):
+    ids = torch.randint(0, vocab, (2, n), generator=torch.Generator().manual_seed(n))
+    return ids, ids.roll(-1, 1)
+
+
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
+def test_causal_decoder_sequence_lengths_run_padded_to_buckets(dynamic):
+    """A GPT-style decoder (causal mask from triu, Linear layers that merge batch and sequence)
+    trains at sequence lengths 9..20 with one program per bucket, forward and backward, and
+    matches CPU: the padded positions never reach a valid one."""
+    cpu = _Decoder(seq=32)
+    dev = copy.deepcopy(cpu).to("tpu")
+    step = torch.compile(lambda model, x, y: _loss(model(x), y), backend="tpu", dynamic=dynamic)
+    captures = []
+    for n in (9, 10, 12, 16, 11, 20):
+        x, y = _sequence_batch(n)
+        for m in (cpu, dev):
+            m.zero_grad()
+        expected = _loss(cpu(x), y)
+        expected.backward()
+        before = _counters()["captured_ops"]
+        got = step(dev, x.to("tpu"), y.to("tpu"))
+        got.backward()
+        captures.append(_counters()["captured_ops"] > before)
+        _close(got, expected, 1e-5)
+        for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
+            torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    # dynamic=True: 9..16 share the bucket 16; automatic: Dynamo compiles 9 static, then 10
+    # dynamic (bucket 16); 20 is bucket 32 either way
+    assert captures == ([True, False, False, False, False, True] if dynamic else
+                        [True, True, False, False, False, True])
+    assert not any("run unpadded" in r for r in _recompiles())
+
+
+def test_hugging_face_causal_lm_sequence_lengths_run_padded_to_buckets():
+    """HF GPT-2 (its cache's cat, its loss's label shift by pad and slice) with Dynamo's automatic
+    dynamic shapes: a new sequence length within a bucket captures nothing."""
+    spec = MODELS["gpt2"]
+    torch.manual_seed(0)
+    cpu = spec.build()
+    dev = copy.deepcopy(cpu).to("tpu")
+    step = torch.compile(lambda model, ids: model(input_ids=ids, labels=ids).loss, backend="tpu")
+    captures = []
+    for n in (9, 12, 16, 20, 24):
+        ids, _ = _sequence_batch(n, vocab=cpu.config.vocab_size)
+        for m in (cpu, dev):
+            m.zero_grad()
+        expected = cpu(input_ids=ids, labels=ids).loss
+        expected.backward()
+        before = _counters()["captured_ops"]
+        got = step(dev, ids.to("tpu"))
+        got.backward()
+        captures.append(_counters()["captured_ops"] > before)
+        _close(got, expected, 1e-5)
+        for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
+            torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert captures == [True, True, False, True, False]  # 9 static; 12, 16 -> 16; 20, 24 -> 32
+
+
+def test_dynamic_int_arguments_keep_their_values():
+    """An int Dynamo made symbolic (an index) is not a size: it is never padded."""
+
+    @torch.compile(backend="tpu")
+    def f(x, k):
+        return x.select(1, k) * 2 + x.sum(1)  # a column by an index that becomes symbolic
+
+    for n, k in ((9, 3), (11, 5), (13, 12)):
+        x = torch.randn(n, 16)
+        x_tpu = x.to("tpu")
+        torch._dynamo.mark_dynamic(x_tpu, 0)
+        _close(f(x_tpu, k), x.select(1, k) * 2 + x.sum(1))
+    assert not any("run unpadded" in r for r in _recompiles())
+
+
+def test_ops_pairing_sizes_dynamo_could_not_prove_equal_run_at_exact_sizes():
+    """Scores and targets whose sizes are separate symbols may pad apart: such a graph runs
+    unpadded (and right) rather than pairing a padded row with a valid one."""
+
+    @torch.compile(backend="tpu", dynamic=True)
+    def f(scores, targets):
+        return F.cross_entropy(scores.reshape(-1, 5), targets.reshape(-1))
+
+    for n in (9, 10):
+        s, t = torch.randn(2, n, 5), torch.randint(0, 5, (n, 2))  # 2*n rows either way
+        _close(f(s.to("tpu"), t.to("tpu")), F.cross_entropy(s.reshape(-1, 5), t.reshape(-1)))
+    assert any("run unpadded" in r and "nll_loss" in r for r in _recompiles())
+
+
 def test_dynamic_sizes_an_op_that_mixes_rows_runs_at_exact_sizes():
     bn = torch.nn.BatchNorm1d(4).to("tpu").eval()
 

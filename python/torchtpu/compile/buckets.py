@@ -1,21 +1,27 @@
 """Dynamic sizes padded up to buckets, so that a graph compiles once per bucket, not per size.
 
 A graph Dynamo traced with symbolic sizes (``dynamic=True``, ``torch._dynamo.mark_dynamic``, or
-automatically after a size changed) runs with every dynamic size padded up to its bucket: tensor
-inputs are zero-padded along their dynamic dimensions, outputs are views of the valid part. The
-padded part must never reach a valid result, so the graph is rewritten first:
+automatically after a size changed) runs with every dynamic size of its input tensors padded up
+to its bucket: inputs are zero-padded, outputs are the valid part. The padded part must never
+reach a valid result, so the graph is rewritten first:
 
 - reductions and contractions over a padded dimension (sum, mean, amax/amin, softmax,
-  log_softmax, matmuls, a LayerNorm's backward, an embedding's backward) read the padded part
-  masked out (``where(index < size, x, identity)``; means divide by the true count);
+  log_softmax and their backwards, matmuls, a LayerNorm's backward, an embedding's backward)
+  read the padded part masked out (``where(index < size, x, identity)``; means divide by the
+  true count);
 - losses over padded rows (``nll_loss``, hence ``cross_entropy``) see the padded targets as
-  ``ignore_index``;
+  ``ignore_index``; ``constant_pad_nd`` of a dynamic dimension sets its padded part to the value;
+- ops that depend on the index itself (``tril``/``triu``, ``arange``, slicing, ``cat``) are allowed
+  where an index means the same position padded or not;
 - the true sizes reach the program as runtime inputs, so one program serves every size of a
   bucket.
 
-Ops whose treatment of the padded part is not known here (a convolution or sort over a dynamic
-dimension, a BatchNorm over a dynamic batch, an input written in place) make the graph run at its
-exact sizes instead, one program per size, with the reason recorded.
+Each dimension carries its factors (see "layouts" below), so a dynamic dimension merged with
+another one by a reshape (``[B, S, D] -> [B*S, D]`` around every Linear) is padded, masked and
+sliced per factor. Ops whose treatment of the padded part is not known here (a convolution or
+sort over a dynamic dimension, a BatchNorm over a dynamic batch, ops pairing sizes Dynamo could
+not prove equal, an input written in place) make the graph run at its exact sizes instead, one
+program per size, with the reason recorded.
 """
 
 import functools
@@ -152,23 +158,29 @@ _ROW_WISE = _SOFTMAX | _SOFTMAX_BACKWARD | {aten.native_layer_norm.default, aten
 # ops whose result at an index depends on the index itself: valid only where the index means the
 # same position padded or not
 _POSITIONAL = {aten.tril.default, aten.triu.default, aten.slice.Tensor, aten.select.int,
-               aten.select_backward.default}
+               aten.select_backward.default, aten.slice_backward.default}
+_SIZE_QUERIES = {aten.sym_size.int, aten.sym_numel.default}
 _CONTRACTIONS = {aten.mm.default: 2, aten.bmm.default: 3, aten.addmm.default: 2}
 _SCALAR_TO_TENSOR = {aten.div.Scalar: aten.div.Tensor, aten.mul.Scalar: aten.mul.Tensor,
                      aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor}
 _MASKED_ARGS = {aten.nll_loss_forward.default, aten.nll_loss_backward.default,
                 aten.native_layer_norm_backward.default, aten.embedding_dense_backward.default}
 _END = 2**62  # a slice "to the end"
+# the arguments whose leading dimensions an op pairs up, row by row
+_PAIRED_ARGS = {aten.nll_loss_forward.default: (0, 1), aten.nll_loss_backward.default: (0, 1, 2),
+                aten._softmax_backward_data.default: (0, 1), aten._log_softmax_backward_data.default: (0, 1),
+                aten.native_layer_norm_backward.default: (0, 1, 3, 4),
+                aten.embedding_dense_backward.default: (0, 1)}
 
 
 class _Rewriter:
     """Plans the masks over the whole graph (raising NotBucketable for unknown cases) before
     changing anything, then inserts them."""
 
-    def __init__(self, gm, symbol_nodes):
+    def __init__(self, gm, symbol_nodes, padded):
         self.gm, self.graph = gm, gm.graph
-        self.symbol_nodes = symbol_nodes  # symbol -> its SymInt placeholder (the padded size at run)
-        self.symbols = set(symbol_nodes)
+        self.symbol_nodes = symbol_nodes  # symbol -> its SymInt placeholder (its value at run)
+        self.symbols = padded  # the symbols that are padded (sizes of input tensors)
         self.sizes = {}  # symbol -> placeholder holding its true size (added)
         self.layouts = {}  # node -> its dimensions' factors (a list of them for multi-output ops)
         self.splits = {}  # an _Unsplit's origin -> the factors ops gave it (or another _Unsplit)
@@ -307,13 +319,18 @@ class _Rewriter:
             for d, factors in enumerate(layout):
                 for f in factors:
                     if d in dims and self.dynamic(f):
-                        y = self.mask_factor(y, position, len(flat), f, fill, val.device)
+                        y = self.mask_factor(y, position, len(flat), f, fill, val.dtype, val.device)
                     position += 1
             if split:
                 y = self.graph.call_function(aten.reshape.default, (y, [self.padded_size(e) for e in _exprs(val)]))
         return y
 
-    def mask_factor(self, y, position, rank, factor, fill, device):
+    def mask_factor(self, y, position, rank, factor, fill, dtype, device):
+        if dtype == torch.bool:
+            fill = bool(fill)
+        elif not (dtype.is_floating_point or dtype.is_complex):  # an integer: keep its type
+            info = torch.iinfo(dtype)
+            fill = info.min if fill == -math.inf else info.max if fill == math.inf else int(fill)
         size = self.padded_size(factor)
         index = self.graph.call_function(aten.arange.default, (size,), {"device": device, "dtype": torch.int64})
         valid = self.graph.call_function(aten.lt.Tensor, (index, self.true_size(factor)))
@@ -341,9 +358,9 @@ class _Rewriter:
         if n.op != "call_function" or n.target is operator.getitem:
             return
         self.value_uses_of_sizes(n)
-        if not any(_padded_dims(a, self.symbols) for a in n.all_input_nodes):
-            return
         t = n.target
+        if t in _SIZE_QUERIES or not any(_padded_dims(a, self.symbols) for a in n.all_input_nodes):
+            return  # a size query gives the padded size, which is what sizes in the graph are
         if isinstance(t, torch._ops.OpOverload) and torch.Tag.pointwise in t.tags:
             self.layouts[n] = self.broadcast_layout(n)
             return
@@ -352,6 +369,15 @@ class _Rewriter:
             return
         if t in _POSITIONAL:
             self.layouts[n] = self.positional_layout(n)
+            return
+        if t is aten.cat.default:
+            self.layouts[n] = self.cat_layout(n)
+            return
+        if t in (aten.split.Tensor, aten.split_with_sizes.default):
+            self.layouts[n] = self.split_layout(n)
+            return
+        if t is aten.constant_pad_nd.default:
+            self.layouts[n] = self.pad_layout(n)
             return
         if t in _ROW_WISE:
             self.check_row_wise(n)
@@ -426,6 +452,15 @@ class _Rewriter:
             if not (_prefix_indexed(src[-2]) and _prefix_indexed(src[-1])):
                 raise NotBucketable(f"{t} of a dimension merged with a dynamic one")
             return src
+        if t is aten.slice_backward.default:  # (grad, input_sizes, dim, start, end, step)
+            dim, start, step = n.args[2] % rank, n.args[3], n.args[5]
+            if any(self.dynamic(f) for f in _factor_list(src[dim])) or self.dynamic(_exprs(n.meta["val"])[dim]):
+                if len(_factor_list(src[dim])) != 1 or not isinstance(start, int) or start < 0 or step != 1:
+                    raise NotBucketable(f"{t} of a dynamic dimension from {start} by {step}")
+                # the gradient's padded part lands where the input had valid rows (a slice that
+                # dropped the last rows): zero it first
+                self.actions.append(lambda: self.mask_arg(n, 0, [dim], 0.0))
+            return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim + 1:]
         if t is aten.select_backward.default:  # (grad, input_sizes, dim, index)
             dim = n.args[2] % (rank + 1)
             if self.dynamic(sympy.sympify(_exprs(n.meta["val"])[dim])):
@@ -434,7 +469,8 @@ class _Rewriter:
         dim = n.args[1] % rank
         moved = any(self.dynamic(f) for f in src[dim])
         if t is aten.select.int:
-            if moved and not (_prefix_indexed(src[dim]) and n.args[2] >= 0):
+            index = n.args[2]
+            if moved and not (_prefix_indexed(src[dim]) and isinstance(index, int) and index >= 0):
                 raise NotBucketable(f"{t} along a dynamic dimension from its end")
             return src[:dim] + src[dim + 1:]
         start, end, step = (list(n.args[2:]) + [None, None, None])[:3]
@@ -445,6 +481,56 @@ class _Rewriter:
             if not keeps_prefix:
                 raise NotBucketable(f"{t} of a dynamic dimension from {start} to {end}")
         return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim + 1:]
+
+    def split_layout(self, n):
+        src = self.layout(n.args[0])
+        dim = (n.args[2] if len(n.args) > 2 else 0) % len(src)
+        if self.dynamic(_size(src[dim])):
+            raise NotBucketable(f"{n.target} along a dynamic dimension")
+        return [src[:dim] + [(_exprs(v)[dim],)] + src[dim + 1:] for v in n.meta["val"]]
+
+    def pad_layout(self, n):
+        """constant_pad_nd: padding a dynamic dimension puts the value after its padded part, so
+        that part is set to the value first (what lands at the true end is then the value)."""
+        src = self.layout(n.args[0])
+        pads = list(n.args[1])
+        out = list(src)
+        masked = []
+        for i in range(len(pads) // 2):
+            d = len(src) - 1 - i
+            before, after = pads[2 * i], pads[2 * i + 1]
+            if before == 0 and after == 0:
+                continue
+            if self.dynamic(_size(src[d])):
+                if len(_factor_list(src[d])) != 1 or not (isinstance(before, int) and isinstance(after, int)) \
+                        or before < 0 or after < 0:
+                    raise NotBucketable(f"{n.target} pads a dynamic dimension by {before}, {after}")
+                masked.append(d)
+            out[d] = self.plain(_exprs(n.meta["val"])[d], (n, d))
+        if masked:
+            value = n.args[2] if len(n.args) > 2 else 0
+            self.actions.append(lambda: self.mask_arg(n, 0, masked, value))
+        return out
+
+    def cat_layout(self, n):
+        """cat along a dimension keeps the padded part a suffix when only the last input is
+        dynamic along it; its other dimensions pair up like an element-wise op's."""
+        inputs = [a for a in n.args[0] if tuple(a.meta["val"].shape) != (0,)]  # cat skips these
+        dim = (n.args[1] if len(n.args) > 1 else 0) % len(_exprs(n.meta["val"]))
+        layouts = [self.layout(a) for a in inputs]
+        out = []
+        for d, e in enumerate(_exprs(n.meta["val"])):
+            if d == dim:
+                moving = [i for i, lay in enumerate(layouts) if self.dynamic(_size(lay[d]))]
+                if moving and (moving != [len(inputs) - 1] or len(_factor_list(layouts[-1][d])) != 1):
+                    raise NotBucketable(f"{n.target} puts a dynamic dimension before others")
+                out.append(layouts[0][d] if len(inputs) == 1 else self.plain(e, (n, d)))
+                continue
+            factors = layouts[0][d]
+            for lay in layouts[1:]:
+                factors = self.unify(factors, lay[d], n.target)
+            out.append(factors)
+        return out
 
     def result_layout(self, n):
         """Reductions drop or keep dimensions; contractions keep their operands' outer dimensions;
@@ -473,17 +559,19 @@ class _Rewriter:
         return layouts if isinstance(val, (tuple, list)) else layouts[0]
 
     def pair_rows(self, n):
-        """The rows an op pairs across its tensor arguments (a loss's inputs and targets, a
-        backward's gradient and saved values: their leading dimensions of one size) must be laid
-        out alike."""
-        tensors = [a for a in n.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
-        for i, a in enumerate(tensors):
-            for b in tensors[i + 1:]:
+        """The rows an op pairs across its arguments (a loss's scores and targets, a backward's
+        gradient and saved values: their leading dimensions) must be laid out alike, and of the
+        same size for every size: a dynamic size Dynamo could not prove equal may pad apart."""
+        args = [n.args[i] for i in _PAIRED_ARGS.get(n.target, ())
+                if i < len(n.args) and isinstance(n.args[i], torch.fx.Node)]
+        args = [a for a in args if isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].dim() > 0]
+        for i, a in enumerate(args):
+            for b in args[i + 1:]:
                 for d, (x, y) in enumerate(zip(_exprs(a.meta["val"]), _exprs(b.meta["val"]))):
-                    if x != y:
-                        break
-                    if self.dynamic(x):
+                    if x == y and self.dynamic(x):
                         self.unify(self.layout(a)[d], self.layout(b)[d], n.target)
+                    elif x != y and 1 not in (x, y) and (self.dynamic(x) or self.dynamic(y)):
+                        raise NotBucketable(f"{n.target} pairs sizes {x} and {y}")
 
     def like(self, n, src, val):
         """``val``'s layout where its leading dimensions are ``src``'s (same sizes), then plain."""
@@ -505,7 +593,7 @@ class _Rewriter:
         for i, (a, arg) in enumerate(zip(n.args, n.target._schema.arguments)):
             if not (isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.SymInt)):
                 continue
-            if str(arg.type) in ("int", "SymInt", "int?", "SymInt?"):
+            if str(arg.type) in ("int", "SymInt", "Optional[int]", "Optional[SymInt]"):
                 continue  # a size: the padded one is right
             if n.target is aten.arange.default or (n.target is aten.arange.start and arg.name == "end"
                                                    and n.args[0] == 0):
@@ -604,6 +692,13 @@ def _symbolic_inputs(gm):
     return out
 
 
+def _tensor_size_symbols(gm):
+    """The symbols in the sizes of input tensors: the ones padded. An int argument Dynamo made
+    symbolic (an index, a count) keeps its value: the program is captured per value, like any int."""
+    return {s for p in gm.graph.nodes if p.op == "placeholder" and isinstance(p.meta.get("val"), torch.Tensor)
+            for e in _exprs(p.meta["val"]) for s in e.free_symbols}
+
+
 def _symbol_nodes(gm, inputs):
     """{symbol: the placeholder whose value it is}, for symbols given as plain inputs."""
     placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
@@ -634,7 +729,8 @@ class BucketedGraph:
         self.name = name
         self.symbolic_inputs = symbolic_inputs  # placeholder index -> size expression
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs))
+        self.padded = _tensor_size_symbols(gm)
+        rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs), self.padded)
         rewriter.plan()
         self.input_layouts = [rewriter.final(rewriter.layout(p)) if isinstance(p.meta.get("val"), torch.Tensor) else None
                               for p in placeholders]
@@ -661,7 +757,7 @@ class BucketedGraph:
 
     def __call__(self, *args):
         true = self._true_sizes(args)
-        padded = {s: bucket(v) for s, v in true.items()}
+        padded = {s: bucket(v) if s in self.padded else v for s, v in true.items()}
         bound = []
         for i, (a, layout) in enumerate(zip(args, self.input_layouts)):
             if layout is not None:
@@ -699,21 +795,24 @@ def _pad(t, layout, true, padded):
 
 
 def _narrow(t, layout, true, padded):
-    """The valid part of a padded result: each dimension's factors cut to their true sizes."""
+    """The valid part of a padded result, each dimension's factors cut to their true sizes: a
+    new contiguous tensor, as eager mode's result would be (``.view`` must work on it)."""
     dims, factors = _sizes(layout, true)
+    if list(t.shape) == dims:
+        return t
     split = len(factors) != len(dims)
     if split:
         t = t.reshape(_sizes(layout, padded)[1])
     for d, n in enumerate(factors if split else dims):
         if t.shape[d] != n:
             t = t.narrow(d, 0, n)
-    return t.reshape(dims) if split else t
+    return t.reshape(dims).contiguous()
 
 
 def build(gm: torch.fx.GraphModule, name: str):
     """A BucketedGraph for a graph with dynamic sizes, else None (the reason is recorded)."""
     inputs = _symbolic_inputs(gm)
-    if not inputs:
+    if not inputs or not _tensor_size_symbols(gm):
         return None
     try:
         if _mutates_inputs(gm):

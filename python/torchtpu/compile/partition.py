@@ -109,5 +109,6 @@ def build(gm: torch.fx.GraphModule, name: str, eager_ops) -> torch.nn.Module:
     for child_name, child in list(split.named_children()):
         if int(child_name.rsplit("_", 1)[1]) in device_parts:
             del split._modules[child_name]
-            object.__setattr__(split, child_name, CapturedGraph(child, f"{name} part {child_name}"))
+            part = f"{name} part {child_name}"
+            object.__setattr__(split, child_name, buckets.build(child, part) or CapturedGraph(child, part))
     return split
