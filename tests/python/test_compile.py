@@ -470,6 +470,19 @@ def test_dynamic_int_arguments_keep_their_values():
     assert not any("run unpadded" in r for r in _recompiles())
 
 
+def test_fresh_tensors_shaped_like_padded_ones_run_padded():
+    """new_ones / zeros_like of a padded tensor (an attention mask's defaults) are padded alike."""
+
+    @torch.compile(backend="tpu", dynamic=True)
+    def f(x):
+        return (x.new_ones(x.shape) * 2 + torch.zeros_like(x) + x).softmax(0).sum(1)
+
+    for n in (9, 12):
+        x = torch.randn(n, 3)
+        _close(f(x.to("tpu")), (x.new_ones(x.shape) * 2 + x).softmax(0).sum(1))
+    assert not any("run unpadded" in r for r in _recompiles())
+
+
 def test_ops_pairing_sizes_dynamo_could_not_prove_equal_run_at_exact_sizes():
     """Scores and targets whose sizes are separate symbols may pad apart: such a graph runs
     unpadded (and right) rather than pairing a padded row with a valid one."""

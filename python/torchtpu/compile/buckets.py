@@ -160,6 +160,10 @@ _ROW_WISE = _SOFTMAX | _SOFTMAX_BACKWARD | {aten.native_layer_norm.default, aten
 _POSITIONAL = {aten.tril.default, aten.triu.default, aten.slice.Tensor, aten.select.int,
                aten.select_backward.default, aten.slice_backward.default}
 _SIZE_QUERIES = {aten.sym_size.int, aten.sym_numel.default}
+# new tensors whose values do not depend on the input's (only its dtype, device, or shape)
+_FRESH = {aten.new_ones.default, aten.new_zeros.default, aten.new_full.default, aten.new_empty.default,
+          aten.new_empty_strided.default}
+_FRESH_LIKE = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty_like.default}
 _CONTRACTIONS = {aten.mm.default: 2, aten.bmm.default: 3, aten.addmm.default: 2}
 _SCALAR_TO_TENSOR = {aten.div.Scalar: aten.div.Tensor, aten.mul.Scalar: aten.mul.Tensor,
                      aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor}
@@ -372,6 +376,11 @@ class _Rewriter:
             return
         if t is aten.cat.default:
             self.layouts[n] = self.cat_layout(n)
+            return
+        if t in _FRESH:
+            return  # laid out plainly, from its size arguments
+        if t in _FRESH_LIKE:
+            self.layouts[n] = self.layout(n.args[0])
             return
         if t in (aten.split.Tensor, aten.split_with_sizes.default):
             self.layouts[n] = self.split_layout(n)
