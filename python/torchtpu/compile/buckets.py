@@ -198,10 +198,25 @@ class _Rewriter:
             try:
                 for n in list(self.graph.nodes):
                     self.visit(n)
-                return
+                break
             except _Replan:
                 continue
-        raise NotBucketable("the layouts of its dimensions did not settle")
+        else:
+            raise NotBucketable("the layouts of its dimensions did not settle")
+        self.check_sizes()
+
+    def check_sizes(self):
+        """Every dynamic size a mask may need can be computed from the size inputs: the rewrite
+        that follows must not fail halfway."""
+        def computable(e):
+            return e.is_number or e in self.symbol_nodes or ((e.is_Add or e.is_Mul) and all(map(computable, e.args)))
+
+        for n in self.graph.nodes:
+            if isinstance(n.meta.get("val"), torch.Tensor):
+                for dim in self.final(self.layout(n)):
+                    for e in (*dim, _size(dim)):
+                        if self.dynamic(e) and not computable(e):
+                            raise NotBucketable(f"no size input gives {e}")
 
     def rewrite(self):
         for action in self.actions:
