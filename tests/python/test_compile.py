@@ -483,6 +483,37 @@ def test_fresh_tensors_shaped_like_padded_ones_run_padded():
     assert not any("run unpadded" in r for r in _recompiles())
 
 
+@pytest.mark.parametrize("backward_padded", [True, False], ids=["padded_backward", "exact_backward"])
+def test_saved_activations_stay_padded_between_forward_and_backward(monkeypatch, backward_padded):
+    """The forward keeps what it saves for the backward padded (no copy out and back per size);
+    a backward that runs at exact sizes cuts those to exact sizes first."""
+    from torchtpu.compile import buckets
+
+    if not backward_padded:
+        build = buckets.BucketedGraph.__init__
+
+        def refuse_backwards(self, gm, name, *args):
+            if "(backward," in name:
+                raise buckets.NotBucketable("the test runs backwards at exact sizes")
+            build(self, gm, name, *args)
+
+        monkeypatch.setattr(buckets.BucketedGraph, "__init__", refuse_backwards)
+    cpu = _Decoder(seq=32)
+    dev = copy.deepcopy(cpu).to("tpu")
+    step = torch.compile(lambda model, x, y: _loss(model(x), y), backend="tpu", dynamic=True)
+    for n in (9, 12):
+        x, y = _sequence_batch(n)
+        for m in (cpu, dev):
+            m.zero_grad()
+        _loss(cpu(x), y).backward()
+        step(dev, x.to("tpu"), y.to("tpu")).backward()
+        for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
+            torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    unpadded = [r for r in _recompiles() if "run unpadded" in r]
+    assert not any("(forward," in r for r in unpadded)
+    assert any("(backward," in r for r in unpadded) != backward_padded
+
+
 def test_ops_pairing_sizes_dynamo_could_not_prove_equal_run_at_exact_sizes():
     """Scores and targets whose sizes are separate symbols may pad apart: such a graph runs
     unpadded (and right) rather than pairing a padded row with a valid one."""

@@ -177,6 +177,18 @@ _PAIRED_ARGS = {aten.nll_loss_forward.default: (0, 1), aten.nll_loss_backward.de
                 aten.embedding_dense_backward.default: (0, 1)}
 
 
+# A forward graph's outputs that only its backward reads (saved activations) stay padded: the
+# backward takes them as they are, instead of a copy out to exact sizes and a pad back per
+# tensor, each a small program compiled per size. The forward's layout is noted on the example
+# value its output node and the backward's placeholder share.
+_SAVED_PADDED = "_torchtpu_saved_padded_layout"
+
+
+def _saved_padded_layout(node):
+    val = node.meta.get("val")
+    return getattr(val, _SAVED_PADDED, None) if isinstance(val, torch.Tensor) else None
+
+
 class _Rewriter:
     """Plans the masks over the whole graph (raising NotBucketable for unknown cases) before
     changing anything, then inserts them."""
@@ -228,6 +240,8 @@ class _Rewriter:
         """The factors of each dimension of ``node``'s tensor value."""
         if node in self.layouts:
             return self.layouts[node]
+        if node.op == "placeholder" and _saved_padded_layout(node) is not None:
+            return _saved_padded_layout(node)
         if node.op == "call_function" and node.target is operator.getitem and node.args[0] in self.layouts:
             return self.layouts[node.args[0]][node.args[1]]
         return [self.plain(e, (node, d)) for d, e in enumerate(_exprs(node.meta["val"]))]
@@ -749,10 +763,11 @@ def _mutates_inputs(gm):
 class BucketedGraph:
     """Runs a dynamic-size graph padded to its buckets (see the module docstring)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, symbolic_inputs: dict):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, symbolic_inputs: dict, saved_from=None):
         self.name = name
         self.symbolic_inputs = symbolic_inputs  # placeholder index -> size expression
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.arrive_padded = [_saved_padded_layout(p) is not None for p in placeholders]
         self.padded = _tensor_size_symbols(gm)
         rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs), self.padded)
         rewriter.plan()
@@ -764,27 +779,21 @@ class BucketedGraph:
              else a.meta["val"].node.expr if isinstance(a.meta.get("val"), torch.SymInt) else None)
             if isinstance(a, torch.fx.Node) else None
             for a in pytree.tree_leaves(output.args[0])]
+        self.keep_padded = [False] * len(self.output_layouts)
+        if saved_from is not None:  # a forward graph: what it saves for its backward stays padded
+            for i, a in enumerate(pytree.tree_leaves(output.args[0])):
+                if i >= saved_from and isinstance(self.output_layouts[i], list):
+                    self.keep_padded[i] = True
+                    setattr(a.meta["val"], _SAVED_PADDED, self.output_layouts[i])
         rewriter.rewrite()
         self.size_exprs = list(rewriter.sizes)  # what the added true-size placeholders hold, in order
         self.graph = CapturedGraph(gm, name)
 
-    def _true_sizes(self, args):
-        true = {}
-        for i, expr in self.symbolic_inputs.items():
-            if isinstance(expr, sympy.Symbol):
-                true[expr] = args[i]
-        for i, expr in self.symbolic_inputs.items():
-            if not expr.free_symbols <= true.keys():
-                symbol, value = _solve(expr, args[i])
-                true[symbol] = value
-        return true
-
     def __call__(self, *args):
-        true = self._true_sizes(args)
-        padded = {s: bucket(v) if s in self.padded else v for s, v in true.items()}
+        true, padded = _true_and_padded(self.symbolic_inputs, self.padded, args)
         bound = []
         for i, (a, layout) in enumerate(zip(args, self.input_layouts)):
-            if layout is not None:
+            if layout is not None and not (self.arrive_padded[i] and list(a.shape) == _sizes(layout, padded)[0]):
                 a = _pad(a, layout, true, padded)
             elif i in self.symbolic_inputs:
                 a = int(self.symbolic_inputs[i].subs(padded))
@@ -797,10 +806,48 @@ class BucketedGraph:
         flat, spec = pytree.tree_flatten(out)
         for i, layout in enumerate(self.output_layouts):
             if isinstance(layout, list):
-                flat[i] = _narrow(flat[i], layout, true, padded)
+                if not self.keep_padded[i]:
+                    flat[i] = _narrow(flat[i], layout, true, padded)
             elif layout is not None:
                 flat[i] = int(layout.subs(true))
         return pytree.tree_unflatten(flat, spec)
+
+
+def _true_and_padded(symbolic_inputs, padded_symbols, args):
+    """Each symbol's value in this call, and the value it runs at (its bucket when padded)."""
+    true = {}
+    for i, expr in symbolic_inputs.items():
+        if isinstance(expr, sympy.Symbol):
+            true[expr] = args[i]
+    for i, expr in symbolic_inputs.items():
+        if not expr.free_symbols <= true.keys():
+            symbol, value = _solve(expr, args[i])
+            true[symbol] = value
+    return true, {s: bucket(v) if s in padded_symbols else v for s, v in true.items()}
+
+
+class _Unpadding:
+    """A backward run at exact sizes whose forward kept saved activations padded: cuts them to
+    their exact sizes first."""
+
+    def __init__(self, run, gm, layouts):
+        self.run, self.layouts = run, layouts  # placeholder index -> the forward's layout
+        self.symbolic_inputs, self.padded = _symbolic_inputs(gm), _tensor_size_symbols(gm)
+
+    def __call__(self, *args):
+        true, padded = _true_and_padded(self.symbolic_inputs, self.padded, args)
+        args = list(args)
+        for i, layout in self.layouts.items():
+            if list(args[i].shape) == _sizes(layout, padded)[0]:
+                args[i] = _narrow(args[i], layout, true, padded)
+        return self.run(*args)
+
+
+def unpad_saved(gm, run):
+    """``run`` (a backward's callable), taking the activations its forward saved padded."""
+    placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
+    layouts = {i: _saved_padded_layout(p) for i, p in enumerate(placeholders) if _saved_padded_layout(p) is not None}
+    return run if not layouts or isinstance(run, BucketedGraph) else _Unpadding(run, gm, layouts)
 
 
 def _pad(t, layout, true, padded):
@@ -833,15 +880,24 @@ def _narrow(t, layout, true, padded):
     return t.reshape(dims).contiguous()
 
 
-def build(gm: torch.fx.GraphModule, name: str):
-    """A BucketedGraph for a graph with dynamic sizes, else None (the reason is recorded)."""
+def _copy(gm):
+    """``gm`` with a graph of its own (the rewrite must not touch a graph that may be split and
+    captured again), sharing the nodes' metadata."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def build(gm: torch.fx.GraphModule, name: str, saved_from=None):
+    """A BucketedGraph for a graph with dynamic sizes, else None (the reason is recorded).
+    ``saved_from``: in a forward graph, where the outputs saved for its backward begin."""
     inputs = _symbolic_inputs(gm)
     if not inputs or not _tensor_size_symbols(gm):
         return None
     try:
         if _mutates_inputs(gm):
             raise NotBucketable("it writes to an input in place")
-        return BucketedGraph(gm, name, inputs)
+        return BucketedGraph(_copy(gm), name, inputs, saved_from)
     except NotBucketable as e:
         _C._record_recompile(f"{name}: dynamic sizes run unpadded, one program per size, because {e}")
         return None

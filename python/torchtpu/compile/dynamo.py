@@ -65,10 +65,11 @@ def _user_line(gm: torch.fx.GraphModule) -> str:
 class _Graph:
     """One AOT graph (forward, backward or inference) as compiled programs and eager nodes."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, saved_from=None):
         self.gm = gm
         self.name = name
-        self.run = partition.build(gm, name, _eager_ops)
+        self.saved_from = saved_from
+        self.run = partition.build(gm, name, _eager_ops, saved_from)
 
     def __call__(self, *args):
         while True:
@@ -78,7 +79,7 @@ class _Graph:
                 if e.node.target in _eager_ops:
                     raise
                 _eager_ops.add(e.node.target)
-                self.run = partition.build(self.gm, self.name, _eager_ops)
+                self.run = partition.build(self.gm, self.name, _eager_ops, self.saved_from)
 
 
 def _note_dynamo_recompiles() -> None:
@@ -103,10 +104,18 @@ def _note_dynamo_recompiles() -> None:
     _C._record_recompile(f"torch.compile recompiled frame {compile_id} (no guard failure recorded)")
 
 
+def _saved_outputs_start():
+    """In a forward graph AOT autograd is compiling, where the outputs it saves for the backward
+    begin (after effect tokens, written inputs, the user's outputs and an RNG offset)."""
+    context = torch._guards.TracingContext.try_get()
+    meta = context.fw_metadata if context is not None else None
+    return None if meta is None else len(meta.tokens) + meta.num_forward
+
+
 def _compiler(kind: str, user_line: str):
     def compile_graph(gm, example_inputs):
         name = f"torch.compile graph {next(_graph_numbers)} ({kind}, {user_line})"
-        return make_boxed_func(_Graph(gm, name))
+        return make_boxed_func(_Graph(gm, name, _saved_outputs_start() if kind == "forward" else None))
 
     return compile_graph
 

@@ -84,8 +84,13 @@ def _sink_eager_epilogue(gm, joins) -> None:
     gm.recompile()
 
 
-def build(gm: torch.fx.GraphModule, name: str, eager_ops) -> torch.nn.Module:
-    """``gm`` as a callable: one CapturedGraph when every node joins; else split into parts."""
+def build(gm: torch.fx.GraphModule, name: str, eager_ops, saved_from=None):
+    """``gm`` as a callable: one program (padded to buckets when its sizes are dynamic) when every
+    node joins; else split into parts. ``saved_from``: see buckets.build."""
+    return buckets.unpad_saved(gm, _build(gm, name, eager_ops, saved_from))
+
+
+def _build(gm, name, eager_ops, saved_from):
     compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
     joins = {}
     for n in compute:
@@ -94,7 +99,7 @@ def build(gm: torch.fx.GraphModule, name: str, eager_ops) -> torch.nn.Module:
         else:
             joins[n] = joins_program(n, eager_ops)
     if all(joins.values()):
-        return buckets.build(gm, name) or CapturedGraph(gm, name)
+        return buckets.build(gm, name, saved_from) or CapturedGraph(gm, name)
     _hoist_eager_prologue(gm, joins)
     _sink_eager_epilogue(gm, joins)
     compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]

@@ -1,0 +1,131 @@
+"""Training on batches of varying sequence length: what recompiling costs, side by side.
+
+    python benchmarks/variable_lengths.py [--steps 12] [--runtimes ...] [--json FILE]
+
+A GPT-style decoder (benchmarks/models.py) trains with SGD on batches whose sequence length is
+drawn from 33..64 (the same seeded draw for every runtime); the loss function (model and loss)
+is compiled once and called on every batch. Each runtime runs in its own process with a fresh compile cache:
+
+- torch-cpu: PyTorch eager (no compiles);
+- inductor-cpu: ``torch.compile(loss_of)`` (Dynamo's automatic dynamic shapes: after the second
+  length, one symbolic-size kernel set);
+- torchtpu-exact: ``torch.compile(loss_of, backend="tpu", dynamic=False)``: one program per length;
+- torchtpu-buckets: ``torch.compile(loss_of, backend="tpu")``: automatic dynamic shapes, padded to
+  buckets (powers of two): one program per bucket;
+- torchtpu-fused: fused eager mode (its windows compile per new shape).
+
+Reported per runtime: the whole run (compiles included), the median step of the last half of
+the steps, the number of XLA compiles (``torchtpu.metrics``), and the losses' largest relative
+difference from PyTorch eager's.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNTIMES = ["torch-cpu", "inductor-cpu", "torchtpu-exact", "torchtpu-buckets", "torchtpu-fused"]
+SIZES = dict(vocab=512, d_model=128, heads=4, layers=2, seq=64, batch=8)
+
+
+def lengths(steps):
+    import random
+    rng = random.Random(0)
+    return [rng.randint(33, 64) for _ in range(steps)]
+
+
+def child(runtime, steps):
+    import torch
+    sys.path.insert(0, HERE)
+    import models
+    device = "cpu"
+    if runtime.startswith("torchtpu"):
+        import torchtpu
+        torchtpu.set_eager_mode("fused" if runtime == "torchtpu-fused" else "strict")
+        device = "tpu"
+    torch.manual_seed(0)
+    sizes = {k: v for k, v in SIZES.items() if k != "batch"}
+    model = models.GPT(**sizes).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def loss_of(x, y):
+        return models.lm_loss(model(x), y)
+
+    loss_of = {"inductor-cpu": lambda f: torch.compile(f),
+               "torchtpu-exact": lambda f: torch.compile(f, backend="tpu", dynamic=False),
+               "torchtpu-buckets": lambda f: torch.compile(f, backend="tpu")}.get(runtime, lambda f: f)(loss_of)
+    g = torch.Generator().manual_seed(1)
+    losses, times = [], []
+    start = time.perf_counter()
+    for n in lengths(steps):
+        x = torch.randint(0, SIZES["vocab"], (SIZES["batch"], n), generator=g).to(device)
+        y = torch.randint(0, SIZES["vocab"], (SIZES["batch"], n), generator=g).to(device)
+        t = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_of(x, y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t)
+    total = time.perf_counter() - start
+    compiles = None
+    if runtime.startswith("torchtpu"):
+        import torchtpu
+        compiles = torchtpu.metrics.counters()["compiles"]
+    return {"total_s": total, "step_s": times, "losses": losses, "compiles": compiles}
+
+
+def run(runtime, steps):
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as cache:
+        env["TORCHTPU_CACHE_DIR"] = cache  # compiles count from nothing in every process
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", runtime, "--steps", str(steps)],
+                           capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def table(results, steps):
+    ref = results.get("torch-cpu", {}).get("losses")
+    rows = ["| runtime | whole run s | median step ms (last half) | XLA compiles | loss vs eager |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    for rt, r in results.items():
+        if "error" in r:
+            rows.append(f"| {rt} | error: {r['error']} | | | |")
+            continue
+        tail = r["step_s"][steps // 2:]
+        diff = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], ref)) if ref else float("nan")
+        rows.append(f"| {rt} | {r['total_s']:.1f} | {statistics.median(tail) * 1e3:.1f} | "
+                    f"{'—' if r['compiles'] is None else r['compiles']} | {diff:.1e} |")
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--runtimes", nargs="+", default=RUNTIMES)
+    ap.add_argument("--json")
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.steps)))
+        return
+    results = {}
+    for rt in args.runtimes:
+        results[rt] = run(rt, args.steps)
+        print(f"{rt}: {results[rt].get('error') or round(results[rt]['total_s'], 1)} s", file=sys.stderr, flush=True)
+    print(f"lengths: {lengths(args.steps)}")
+    print(table(results, args.steps))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
