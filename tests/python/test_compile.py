@@ -90,6 +90,10 @@ def _loss(out, y):
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
+def _lm_step(model, x, y):
+    return _loss(model(x), y)
+
+
 def _step(model, opt, x, y):
     opt.zero_grad()
     loss = _loss(model(x), y)
@@ -360,12 +364,32 @@ def test_cpu_tensors_through_the_tpu_backend_train_like_eager_cpu():
     bias gradients off by up to 7.6."""
     eager = _gpt()
     compiled = copy.deepcopy(eager)
-    step = torch.compile(lambda model, x, y: _loss(model(x), y), backend="tpu")
+    step = torch.compile(_lm_step, backend="tpu")
     ids, y = next(_batches("gpt", 1))
     _loss(eager(ids), y).backward()
     step(compiled, ids, y).backward()
     for (name, pe), pc in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def _train_like_cpu(cpu, dev, batches, loss_of, compiled):
+    """One step per batch (tensors on CPU): ``loss_of(cpu, *batch)`` eagerly on CPU and
+    ``compiled(dev, *batch)`` on the tpu copy; losses and gradients must match. Returns, per
+    batch, whether the tpu step captured a program."""
+    captures = []
+    for batch in batches:
+        for m in (cpu, dev):
+            m.zero_grad()
+        expected = loss_of(cpu, *batch)
+        expected.backward()
+        before = _counters()["captured_ops"]
+        got = compiled(dev, *(t.to("tpu") for t in batch))
+        got.backward()
+        captures.append(_counters()["captured_ops"] > before)
+        _close(got, expected, 1e-5)
+        for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
+            torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    return captures
 
 
 def test_dynamic_sizes_run_padded_to_buckets():
@@ -374,24 +398,11 @@ def test_dynamic_sizes_run_padded_to_buckets():
     cpu = _mlp()
     dev = copy.deepcopy(cpu).to("tpu")
 
-    @torch.compile(backend="tpu", dynamic=True)
     def loss_of(model, x, y):
         return F.cross_entropy(model(x), y) + model(x).square().mean()
 
-    captures = []
-    for n in (9, 10, 12, 16, 11, 20):
-        x, y = torch.randn(n, 8), torch.randint(0, 4, (n,))
-        for m in (cpu, dev):
-            m.zero_grad()
-        expected = loss_of(cpu, x, y)
-        expected.backward()
-        before = _counters()["captured_ops"]
-        got = loss_of(dev, x.to("tpu"), y.to("tpu"))
-        got.backward()
-        captures.append(_counters()["captured_ops"] > before)
-        _close(got, expected, 1e-5)
-        for pc, pd in zip(cpu.parameters(), dev.parameters()):
-            _close(pd.grad, pc.grad, 1e-5)
+    batches = [(torch.randn(n, 8), torch.randint(0, 4, (n,))) for n in (9, 10, 12, 16, 11, 20)]
+    captures = _train_like_cpu(cpu, dev, batches, loss_of, torch.compile(loss_of, backend="tpu", dynamic=True))
     # sizes 9..16 share the bucket 16 (captured once, at 9); 20 is bucket 32
     assert captures == [True, False, False, False, False, True]
 
@@ -408,21 +419,8 @@ def test_causal_decoder_sequence_lengths_run_padded_to_buckets(dynamic):
     matches CPU: the padded positions never reach a valid one."""
     cpu = _Decoder(seq=32)
     dev = copy.deepcopy(cpu).to("tpu")
-    step = torch.compile(lambda model, x, y: _loss(model(x), y), backend="tpu", dynamic=dynamic)
-    captures = []
-    for n in (9, 10, 12, 16, 11, 20):
-        x, y = _sequence_batch(n)
-        for m in (cpu, dev):
-            m.zero_grad()
-        expected = _loss(cpu(x), y)
-        expected.backward()
-        before = _counters()["captured_ops"]
-        got = step(dev, x.to("tpu"), y.to("tpu"))
-        got.backward()
-        captures.append(_counters()["captured_ops"] > before)
-        _close(got, expected, 1e-5)
-        for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
-            torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    batches = [_sequence_batch(n) for n in (9, 10, 12, 16, 11, 20)]
+    captures = _train_like_cpu(cpu, dev, batches, _lm_step, torch.compile(_lm_step, backend="tpu", dynamic=dynamic))
     # dynamic=True: 9..16 share the bucket 16; automatic: Dynamo compiles 9 static, then 10
     # dynamic (bucket 16); 20 is bucket 32 either way
     assert captures == ([True, False, False, False, False, True] if dynamic else
@@ -437,21 +435,11 @@ def test_hugging_face_causal_lm_sequence_lengths_run_padded_to_buckets():
     torch.manual_seed(0)
     cpu = spec.build()
     dev = copy.deepcopy(cpu).to("tpu")
-    step = torch.compile(lambda model, ids: model(input_ids=ids, labels=ids).loss, backend="tpu")
-    captures = []
-    for n in (9, 12, 16, 20, 24):
-        ids, _ = _sequence_batch(n, vocab=cpu.config.vocab_size)
-        for m in (cpu, dev):
-            m.zero_grad()
-        expected = cpu(input_ids=ids, labels=ids).loss
-        expected.backward()
-        before = _counters()["captured_ops"]
-        got = step(dev, ids.to("tpu"))
-        got.backward()
-        captures.append(_counters()["captured_ops"] > before)
-        _close(got, expected, 1e-5)
-        for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
-            torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    def lm_loss(model, ids):
+        return model(input_ids=ids, labels=ids).loss
+
+    batches = [_sequence_batch(n, vocab=cpu.config.vocab_size)[:1] for n in (9, 12, 16, 20, 24)]
+    captures = _train_like_cpu(cpu, dev, batches, lm_loss, torch.compile(lm_loss, backend="tpu"))
     assert captures == [True, True, False, True, False]  # 9 static; 12, 16 -> 16; 20, 24 -> 32
 
 
@@ -500,15 +488,8 @@ def test_saved_activations_stay_padded_between_forward_and_backward(monkeypatch,
         monkeypatch.setattr(buckets.BucketedGraph, "__init__", refuse_backwards)
     cpu = _Decoder(seq=32)
     dev = copy.deepcopy(cpu).to("tpu")
-    step = torch.compile(lambda model, x, y: _loss(model(x), y), backend="tpu", dynamic=True)
-    for n in (9, 12):
-        x, y = _sequence_batch(n)
-        for m in (cpu, dev):
-            m.zero_grad()
-        _loss(cpu(x), y).backward()
-        step(dev, x.to("tpu"), y.to("tpu")).backward()
-        for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
-            torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    batches = [_sequence_batch(n) for n in (9, 12)]
+    _train_like_cpu(cpu, dev, batches, _lm_step, torch.compile(_lm_step, backend="tpu", dynamic=True))
     unpadded = [r for r in _recompiles() if "run unpadded" in r]
     assert not any("(forward," in r for r in unpadded)
     assert any("(backward," in r for r in unpadded) != backward_padded
