@@ -203,6 +203,11 @@ class _Rewriter:
         self.actions = []
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         self.last_placeholder = placeholders[-1]
+        self.layout_rules = {
+            **dict.fromkeys(_VIEWS, self.view_layout), **dict.fromkeys(_POSITIONAL, self.positional_layout),
+            **dict.fromkeys(_FRESH, self.plain_layout), **dict.fromkeys(_FRESH_LIKE, lambda n: self.layout(n.args[0])),
+            aten.split.Tensor: self.split_layout, aten.split_with_sizes.default: self.split_layout,
+            aten.cat.default: self.cat_layout, aten.constant_pad_nd.default: self.pad_layout}
 
     def plan(self):
         for _ in range(64):
@@ -244,6 +249,10 @@ class _Rewriter:
             return _saved_padded_layout(node)
         if node.op == "call_function" and node.target is operator.getitem and node.args[0] in self.layouts:
             return self.layouts[node.args[0]][node.args[1]]
+        return self.plain_layout(node)
+
+    def plain_layout(self, node):
+        """Each dimension one factor (or as an op split one of its size since)."""
         return [self.plain(e, (node, d)) for d, e in enumerate(_exprs(node.meta["val"]))]
 
     def plain(self, e, origin):
@@ -397,25 +406,9 @@ class _Rewriter:
         if isinstance(t, torch._ops.OpOverload) and torch.Tag.pointwise in t.tags:
             self.layouts[n] = self.broadcast_layout(n)
             return
-        if t in _VIEWS:
-            self.layouts[n] = self.view_layout(n)
-            return
-        if t in _POSITIONAL:
-            self.layouts[n] = self.positional_layout(n)
-            return
-        if t is aten.cat.default:
-            self.layouts[n] = self.cat_layout(n)
-            return
-        if t in _FRESH:
-            return  # laid out plainly, from its size arguments
-        if t in _FRESH_LIKE:
-            self.layouts[n] = self.layout(n.args[0])
-            return
-        if t in (aten.split.Tensor, aten.split_with_sizes.default):
-            self.layouts[n] = self.split_layout(n)
-            return
-        if t is aten.constant_pad_nd.default:
-            self.layouts[n] = self.pad_layout(n)
+        rule = self.layout_rules.get(t)
+        if rule is not None:  # ops that need no mask, only care over which positions are valid
+            self.layouts[n] = rule(n)
             return
         if t in _ROW_WISE:
             self.check_row_wise(n)
