@@ -82,6 +82,13 @@ Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
 }
 
 Value Builder::convert(const Value& x, DType to) {
+  if (x.type.dtype == DType::kBool && (is_floating(to) || is_complex(to))) {
+    // Through an integer: XLA rewrites a multiply or divide of a converted predicate by a
+    // broadcast scalar into a select, which loses IEEE's 0 * inf = NaN and 0 / 0 = NaN
+    // (bool_tensor / False gave 0, CPU gives NaN).
+    return emit1("stablehlo.convert", {emit1("stablehlo.convert", {x}, x.type.with_dtype(DType::kU8))},
+                 x.type.with_dtype(to));
+  }
   return emit1("stablehlo.convert", {x}, x.type.with_dtype(to));
 }
 

@@ -779,3 +779,16 @@ def test_cpu_zero_dim_tensors_beside_tpu_tensors_compute_as_on_cpu(dtype):
         assert got.dtype == expected.dtype, other
         torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0, msg=f"times {other!r}")
     assert torchtpu.metrics.cpu_fallbacks() == {}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_bool_operands_keep_ieee_nans(mode):
+    """False * inf and False / 0 are NaN, as on CPU: XLA rewrote a converted bool times a
+    broadcast scalar into a select, which gave 0 (also across ops fused into one program)."""
+    mask = torch.tensor([True, False, True, False])
+    cases = [lambda m: m / False, lambda m: m * float("inf"), lambda m: m.float() * float("nan"),
+             lambda m: m / torch.tensor(False, device=m.device), lambda m: m.to(torch.bfloat16) / 0.0,
+             lambda m: m.to(torch.complex64) * float("inf")]
+    with torchtpu.eager_mode(mode):
+        for case in cases:
+            torch.testing.assert_close(case(mask.to("tpu")).cpu(), case(mask), equal_nan=True)
