@@ -494,11 +494,12 @@ class _Rewriter:
             return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim + 1:]
         if t is aten.select_backward.default:  # (grad, input_sizes, dim, index)
             dim = n.args[2] % (rank + 1)
-            if self.dynamic(sympy.sympify(_exprs(n.meta["val"])[dim])):
+            if self.dynamic(_exprs(n.meta["val"])[dim]):
                 raise NotBucketable(f"{t} along a dynamic dimension")
             return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim:]
         dim = n.args[1] % rank
-        moved = any(self.dynamic(f) for f in src[dim])
+        factors = _factor_list(self.resolved(src[dim]))
+        moved = any(self.dynamic(f) for f in factors)
         if t is aten.select.int:
             index = n.args[2]
             if moved and not (_prefix_indexed(src[dim]) and isinstance(index, int) and index >= 0):
@@ -506,7 +507,7 @@ class _Rewriter:
             return src[:dim] + src[dim + 1:]
         start, end, step = (list(n.args[2:]) + [None, None, None])[:3]
         if moved:
-            keeps_prefix = (len(src[dim]) == 1 and isinstance(start or 0, int) and (start or 0) >= 0
+            keeps_prefix = (len(factors) == 1 and isinstance(start or 0, int) and (start or 0) >= 0
                             and (step or 1) == 1
                             and (end is None or isinstance(end, torch.fx.Node) or end < 0 or end >= _END))
             if not keeps_prefix:
