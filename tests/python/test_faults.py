@@ -89,8 +89,10 @@ def interrupt(p):
 @pytest.mark.parametrize("mode", ["lazy", "fused"])
 def test_ctrl_c_during_a_long_compile_exits_and_leaves_the_cache_whole(mode, tmp_path):
     env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path), TORCHTPU_SHARED_CACHE_DIR="")
+    # Ctrl-C reaches the child as a shell delivers it, even when a test before this one left the
+    # worker ignoring SIGINT (a child inherits that, and Python then installs no handler)
     p = subprocess.Popen([sys.executable, "-c", LONG_WINDOW, mode], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+                         stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == b"running"
     time.sleep(0.5)  # lazy: inside the window's compile; fused: running op by op while it compiles
     stderr, seconds = interrupt(p)
