@@ -138,10 +138,19 @@ def _prefix_indexed(dim):
 
 
 def _sizes(layout, values):
-    """Each dimension's size, and each factor's, with the symbols set to ``values``."""
-    dims = [int(_size(dim).subs(values)) for dim in layout]
-    flat = [int(f.subs(values)) for dim in layout for f in _factor_list(dim)]
+    """Each dimension's size, and each factor's, with the symbols set to ``values`` (the lists are
+    shared: do not change them)."""
+    values = frozenset(values.items())
+    dims = [_value(_size(dim), values) for dim in layout]
+    flat = [_value(f, values) for dim in layout for f in _factor_list(dim)]
     return dims, flat
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _value(expr, values: frozenset) -> int:
+    """``expr`` with the symbols set to ``values``: sympy's subs takes a good part of a
+    millisecond, so once per expression and size, not on every call of a graph."""
+    return int(expr.subs(dict(values)))
 
 
 _VIEWS = {aten.t.default, aten.transpose.int, aten.permute.default, aten.unsqueeze.default,
@@ -790,10 +799,10 @@ class BucketedGraph:
             if layout is not None and not (self.arrive_padded[i] and list(a.shape) == _sizes(layout, padded)[0]):
                 a = _pad(a, layout, true, padded)
             elif i in self.symbolic_inputs:
-                a = int(self.symbolic_inputs[i].subs(padded))
+                a = _value(self.symbolic_inputs[i], frozenset(padded.items()))
             bound.append(a)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("tpu"))
-        sizes = [torch.tensor(int(e.subs(true)), dtype=torch.int64) for e in self.size_exprs]
+        sizes = [torch.tensor(_value(e, frozenset(true.items())), dtype=torch.int64) for e in self.size_exprs]
         if sizes:  # the true sizes, as runtime inputs, in one transfer
             sizes = list(torch.stack(sizes).to(device).unbind())
         out = self.graph(*bound, *sizes)
@@ -803,7 +812,7 @@ class BucketedGraph:
                 if not self.keep_padded[i]:
                     flat[i] = _narrow(flat[i], layout, true, padded)
             elif layout is not None:
-                flat[i] = int(layout.subs(true))
+                flat[i] = _value(layout, frozenset(true.items()))
         return pytree.tree_unflatten(flat, spec)
 
 
