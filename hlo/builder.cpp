@@ -1,6 +1,8 @@
 // Core of the emitter: SSA naming, blocks and regions, the generic op syntax, the module wrapper.
 #include "hlo/builder.h"
 
+#include <algorithm>
+
 #include "hlo/attributes.h"
 
 namespace torchtpu::hlo {
@@ -63,7 +65,22 @@ std::vector<Value> Builder::emit(std::string_view op, const std::vector<Value>& 
   for (size_t i = 0; i < result_types.size(); ++i)
     out.push_back({result_types.size() == 1 ? name : name + "#" + std::to_string(i),
                    result_types[i]});
+  bool from_constants = op == "stablehlo.constant" ||
+                        (!operands.empty() && op != "stablehlo.optimization_barrier" &&
+                         std::all_of(operands.begin(), operands.end(),
+                                     [&](const Value& v) { return constant_.count(v.name) > 0; }));
+  if (from_constants) {
+    for (const Value& v : out) constant_.insert(v.name);
+    if (op == "stablehlo.broadcast_in_dim" && operands[0].type.rank() == 0) broadcast_scalar_.emplace(name, operands[0]);
+  }
   return out;
+}
+
+Value Builder::opaque_if_constant(const Value& x) {
+  if (!constant_.count(x.name)) return x;
+  auto scalar = broadcast_scalar_.find(x.name);
+  if (scalar == broadcast_scalar_.end()) return emit1("stablehlo.optimization_barrier", {x}, x.type);
+  return broadcast_in_dim(emit1("stablehlo.optimization_barrier", {scalar->second}, scalar->second.type), x.type.dims, {});
 }
 
 Value Builder::emit1(std::string_view op, const std::vector<Value>& operands,
@@ -137,6 +154,8 @@ std::vector<Value> Builder::call(const std::string& symbol, const std::vector<Va
 }
 
 Value Builder::constant(double value, const TensorType& type) {
+  // A splat is a broadcast scalar, so that a division by it can hide the scalar (binary()).
+  if (type.rank() > 0) return broadcast_in_dim(constant(value, TensorType{type.dtype, {}}), type.dims, {});
   std::string attr = "value = dense<" + splat_literal(value, type.dtype) + "> : " + type.str();
   return emit1("stablehlo.constant", {}, type, attr);
 }

@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "hlo/tensor_type.h"
@@ -203,6 +205,9 @@ class Builder {
   // The scalar types a combiner region of `values` takes: two per value (accumulator, element).
   static std::vector<TensorType> scalar_pairs(const std::vector<Value>& values, bool interleave);
   std::string fresh_name();
+  // `x`, hidden from XLA's constant folding when it is computed from constants only (see
+  // binary()); cheap for a broadcast scalar, which is hidden before it is broadcast.
+  Value opaque_if_constant(const Value& x);
 
   std::string function_name_;
   std::vector<TensorType> params_;
@@ -211,6 +216,9 @@ class Builder {
   std::vector<std::pair<std::string, std::string>> functions_;  // (key, text) added by add_functions
   std::vector<std::pair<size_t, size_t>> aliases_;              // (parameter, result)
   int next_id_ = 0;
+  // Values computed from constants only, and for those that are a broadcast scalar, the scalar.
+  std::unordered_set<std::string> constant_;
+  std::unordered_map<std::string, Value> broadcast_scalar_;
 };
 
 }  // namespace torchtpu::hlo

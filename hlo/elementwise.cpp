@@ -52,6 +52,10 @@ Value Builder::binary(BinaryOp op, const Value& a, const Value& b) {
   TensorType type = a.type;
   if (op == BinaryOp::kComplex)
     type.dtype = a.type.dtype == DType::kF64 ? DType::kC128 : DType::kC64;
+  // XLA rewrites a float division by a constant into a multiplication by its reciprocal, which
+  // is not IEEE division ((1 - 50) / 49 became -0.99999999999999989): PyTorch divides.
+  if (op == BinaryOp::kDivide && (is_floating(type.dtype) || is_complex(type.dtype)))
+    return emit1(kBinaryNames[static_cast<int>(op)], {a, opaque_if_constant(b)}, type);
   return emit1(kBinaryNames[static_cast<int>(op)], {a, b}, type);
 }
 

@@ -81,6 +81,39 @@ Value remainder(LoweringContext& c, const Value& a, const Value& b) {
   return is_floating(a.type.dtype) ? bin(c, BinaryOp::kRemainder, a, b) : int_div_rem(c, a, b).second;
 }
 
+// gcd(a, b) of integers as CPU's calc_gcd: Euclid's algorithm on every element at once, until
+// every element's remainder is 0 (at most 92 rounds for 64-bit integers).
+Value gcd(LoweringContext& c, const Value& a, const Value& b) {
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < a.type.rank(); ++d) all.push_back(d);
+  V out = c.b.while_loop(
+      {c.b.unary(UnaryOp::kAbs, a), c.b.unary(UnaryOp::kAbs, b)},
+      [&](hlo::Builder& rb, const V& x) {
+        Value running = rb.compare(Compare::kNE, x[0], rb.constant(0, x[0].type));
+        return V{rb.reduce({running}, {rb.constant(0, {DType::kBool, {}})}, all, combine_with(BinaryOp::kOr))[0]};
+      },
+      [](hlo::Builder& rb, const V& x) {
+        Value running = rb.compare(Compare::kNE, x[0], rb.constant(0, x[0].type));
+        Value divisor = rb.select(running, x[0], rb.constant(1, x[0].type));
+        return V{rb.select(running, rb.binary(BinaryOp::kRemainder, x[1], divisor), x[0]),
+                 rb.select(running, x[0], x[1])};
+      });
+  return out[1];
+}
+
+// lcm(a, b) = |a / gcd(a, b) * b|, 0 when both are 0, as CPU computes it: in C++'s int for
+// narrower types (then truncated), so a product that overflows them wraps as CPU's does.
+Value lcm(LoweringContext& c, const Value& a, const Value& b) {
+  Value g = gcd(c, a, b);
+  Value zero = c.b.compare(Compare::kEQ, g, c.full(0, g));
+  Value q = bin(c, BinaryOp::kDivide, a, c.b.select(zero, c.full(1, g), g));
+  DType t = a.type.dtype;
+  DType wide = element_size(t) < 4 ? DType::kS32 : t;
+  Value product = bin(c, BinaryOp::kMultiply, c.b.convert(q, wide), c.b.convert(b, wide));
+  Value l = c.b.convert(c.b.unary(UnaryOp::kAbs, product), t);
+  return c.b.select(zero, c.full(0, g), l);
+}
+
 Value is_negative(LoweringContext& c, const Value& x) {  // -0.0 included: 1 / -0.0 = -inf
   return c.b.compare(Compare::kLT, bin(c, BinaryOp::kDivide, c.full(1, x), x), c.full(0, x));
 }
@@ -316,6 +349,8 @@ TORCHTPU_LOWERINGS(binary) {
   register_lowering({"remainder.Scalar_Tensor"}, [](LoweringContext& c) {
     return V{py_remainder(c, c.in_b(0), c.in_b(1))};
   });
+  register_with_variants("gcd", {""}, [](LoweringContext& c) { return V{gcd(c, c.in_b(0), c.in_b(1))}; });
+  register_with_variants("lcm", {""}, [](LoweringContext& c) { return V{lcm(c, c.in_b(0), c.in_b(1))}; });
   register_with_variants("fmod", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{remainder(c, c.in_b(0), c.in_b(1))};
   });

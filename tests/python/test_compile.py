@@ -597,3 +597,72 @@ def test_written_back_inputs_donate_their_buffers_unless_still_read():
         assert _counters()["donated_buffers"] == before  # kept for the pending read
         torch.testing.assert_close(pending.cpu(), torch.full((5,), 2.0))
     torch.testing.assert_close(buf.cpu(), torch.full((5,), 3.0))
+
+
+def _aot_compiles():
+    return torch._dynamo.utils.counters["aot_autograd"]["total"]
+
+
+def test_graphs_without_autograd_skip_aot_autograd():
+    """An optimizer step (its step counts and bias corrections on the CPU) and an inference
+    forward are captured from Dynamo's graph as they are, with no AOT autograd pass, and match
+    eager PyTorch on the CPU."""
+    cpu = _mlp()
+    dev = copy.deepcopy(cpu).to("tpu")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (cpu, dev)]
+    step = torch.compile(opts[1].step, backend="tpu")
+    before = _aot_compiles()
+    for x, y in _batches("mlp", 3):
+        for m, o, s, d in ((cpu, opts[0], opts[0].step, "cpu"), (dev, opts[1], step, "tpu")):
+            o.zero_grad()
+            _loss(m(x.to(d)), y.to(d)).backward()
+            s()
+    assert _aot_compiles() == before
+    for pc, pd in zip(cpu.parameters(), dev.parameters()):
+        _close(pd, pc, 1e-5)
+    for sc, sd in zip(opts[0].state.values(), opts[1].state.values()):
+        assert sd["step"].device.type == "cpu" and sd["step"].item() == sc["step"].item() == 3
+        _close(sd["exp_avg_sq"], sc["exp_avg_sq"], 1e-6)
+
+    gpt = _gpt()
+    forward = torch.compile(copy.deepcopy(gpt).to("tpu"), backend="tpu")
+    with torch.no_grad():
+        for x, _ in _batches("gpt", 2):
+            _close(forward(x.to("tpu")), gpt(x), 1e-4)
+    assert _aot_compiles() == before
+
+
+def test_graph_without_autograd_falls_back_when_an_op_cannot_be_captured():
+    """An op without a lowering in such a graph sends it through AOT autograd (the op then runs
+    eagerly); the CPU work before it runs once per call, not again in the fallback."""
+    @torch.compile(backend="tpu")
+    def f(a, count):
+        count.add_(1)
+        return torch.linalg.eigvals(a * count)  # no tpu lowering: runs on the CPU
+
+    a, count, count_dev = torch.randn(3, 3), torch.zeros(()), torch.zeros(())
+    before = _aot_compiles()
+    for _ in range(3):
+        count.add_(1)
+        expected = torch.linalg.eigvals(a * count)
+        got = f(a.to("tpu"), count_dev)
+        _close(got.abs().sort().values, expected.abs().sort().values, 1e-5)
+    assert count_dev.item() == count.item() == 3
+    assert _aot_compiles() == before + 1
+
+
+def test_graph_without_autograd_keeps_cpu_writes_ordered_with_device_reads():
+    """A CPU value written after a tpu op read it: the graph cannot run its CPU work first, so it
+    goes through AOT autograd, with eager results."""
+    @torch.compile(backend="tpu")
+    def f(x, c):
+        y = x * c
+        c.add_(1)
+        return y * c
+
+    x, c, c_dev = torch.randn(4), torch.ones(()), torch.ones(())
+    for _ in range(3):
+        y = x * c
+        c.add_(1)
+        _close(f(x.to("tpu"), c_dev), y * c)
+    assert c_dev.item() == c.item()

@@ -792,3 +792,28 @@ def test_bool_operands_keep_ieee_nans(mode):
     with torchtpu.eager_mode(mode):
         for case in cases:
             torch.testing.assert_close(case(mask.to("tpu")).cpu(), case(mask), equal_nan=True)
+
+
+def test_division_by_a_constant_is_ieee_division(no_fallbacks):
+    """XLA rewrote a division by a constant into a multiplication by its reciprocal: linspace(50,
+    1, 50) of int64 lost 25 (24.999... truncated) and float16's was 0.016 off; a compiled x / 49
+    was one ulp off for some x."""
+    for dtype in (torch.int64, torch.float16, torch.float32, torch.float64):
+        for args in ((50, 1, 50), (-2.0, 50, 50), (3, -20, 13)):
+            expected = torch.linspace(*args, dtype=dtype)
+            torch.testing.assert_close(torch.linspace(*args, dtype=dtype, device="tpu").cpu(), expected,
+                                       rtol=0, atol=0)
+    x = torch.arange(1, 4000, dtype=torch.float32) * 49
+    divide = torch.compile(lambda t: t / 49.0, backend="tpu")
+    torch.testing.assert_close(divide(x.to("tpu")).cpu(), x / 49.0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8])
+def test_gcd_lcm_on_device(dtype, no_fallbacks):
+    info = torch.iinfo(dtype)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(max(info.min, -1000), min(info.max, 1000), (200,), generator=g, dtype=dtype)
+    b = torch.randint(max(info.min, -1000), min(info.max, 1000), (200,), generator=g, dtype=dtype)
+    a[:3], b[:3] = torch.tensor([0, 0, 7], dtype=dtype), torch.tensor([0, 5, 0], dtype=dtype)
+    for fn in (torch.gcd, torch.lcm):
+        torch.testing.assert_close(fn(a.to("tpu"), b.to("tpu")).cpu(), fn(a, b), rtol=0, atol=0)

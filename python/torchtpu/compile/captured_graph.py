@@ -18,7 +18,8 @@ from .. import _C
 
 
 class NeedsEager(Exception):
-    """An op in the graph cannot be captured (it would run on the CPU): run that node eagerly."""
+    """An op in the graph cannot be captured (it would run on the CPU, or reads data on the host):
+    run that node eagerly."""
 
     def __init__(self, node):
         super().__init__(f"{node.target} has no tpu lowering")
@@ -31,8 +32,8 @@ class _Recorder(torch.fx.Interpreter):
     def run_node(self, n):
         try:
             return super().run_node(n)
-        except NotImplementedError as e:
-            if "cannot join a compiled graph" in str(e):
+        except (NotImplementedError, RuntimeError) as e:
+            if "cannot join a compiled graph" in str(e) or "read a tensor's contents on the host" in str(e):
                 raise NeedsEager(n) from e
             raise
 

@@ -15,7 +15,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import _C
-from . import partition
+from . import direct, partition
 from .captured_graph import NeedsEager
 
 # Ops a capture found it could not record (a lowering that falls back to the CPU for some
@@ -120,10 +120,7 @@ def _compiler(kind: str, user_line: str):
     return compile_graph
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs):
-    """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
-    _note_dynamo_recompiles()
-    line = _user_line(gm)
+def _through_aot_autograd(gm, example_inputs, line):
     return aot_autograd(
         fw_compiler=_compiler("forward", line),
         bw_compiler=_compiler("backward", line),
@@ -131,3 +128,14 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
         decompositions=_decompositions(),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs):
+    """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
+    _note_dynamo_recompiles()
+    line = _user_line(gm)
+    plan = direct.Plan(gm)
+    if plan.refused:
+        return _through_aot_autograd(gm, example_inputs, line)
+    name = f"torch.compile graph {next(_graph_numbers)} (no autograd, {line})"
+    return direct.DirectGraph(plan, name, lambda args: _through_aot_autograd(gm, list(args), line))
