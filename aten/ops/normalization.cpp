@@ -23,13 +23,39 @@ std::vector<int64_t> all_but_channels(int64_t rank) {
   return dims;
 }
 
-// y = (x - mean) * invstd * weight + bias, per channel.
-Value normalize(LoweringContext& c, Math& m, const Value& x, const Value& mean, const Value& invstd,
-                size_t weight_arg, size_t bias_arg) {
-  Value y = m.mul(m.sub(x, m.channel(mean, x)), m.channel(invstd, x));
-  if (c.has(weight_arg)) y = m.mul(y, m.channel(cast(c.b, c.raw(weight_arg), x.type.dtype), x));
-  if (c.has(bias_arg)) y = m.add(y, m.channel(cast(c.b, c.raw(bias_arg), x.type.dtype), x));
-  return y;
+// y = x * alpha + beta per channel, alpha = invstd * weight, beta = bias - mean * alpha: CPU's
+// formula. `stat`: the dtype CPU keeps the statistics in (the input's, for bfloat16/half inputs
+// with parameters of the same dtype), to which they are rounded before they are used.
+Value normalize(LoweringContext& c, Math& m, const Value& x, Value mean, Value invstd, size_t weight_arg,
+                size_t bias_arg, DType stat) {
+  mean = cast(c.b, cast(c.b, mean, stat), x.type.dtype);
+  invstd = cast(c.b, cast(c.b, invstd, stat), x.type.dtype);
+  Value alpha = c.has(weight_arg) ? m.mul(invstd, cast(c.b, c.raw(weight_arg), x.type.dtype)) : invstd;
+  Value beta = c.has(bias_arg) ? m.sub(cast(c.b, c.raw(bias_arg), x.type.dtype), m.mul(mean, alpha))
+                               : c.b.unary(UnaryOp::kNegate, m.mul(mean, alpha));
+  return m.add(m.mul(x, m.channel(alpha, x)), m.channel(beta, x));
+}
+
+// The dtype of batch norm's statistics on CPU: float when the input is bfloat16/half and a
+// parameter (weight, bias, running statistics) is float ("mixed types"), else the input's.
+at::ScalarType stat_dtype(const at::Tensor& x, const std::vector<std::optional<at::Tensor>>& params) {
+  at::ScalarType t = x.scalar_type();
+  if (t != at::kHalf && t != at::kBFloat16) return t;
+  for (const std::optional<at::Tensor>& p : params)
+    if (p && p->defined() && p->scalar_type() == at::kFloat) return at::kFloat;
+  return t;
+}
+
+// Batch norm's meta results on CPU: per-channel statistics when training (`stats`), else empty.
+std::vector<c10::IValue> batch_norm_meta(const std::vector<c10::IValue>& args, bool training,
+                                         std::initializer_list<size_t> params) {
+  const at::Tensor& x = args[0].toTensor();
+  std::vector<std::optional<at::Tensor>> p;
+  for (size_t i : params) p.push_back(args[i].toOptional<at::Tensor>());
+  at::ScalarType t = stat_dtype(x, p);
+  int64_t channels = training ? (x.dim() > 1 ? x.size(1) : 1) : 0;
+  auto stat = [&] { return at::empty({channels}, x.options().dtype(t)); };
+  return {at::empty_like(x, at::MemoryFormat::Contiguous), stat(), stat()};
 }
 
 // A statistic for output `i`, or zeros when PyTorch returns an empty tensor there (eval mode).
@@ -47,7 +73,7 @@ V batch_norm_with_stats(LoweringContext& c) {
   double momentum = c.arg(6).toDouble(), eps = c.arg(7).toDouble();
   if (!c.arg(5).toBool()) {
     Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(rv, m.k(eps, rv)));
-    Value y = normalize(c, m, x, rm, invstd, 1, 2);
+    Value y = normalize(c, m, x, rm, invstd, 1, 2, x.type.dtype);  // running statistics: as they are
     return {rm, rv, y, stat_output(c, rm, 3), stat_output(c, invstd, 4)};
   }
   auto dims = all_but_channels(x.type.rank());
@@ -57,7 +83,7 @@ V batch_norm_with_stats(LoweringContext& c) {
   Value new_rm = m.add(m.mul(rm, m.k(1 - momentum, rm)), m.mul(mean, m.k(momentum, mean)));
   Value unbiased = m.mul(var, m.k(n / std::max(n - 1, 1.0), var));
   Value new_rv = m.add(m.mul(rv, m.k(1 - momentum, rv)), m.mul(unbiased, m.k(momentum, var)));
-  return {new_rm, new_rv, normalize(c, m, x, mean, invstd, 1, 2), stat_output(c, mean, 3),
+  return {new_rm, new_rv, normalize(c, m, x, mean, invstd, 1, 2, c.out(3).dtype), stat_output(c, mean, 3),
           stat_output(c, invstd, 4)};
 }
 
@@ -68,7 +94,8 @@ V batch_norm_no_stats(LoweringContext& c) {
   auto dims = all_but_channels(x.type.rank());
   auto [mean, var] = m.moments(x, dims);
   Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(5).toDouble(), var)));
-  return {normalize(c, m, x, mean, invstd, 1, 2), stat_output(c, mean, 1), stat_output(c, invstd, 2)};
+  return {normalize(c, m, x, mean, invstd, 1, 2, c.out(1).dtype), stat_output(c, mean, 1),
+          stat_output(c, invstd, 2)};
 }
 
 // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var,
@@ -78,7 +105,8 @@ V batch_norm_eval(LoweringContext& c) {
   Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
   Value rm = cast(c.b, c.raw(3), x.type.dtype), rv = cast(c.b, c.raw(4), x.type.dtype);
   Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(rv, m.k(c.arg(6).toDouble(), rv)));
-  return {normalize(c, m, x, rm, invstd, 1, 2), stat_output(c, rm, 1), stat_output(c, invstd, 2)};
+  return {normalize(c, m, x, rm, invstd, 1, 2, x.type.dtype), stat_output(c, rm, 1),
+          stat_output(c, invstd, 2)};
 }
 
 // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
@@ -197,7 +225,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   if (!training) {  // the CPU kernel returns empty statistics in eval mode
     at::Tensor out = std::get<0>(at::_native_batch_norm_legit_no_training(
         input, weight, bias, *running_mean, *running_var, momentum, eps));
-    at::Tensor empty = at::empty({0}, input.options().dtype(at::toAccumulateType(input.scalar_type(), true)));
+    at::Tensor empty = at::empty({0}, input.options().dtype(stat_dtype(input, {weight, bias, running_mean, running_var})));
     return {out, empty, empty.clone()};
   }
   at::Tensor rm = *running_mean, rv = *running_var;
@@ -232,22 +260,24 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(normalization) {
-  // In eval mode PyTorch's CPU kernel returns empty save_mean/save_invstd while the meta kernel
-  // claims per-channel ones: follow the CPU.
-  LoweringOptions cpu_shapes;
-  cpu_shapes.meta = [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
-    const at::Tensor& x = args[0].toTensor();
-    bool training = args[5].toBool();
-    int64_t channels = x.dim() > 1 ? x.size(1) : 1;
-    auto stat = [&] { return at::empty({training ? channels : 0}, x.options().dtype(at::toAccumulateType(x.scalar_type(), true))); };
-    return std::vector<c10::IValue>{at::empty_like(x, at::MemoryFormat::Contiguous), stat(), stat()};
+  // Statistics as the CPU kernel returns them (PyTorch's meta kernel claims per-channel float ones
+  // in eval mode too, where CPU's are empty, and float for bfloat16/half inputs, as CUDA's).
+  LoweringOptions training_stats, no_stats, eval_stats;
+  training_stats.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+    return batch_norm_meta(args, args[5].toBool(), {1, 2, 3, 4});
+  };
+  no_stats.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+    return batch_norm_meta(args, true, {1, 2});
+  };
+  eval_stats.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+    return batch_norm_meta(args, false, {1, 2, 3, 4});
   };
   register_lowering({"_native_batch_norm_legit", "_native_batch_norm_legit.out"}, batch_norm_with_stats,
-                    cpu_shapes);
+                    training_stats);
   register_lowering({"_native_batch_norm_legit.no_stats", "_native_batch_norm_legit.no_stats_out"},
-                    batch_norm_no_stats);
+                    batch_norm_no_stats, no_stats);
   register_lowering({"_native_batch_norm_legit_no_training", "_native_batch_norm_legit_no_training.out"},
-                    batch_norm_eval);
+                    batch_norm_eval, eval_stats);
   register_lowering({"native_batch_norm_backward", "native_batch_norm_backward.out"}, batch_norm_backward);
   register_lowering({"native_group_norm", "native_group_norm.out"}, group_norm);
   register_lowering({"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward);
