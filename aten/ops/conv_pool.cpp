@@ -268,8 +268,9 @@ Value avg_divisor(LoweringContext& c, const Value& x, const std::vector<int64_t>
 }
 
 V avg_pool(LoweringContext& c, size_t n) {
-  // (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-  Value x = c.in(0);
+  // (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), summed
+  // and divided in f32 for bfloat16/half and rounded once, as CPU does
+  Value x = cast(c.b, c.in(0), accumulator(c.out().dtype));
   auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   std::vector<int64_t> ones(n, 1);
@@ -280,7 +281,7 @@ V avg_pool(LoweringContext& c, size_t n) {
 
 V avg_pool_backward(LoweringContext& c, size_t n) {
   // (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-  Value g = c.in(0), x = c.in(1);
+  Value g = cast(c.b, c.in(0), accumulator(c.out().dtype)), x = cast(c.b, c.in(1), g.type.dtype);
   auto k = per_dim(c, 2, n, 1), s = per_dim(c, 3, n, 0), p = per_dim(c, 4, n, 0);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   Value share = c.b.binary(BinaryOp::kDivide, g, avg_divisor(c, x, g.type.dims, k, s, p, c.arg(6).toBool(), c.arg(7)));
@@ -308,19 +309,37 @@ V avg_pool_backward(LoweringContext& c, size_t n) {
   return {c.b.slice(full, start, limit, step)};
 }
 
-// Adaptive average pooling is separable: along each pooled dim, output bin i averages inputs
-// [floor(i*in/out), ceil((i+1)*in/out)), i.e. a product with an [in, out] averaging matrix.
-Value averaging_matrix(hlo::Builder& b, int64_t in, int64_t out, DType t) {
-  Value j = b.iota({DType::kS64, {in, out}}, 0), i = b.iota({DType::kS64, {in, out}}, 1);
-  auto k = [&](int64_t v) { return b.constant_int(v, j.type); };
+// Adaptive average pooling is separable: along each pooled dim, output bin i covers inputs
+// [floor(i*in/out), ceil((i+1)*in/out)). A product with an [in, out] 0/1 matrix sums the bins;
+// dividing by the bins' sizes dim by dim (CPU's sum / kh / kw) averages them.
+struct Bins {
+  Value members;  // [in, out]: 1 where input j is in bin i
+  Value sizes;    // [out]
+};
+
+Bins bins(hlo::Builder& b, int64_t in, int64_t out, DType t) {
+  Value i = b.iota({DType::kS64, {out}}, 0);
+  auto k = [&](int64_t v) { return b.constant_int(v, i.type); };
   Value start = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kMultiply, i, k(in)), k(out));
   Value end = b.binary(BinaryOp::kDivide,
                        b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kAdd, i, k(1)), k(in)),
                                 k(out - 1)),
                        k(out));
-  Value inside = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, j, start), b.compare(Compare::kLT, j, end));
-  Value size = b.convert(b.binary(BinaryOp::kSubtract, end, start), t);
-  return b.select(inside, b.binary(BinaryOp::kDivide, b.constant(1, size.type), size), b.constant(0, size.type));
+  Value j = b.iota({DType::kS64, {in, out}}, 0);
+  Value inside = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, j, b.broadcast_in_dim(start, {in, out}, {1})),
+                          b.compare(Compare::kLT, j, b.broadcast_in_dim(end, {in, out}, {1})));
+  return {b.convert(inside, t), b.convert(b.binary(BinaryOp::kSubtract, end, start), t)};
+}
+
+// x divided, along each of its last `pooled` dims, by the sizes of the bins of an input of `in`.
+Value divide_by_bin_sizes(hlo::Builder& b, Value x, const std::vector<int64_t>& in, int64_t pooled) {
+  int64_t rank = x.type.rank();
+  for (int64_t i = 0; i < pooled; ++i) {
+    int64_t dim = rank - pooled + i;
+    Value sizes = bins(b, in[dim], x.type.dims[dim], x.type.dtype).sizes;
+    x = b.binary(BinaryOp::kDivide, x, b.broadcast_in_dim(sizes, x.type.dims, {dim}));
+  }
+  return x;
 }
 
 // Contracts dim `dim` of x with matrix m ([size(dim), n] or transposed), keeping dim order.
@@ -332,22 +351,22 @@ Value along(hlo::Builder& b, const Value& x, int64_t dim, const Value& m, bool t
   return b.transpose(r, perm);
 }
 
-V adaptive_avg_pool(LoweringContext& c) {  // (self, output_size)
-  Value x = c.in(0);
+V adaptive_avg_pool(LoweringContext& c) {  // (self, output_size); in f32 for bfloat16/half, as CPU
+  Value x = cast(c.b, c.in(0), accumulator(c.out().dtype));
+  std::vector<int64_t> in = x.type.dims;
   auto out = c.int_list(1);
-  int64_t lead = x.type.rank() - static_cast<int64_t>(out.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t dim = lead + static_cast<int64_t>(i);
-    x = along(c.b, x, dim, averaging_matrix(c.b, x.type.dims[dim], out[i], x.type.dtype), false);
-  }
-  return {x};
+  int64_t pooled = static_cast<int64_t>(out.size()), lead = x.type.rank() - pooled;
+  for (int64_t i = 0; i < pooled; ++i)
+    x = along(c.b, x, lead + i, bins(c.b, in[lead + i], out[i], x.type.dtype).members, false);
+  return {divide_by_bin_sizes(c.b, x, in, pooled)};
 }
 
 V adaptive_avg_pool_backward(LoweringContext& c, int64_t pooled) {  // (grad_output, self)
-  Value g = c.in(0), x = c.in(1);
+  Value g = cast(c.b, c.in(0), accumulator(c.out().dtype)), x = c.in(1);
   int64_t rank = x.type.rank();
+  g = divide_by_bin_sizes(c.b, g, x.type.dims, pooled);  // each input's share: CPU's grad / kh / kw
   for (int64_t dim = rank - pooled; dim < rank; ++dim)
-    g = along(c.b, g, dim, averaging_matrix(c.b, x.type.dims[dim], g.type.dims[dim], g.type.dtype), true);
+    g = along(c.b, g, dim, bins(c.b, x.type.dims[dim], g.type.dims[dim], g.type.dtype).members, true);
   return {g};
 }
 
