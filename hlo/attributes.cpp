@@ -70,7 +70,9 @@ std::string float_literal(double value, DType dtype) {
 }  // namespace
 
 std::string splat_literal(double value, DType dtype) {
-  if (dtype == DType::kBool) return value != 0 ? "true" : "false";
+  // -INFINITY, "the lowest value", is false for bools (a max reduction's identity); any other
+  // nonzero value is true.
+  if (dtype == DType::kBool) return value != 0 && value != -INFINITY ? "true" : "false";
   if (is_floating(dtype)) return float_literal(value, dtype);
   if (is_complex(dtype)) {
     DType part = dtype == DType::kC64 ? DType::kF32 : DType::kF64;

@@ -1,5 +1,5 @@
 // Ops whose output size depends on the data: unique (of elements or of slices), unique_consecutive,
-// masked_select, repeat_interleave, lstsq's residuals; and equal and the Transformer's left-aligned-mask test, whose answers are read
+// masked_select, repeat_interleave, bincount, lstsq's residuals; and equal and the Transformer's left-aligned-mask test, whose answers are read
 // back. As on CUDA, they are composed of device ops (sort, compare, cumsum, scatter) with one host
 // read, the output size or the answer; nonzero (indexing.cpp) works the same way.
 #include <algorithm>
@@ -225,7 +225,31 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalg_lstsq_out(
 
 }  // namespace
 
+// bincount(self, weights?, minlength): how often each value occurs (or its summed weights),
+// accumulated on the device; the smallest and largest values are the host read (the size, and
+// CPU's check for negative values).
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(self.dim() == 1 && at::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+              "bincount only supports 1-d non-negative integral inputs.");
+  bool weighted = weights && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  int64_t size = minlength;
+  if (self.numel() > 0) {
+    at::Tensor ends = at::stack({self.min(), self.max()}).cpu();
+    TORCH_CHECK(ends[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    size = std::max(size, ends[1].item<int64_t>() + 1);
+  }
+  // Float weights count in float, other weights in double, none in int64 (CPU's dtypes).
+  at::ScalarType dtype = !weighted ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  at::Tensor counts = at::zeros({size}, self.options().dtype(dtype));
+  if (self.numel() == 0) return counts;
+  return counts.index_add_(0, self, weighted ? weights->to(dtype) : at::ones_like(self, counts.options()));
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("bincount", bincount);
   m.impl("_unique", unique);
   m.impl("_unique2", unique2);
   m.impl("unique_dim", unique_dim);

@@ -401,6 +401,18 @@ Value evenly_spaced(LoweringContext& c, DType math, std::optional<DType> round_t
   return c.b.select(first_half, from_start, from_end);
 }
 
+// tril_indices / triu_indices(row, col, offset): the coordinates of a row x col matrix's lower
+// (upper) triangle in row-major order, as [2, N] (N from the meta kernel).
+Value triangle_indices(LoweringContext& c, bool lower) {
+  int64_t n = c.out().dims[1];
+  if (n == 0) return c.b.constant(0, c.out());
+  hlo::TensorType grid{DType::kS64, {c.arg(0).toInt(), c.arg(1).toInt()}};
+  Value row = c.b.iota(grid, 0), col = c.b.iota(grid, 1);
+  Value diagonal = c.b.binary(BinaryOp::kAdd, row, c.b.constant_int(c.arg(2).toInt(), grid));
+  Value inside = c.b.compare(lower ? Compare::kLE : Compare::kGE, col, diagonal);
+  return c.b.convert(c.b.transpose(nonzero_coordinates(c.b, inside, n, 0), {1, 0}), c.out().dtype);
+}
+
 // take(self, index) and put_(self, index, source, accumulate): self as a flat vector addressed by
 // (possibly negative) indices, checked on the device as CPU checks them.
 V take(LoweringContext& c) {
@@ -499,6 +511,12 @@ TORCHTPU_LOWERINGS(indexing) {
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
     return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), reduce_named(c.arg(4).toStringRef()))};
   }, checked_runtime("index out of range in self"));
+  register_lowering({"scatter.value_reduce", "scatter_.value_reduce", "scatter.value_reduce_out"}, [](LoweringContext& c) {
+    Value self = c.in(0), index = c.raw(2);
+    int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
+    Value updates = c.b.broadcast_in_dim(c.in(3), index.type.dims, {});
+    return V{scatter_along(c, self, dim, index, updates, reduce_named(c.arg(4).toStringRef()))};
+  }, checked_runtime("index out of range in self"));
   register_lowering({"scatter_add", "scatter_add_", "scatter_add.out"}, [](LoweringContext& c) {
     Value self = c.in(0), index = c.raw(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
@@ -595,6 +613,8 @@ TORCHTPU_LOWERINGS(indexing) {
     Value exponent = evenly_spaced(c, is_floating(t) || is_complex(t) ? accumulator(t) : DType::kF64, round_to);
     return V{c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), exponent.type), exponent)};
   });
+  register_lowering({"tril_indices", "tril_indices.out"}, [](LoweringContext& c) { return V{triangle_indices(c, true)}; });
+  register_lowering({"triu_indices", "triu_indices.out"}, [](LoweringContext& c) { return V{triangle_indices(c, false)}; });
   register_lowering({"eye.out", "eye.m_out"}, [](LoweringContext& c) {
     hlo::TensorType index{DType::kS64, c.out().dims};
     Value diagonal = c.b.compare(Compare::kEQ, c.b.iota(index, 0), c.b.iota(index, 1));

@@ -817,3 +817,43 @@ def test_gcd_lcm_on_device(dtype, no_fallbacks):
     a[:3], b[:3] = torch.tensor([0, 0, 7], dtype=dtype), torch.tensor([0, 5, 0], dtype=dtype)
     for fn in (torch.gcd, torch.lcm):
         torch.testing.assert_close(fn(a.to("tpu"), b.to("tpu")).cpu(), fn(a, b), rtol=0, atol=0)
+
+
+def test_bool_max_and_min_reductions_start_from_false_and_true(no_fallbacks):
+    """A max's identity, "the lowest value", was written true for bools: cummax and scatter_reduce
+    amax (include_self=False) of bools gave true everywhere."""
+    x = torch.tensor([[True, False, True, False], [False, False, True, True]])
+    for dim in (0, 1):
+        for fn in (torch.cummax, torch.cummin):
+            expected, got = fn(x, dim), fn(x.to("tpu"), dim)
+            assert torch.equal(got.values.cpu(), expected.values) and torch.equal(got.indices.cpu(), expected.indices)
+    index = torch.tensor([[0, 1, 0, 2], [1, 1, 2, 0]])
+    base = torch.tensor([[False, True, False], [True, False, False]])
+    for reduce in ("amax", "amin"):
+        for include_self in (True, False):
+            expected = base.scatter_reduce(1, index, x, reduce, include_self=include_self)
+            got = base.to("tpu").scatter_reduce(1, index.to("tpu"), x.to("tpu"), reduce, include_self=include_self)
+            assert torch.equal(got.cpu(), expected), (reduce, include_self)
+
+
+def test_triangle_indices_bincount_and_scalar_scatter_reduce_on_device(no_fallbacks):
+    for rows, cols, offset in ((4, 3, 1), (3, 5, -2), (1, 1, 0), (0, 3, 0), (5, 5, 7)):
+        for fn in (torch.tril_indices, torch.triu_indices):
+            expected = fn(rows, cols, offset)
+            assert torch.equal(fn(rows, cols, offset, device="tpu").cpu(), expected), (fn, rows, cols, offset)
+    assert torch.tril_indices(4, 3, dtype=torch.int32, device="tpu").dtype == torch.int32
+    x = torch.tensor([1, 3, 3, 0, 7])
+    w = torch.tensor([0.5, 1.0, 2.0, 4.0, 8.0])
+    for kwargs in ({}, {"minlength": 10}, {"weights": w}, {"weights": w.double()}, {"weights": w.half()}):
+        expected = torch.bincount(x, **kwargs)
+        got = torch.bincount(x.to("tpu"), **{k: v.to("tpu") if torch.is_tensor(v) else v for k, v in kwargs.items()})
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(got.cpu(), expected)
+    assert torch.bincount(torch.tensor([], dtype=torch.long, device="tpu"), minlength=3).tolist() == [0, 0, 0]
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.bincount(torch.tensor([1, -1], device="tpu"))
+    base = torch.ones(3, 4)
+    index = torch.tensor([[0, 1, 2, 0], [1, 1, 0, 2]])
+    for reduce in ("add", "multiply"):
+        expected = base.scatter(0, index, 2.5, reduce=reduce)
+        torch.testing.assert_close(base.to("tpu").scatter(0, index.to("tpu"), 2.5, reduce=reduce).cpu(), expected)
