@@ -235,6 +235,25 @@ bool expand_mask_indices(const OpPlan& plan, const c10::OperatorHandle& op, torc
   return false;
 }
 
+// Inputs with a conjugate or negative bit are materialized first (conj_physical, on the device),
+// then the op runs again. Returns false when there was none.
+bool resolve_conjugate_bits(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (!plan.sees_conjugate_bits) return false;
+  size_t n = plan.args.size();
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& arg = (*stack)[stack->size() - n + i];
+    if (plan.args[i].written || !arg.isTensor()) continue;
+    const at::Tensor& t = arg.toTensor();
+    if (t.defined() && (t.is_conj() || t.is_neg())) {
+      arg = t.resolve_conj().resolve_neg();
+      any = true;
+    }
+  }
+  if (any) op.callBoxed(stack);
+  return any;
+}
+
 // What the meta kernel said: the meta arguments after the call (out= ones resized) and returns.
 struct MetaResult {
   std::vector<c10::IValue> args;
@@ -522,7 +541,7 @@ void check_no_overlap(const c10::FunctionSchema& schema, const OpPlan& plan, con
 }
 
 void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (expand_mask_indices(plan, op, stack)) return;
+  if (expand_mask_indices(plan, op, stack) || resolve_conjugate_bits(plan, op, stack)) return;
   const LoweringEntry& entry = *plan.entry;
   const size_t num_args = plan.args.size();
   std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - num_args),

@@ -37,6 +37,9 @@ struct OpPlan {
   std::vector<size_t> written_args;   // positions of the written arguments
   std::vector<bool> aliased_returns;  // per return: it is a written argument, not a fresh tensor
   bool has_index_list = false;
+  // PyTorch lets tensors with a conjugate (or negative) bit reach this op's kernel, which must
+  // apply the bit itself (BLAS-style ops: the Conjugate dispatch key falls through for them).
+  bool sees_conjugate_bits = false;
 
   OpPlan(const c10::FunctionSchema& schema, std::string op_name, const LoweringEntry& lowering)
       : name(std::move(op_name)), entry(&lowering) {
@@ -50,6 +53,9 @@ struct OpPlan {
       has_index_list |= args.back().kind == ArgKind::kIndexList;
     }
     for (const c10::Argument& r : schema.returns()) aliased_returns.push_back(r.alias_info() != nullptr);
+    static const std::vector<std::string> bit_aware = {"dot", "vdot", "mm", "addmm", "addmm_", "bmm",
+                                                       "baddbmm", "baddbmm_", "linalg_solve_triangular"};
+    sees_conjugate_bits = std::find(bit_aware.begin(), bit_aware.end(), schema.name().substr(6)) != bit_aware.end();
   }
 
  private:

@@ -42,9 +42,17 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
     lower = [v, type](hlo::Builder& b, const std::vector<hlo::Value>&) {
       return std::vector<hlo::Value>{b.constant_int(v, type)};
     };
+  } else if (value.isComplex() && is_complex(out.view.dtype)) {
+    c10::complex<double> v = value.toComplexDouble();
+    char exact[80];
+    std::snprintf(exact, sizeof exact, "fill|c%a,%a", v.real(), v.imag());
+    key = exact;
+    lower = [v, type](hlo::Builder& b, const std::vector<hlo::Value>&) {
+      hlo::TensorType part{type.dtype == DType::kC64 ? DType::kF32 : DType::kF64, type.dims};
+      return std::vector<hlo::Value>{b.binary(hlo::BinaryOp::kComplex, b.constant(v.real(), part), b.constant(v.imag(), part))};
+    };
   } else {
-    TORCH_CHECK(!value.isComplex(), "fill_ with a complex value is not supported on tpu yet");
-    double v = value.toDouble();
+    double v = value.toDouble();  // a complex value with an imaginary part raises, as on CPU
     char exact[32];  // the key must tell apart every double, so no rounding here
     std::snprintf(exact, sizeof exact, "%a", v);
     key = std::string("fill|f") + exact;

@@ -113,7 +113,8 @@ std::vector<c10::IValue> vector_norm_meta(const c10::FunctionSchema&, const std:
   std::vector<int64_t> sizes;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (!reduced[d] || keepdim) sizes.push_back(reduced[d] ? 1 : x.size(d));
-  c10::ScalarType dtype = args[4].isNone() ? c10::toRealValueType(x.scalar_type()) : args[4].toScalarType();
+  // A norm is real: a complex dtype= names its real counterpart, as on CPU.
+  c10::ScalarType dtype = c10::toRealValueType(args[4].isNone() ? x.scalar_type() : args[4].toScalarType());
   if (args.size() > 5 && args[5].isTensor()) {  // out=: resized to the result
     at::Tensor out = args[5].toTensor();
     out.resize_(sizes);
@@ -487,9 +488,12 @@ TORCHTPU_LOWERINGS(reduction) {
     std::vector<int64_t> kept;
     for (int64_t d = 0; d < x.type.rank(); ++d)
       if (!std::binary_search(dims.begin(), dims.end(), d)) kept.push_back(d);
-    Value m = reduce(c, x, dims, BinaryOp::kMaximum, -INFINITY);
+    // Complex values shift by the largest real part, as CPU does.
+    bool complex = is_complex(x.type.dtype);
+    Value m = reduce(c, complex ? c.b.unary(UnaryOp::kReal, x) : x, dims, BinaryOp::kMaximum, -INFINITY);
     // An all -inf slice would give -inf - -inf = NaN: shift by 0 there instead.
     Value finite_m = c.b.select(c.b.unary(UnaryOp::kIsFinite, m), m, c.full(0, m));
+    if (complex) finite_m = c.b.binary(BinaryOp::kComplex, finite_m, c.full(0, finite_m));
     Value shifted = c.b.binary(BinaryOp::kSubtract, x, c.b.broadcast_in_dim(finite_m, x.type.dims, kept));
     Value s = reduce(c, c.b.unary(UnaryOp::kExponential, shifted), dims, BinaryOp::kAdd, 0);
     return V{finish(c, c.b.binary(BinaryOp::kAdd, c.b.unary(UnaryOp::kLog, s), finite_m))};
