@@ -110,6 +110,7 @@ py::dict cache_stats() {
   out["hits"] = hits;
   out["misses"] = s.misses;
   out["background_pending"] = s.background_pending;
+  out["prefetched"] = s.prefetched;
   py::list compiles;
   for (const auto& c : s.compiles) compiles.append(py::make_tuple(c.what, c.seconds));
   out["compiles"] = compiles;

@@ -5,8 +5,11 @@ cold vs a warm persistent compile cache, in one run.
 
 Each mode trains the same model (same initial weights, same batches, AdamW) in its own process,
 reads the loss every step (a host sync, as a training loop that logs does), and reports the
-median and spread of step times after warm-up. The first-step figures run a new process twice on
-one fresh cache directory: the first compiles everything (cold), the second loads it (warm).
+median and spread of step times after warm-up. The first-step figures run a new process on one
+fresh cache directory: the first compiles everything (cold), the next ones load it (warm): with
+the executables the command used last time loaded on a background thread from the moment the
+runtime starts (the default), without that (TORCHTPU_CACHE_PREFETCH=0), and once more under the
+profiler, which times every load (read and deserialize) of an executable.
 """
 
 import argparse
@@ -18,13 +21,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def train(mode, steps, warmup, small):
+def train(mode, steps, warmup, small, profile_loads=False):
     import torch
     import torchtpu
+    from torch.profiler import ProfilerActivity, profile
     sys.path.insert(0, HERE)
     from models import GPT, gpt_batches, lm_loss
 
@@ -37,7 +42,8 @@ def train(mode, steps, warmup, small):
     times, losses = [], []
     start_all = time.perf_counter()
     first_step = None
-    with torchtpu.eager_mode(mode):
+    activities = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+    with torchtpu.eager_mode(mode), profile(activities=activities) if profile_loads else nullcontext() as prof:
         for i, (x, y) in enumerate(batches):
             if i == warmup and mode == "fused":
                 torchtpu.cache.wait_for_background_compiles()  # warm-up ends with windows compiled
@@ -54,9 +60,20 @@ def train(mode, steps, warmup, small):
             if i >= warmup:
                 times.append(time.perf_counter() - start)
     m = torchtpu.metrics.as_dict()
-    return {"mode": mode, "step_s": times, "losses": losses, "first_step_s": first_step,
+    loads = load_times(prof) if profile_loads else []
+    return {"mode": mode, "load_s": loads, "prefetched": m["cache"]["prefetched"], "step_s": times, "losses": losses, "first_step_s": first_step,
             "compiles": m["compiles"], "windows": m["windows"], "op_by_op_windows": m["op_by_op_windows"],
             "cache_hits": m["cache"]["hits"]}
+
+
+def load_times(prof):
+    """Seconds per executable loaded from the persistent cache, from the profiler's trace."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    return [e["dur"] / 1e6 for e in events if e.get("name") == "load compiled program"]
 
 
 def in_process(args, env=None):
@@ -74,10 +91,11 @@ def main():
     ap.add_argument("--small", action="store_true", help="a tiny model, for a quick check")
     ap.add_argument("--json")
     ap.add_argument("--child", nargs=3, metavar=("MODE", "STEPS", "WARMUP"), help=argparse.SUPPRESS)
+    ap.add_argument("--profile-loads", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         mode, steps, warmup = args.child
-        print(json.dumps(train(mode, int(steps), int(warmup), args.small)))
+        print(json.dumps(train(mode, int(steps), int(warmup), args.small, args.profile_loads)))
         return
     small = ["--small"] if args.small else []
     results = {}
@@ -87,8 +105,11 @@ def main():
             results[mode] = in_process([*small, "--child", mode, str(args.steps), str(args.warmup)], env)
     with tempfile.TemporaryDirectory() as cache:
         env = {"TORCHTPU_CACHE_DIR": cache}
-        cold = in_process([*small, "--child", "strict", "1", "0"], env)
-        warm = in_process([*small, "--child", "strict", "1", "0"], env)
+        first = [*small, "--child", "strict", "1", "0"]
+        cold = in_process(first, env)
+        warm = in_process(first, env)  # the same command again: what cold used is prefetched
+        unprefetched = in_process(first, dict(env, TORCHTPU_CACHE_PREFETCH="0"))
+        loads = in_process([*first, "--profile-loads"], dict(env, TORCHTPU_CACHE_PREFETCH="0"))["load_s"]
     base = results["strict"]["losses"]
     for mode, r in results.items():
         drift = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], base))
@@ -101,10 +122,16 @@ def main():
         print(f"{mode:8} {med * 1e3:10.1f}ms {min(r['step_s']) * 1e3:8.1f}-{max(r['step_s']) * 1e3:.1f}ms "
               f"{1 / med:8.2f} {strict_median / med:8.2f}x  {r['compiles']}")
     print(f"first finished step in a new process (strict): cold cache {cold['first_step_s']:.2f} s, "
-          f"warm cache {warm['first_step_s']:.2f} s, ratio {warm['first_step_s'] / cold['first_step_s']:.2f}")
+          f"warm cache {warm['first_step_s']:.2f} s ({warm['prefetched']} executables prefetched), "
+          f"ratio {warm['first_step_s'] / cold['first_step_s']:.2f}; warm without prefetching "
+          f"{unprefetched['first_step_s']:.2f} s, ratio {unprefetched['first_step_s'] / cold['first_step_s']:.2f}")
+    print(f"loading an executable from the persistent cache (read + deserialize, {len(loads)} of them): "
+          f"median {statistics.median(loads) * 1e3:.2f} ms, max {max(loads) * 1e3:.2f} ms, "
+          f"total {sum(loads) * 1e3:.0f} ms")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"modes": results, "cold": cold, "warm": warm}, f, indent=1)
+            json.dump({"modes": results, "cold": cold, "warm": warm, "warm_unprefetched": unprefetched,
+                       "load_s": loads}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #include "exec/compile_cache.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include "exec/memory_tier.h"
 #include "exec/interrupt.h"
 #include "exec/metrics.h"
+#include "exec/prefetch.h"
 #include "exec/runtime_context.h"
 #include "exec/sha256.h"
 #include "exec/trace.h"
@@ -52,8 +54,9 @@ runtime::CompileOptions compile_options() {
 
 // What besides the program decides the compiled bytes.
 std::string environment_fingerprint() {
-  static const std::string platform = [] {
-    const runtime::Client& c = client();
+  // The client first: starting it starts prefetching, which asks for this fingerprint.
+  const runtime::Client& c = client();
+  static const std::string platform = [&c] {
     return c.platform_name() + '\0' + c.platform_version() + '\0' + c.plugin().attribute("xla_version") +
            '\0' + TORCHTPU_VERSION;
   }();
@@ -140,6 +143,7 @@ class Cache {
     lock.unlock();
     std::string text = program();
     std::string pkey = persistent_key(text);
+    used_.note(pkey);
     Job job{key, std::move(text), pkey, std::move(name.what)};
     if (tracing()) {
       job.location = TraceCause::location();
@@ -179,20 +183,30 @@ class Cache {
   // shutdown, say) still run on their threads, and the plugin's static state must outlive them.
   void finish_at_exit() {
     drop_queued();
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [&] { return !worker_busy_ && waited_compiles_ == 0; });
+    prefetch_.stop();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_.wait(lock, [&] { return !worker_busy_ && waited_compiles_ == 0; });
+    }
+    if (manifest_path_.empty() || prefetch_.started_by() != getpid()) return;  // off, or a forked child
+    std::vector<std::string> stored;  // what the next run can load (not what a full disk refused)
+    for (const std::string& key : used_.keys())
+      if (local_.contains(key)) stored.push_back(key);
+    if (!stored.empty() && stored != manifest_) write_manifest(manifest_path_, stored);
   }
 
   CacheStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
     CacheStats s = stats_;
     if (memory_hits_) s.hits["memory"] = memory_hits_;
+    s.prefetched = prefetched_;
     return s;
   }
   void reset_stats() {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t pending = stats_.background_pending;
     memory_hits_ = 0;
+    prefetched_ = 0;
     stats_ = {};
     stats_.background_pending = pending;
   }
@@ -209,6 +223,9 @@ class Cache {
     last_key_.clear();
   }
   const std::string& dir() const { return local_.dir(); }
+  // The executables this command used when it last ran, loaded from the persistent directory
+  // on background threads (exec/prefetch.h).
+  void start_prefetching() { std::call_once(prefetch_started_, [this] { start_prefetch(); }); }
   const std::string& shared_dir() const { return shared_.dir(); }
 
  private:
@@ -245,9 +262,27 @@ class Cache {
     return exe;
   }
 
-  // From the persistent directory, else the shared one (copied into the persistent one).
+  void start_prefetch() {
+    if (local_.dir().empty() || env_or("TORCHTPU_CACHE_PREFETCH", "1") == "0") return;
+    manifest_path_ = workload_manifest_path(local_.dir(), environment_fingerprint());
+    manifest_ = read_manifest(manifest_path_);
+    int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u));
+    prefetch_.start(manifest_, [this](const std::string& pkey) -> ExecutablePtr {
+      std::optional<std::string> bytes = local_.load(pkey);
+      return bytes ? std::make_shared<runtime::Executable>(client().deserialize(*bytes)) : nullptr;
+    }, threads);
+  }
+
+  // Prefetched, else from the persistent directory, else the shared one (copied into the
+  // persistent one).
   ExecutablePtr load(const Job& job) {
     const std::string& pkey = job.pkey;
+    if (ExecutablePtr exe = prefetch_.take(pkey)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.hits["disk"]++;
+      prefetched_++;
+      return exe;
+    }
     for (DiskCache* tier : {&local_, &shared_}) {
       if (tier->dir().empty()) continue;
       int64_t start = tracing() ? trace_clock_ns() : 0;
@@ -377,6 +412,12 @@ class Cache {
   std::condition_variable wakeup_, idle_, compiled_;
   bool worker_started_ = false, worker_busy_ = false;
   int waited_compiles_ = 0;
+  std::once_flag prefetch_started_;
+  Prefetcher<ExecutablePtr> prefetch_;
+  int64_t prefetched_ = 0;              // disk hits a prefetching thread had loaded
+  std::string manifest_path_;           // "" while prefetching is off
+  std::vector<std::string> manifest_;   // what the last run of this command used
+  UsedKeys used_;                       // what this run uses
 };
 
 Cache& cache() {
@@ -406,6 +447,7 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
   return cache().get(key, program, names, /*wait=*/false);
 }
 
+void start_prefetching() { cache().start_prefetching(); }
 void wait_for_background_compiles() { cache().wait_for_background(); }
 void drop_queued_compiles() { cache().drop_queued(); }
 int running_compiles() { return cache().running(); }

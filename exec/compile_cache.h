@@ -22,6 +22,7 @@ struct CacheStats {
   std::map<std::string, int64_t> hits;  // "memory", "disk", "shared"
   int64_t misses = 0;                   // compiled
   int64_t background_pending = 0;
+  int64_t prefetched = 0;               // disk hits loaded ahead of need (exec/prefetch.h)
   struct Compile {
     std::string what;  // the op or window, with the user's line
     double seconds;
@@ -50,6 +51,10 @@ std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, c
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
                                                                         const NameProgram& names);
+
+// Starts loading, on background threads, the executables this command used when it last ran
+// (exec/prefetch.h). Once per process; the client calls it when it starts.
+void start_prefetching();
 
 // Blocks until no background compile is running.
 void wait_for_background_compiles();

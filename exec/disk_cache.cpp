@@ -160,6 +160,12 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
   return payload;
 }
 
+bool DiskCache::contains(const std::string& key) {
+  if (options_.private_to_user && !usable_directory()) return false;
+  std::error_code ignored;
+  return fs::exists(path_of(key), ignored);
+}
+
 bool DiskCache::store(const std::string& key, const std::string& payload) {
   static std::atomic<uint64_t> counter{0};
   std::string tmp = dir_ + "/" + kTempPrefix + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + key;

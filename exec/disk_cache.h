@@ -39,6 +39,8 @@ class DiskCache {
   const std::string& dir() const { return dir_; }
   // The payload stored under `key` (hex digest), or nullopt.
   std::optional<std::string> load(const std::string& key);
+  // Whether an entry is stored under `key` (unchecked: load() checks it).
+  bool contains(const std::string& key);
   // False, with one warning per directory, when the directory cannot be written.
   bool store(const std::string& key, const std::string& payload);
   // Removes every entry.

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "exec/compile_cache.h"
 #include "runtime/plugin.h"
 
 namespace torchtpu::exec {
@@ -16,11 +17,14 @@ runtime::Client& client() {
   // Deliberately never destroyed: at exit the GPU driver may already be shut down, and destroying
   // a CUDA client then fails noisily. The OS reclaims everything.
   static runtime::Client* instance = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!instance) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (instance) return *instance;
     instance = runtime::Client::create(runtime::Plugin::discover()).release();
     started.store(true);
   }
+  // While the program builds its model, load what the same command used when it last ran.
+  start_prefetching();
   return *instance;
 }
 

@@ -21,7 +21,7 @@ def as_dict() -> dict:
     out["pending_ops"] = m["pending_ops"]
     s = cache.stats()
     out["background_compiles_pending"] = s["background_pending"]
-    out["cache"] = {k: s[k] for k in ("requests", "hits", "misses", "dir", "shared_dir")}
+    out["cache"] = {k: s[k] for k in ("requests", "hits", "misses", "prefetched", "dir", "shared_dir")}
     return out
 
 

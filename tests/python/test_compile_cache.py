@@ -216,3 +216,38 @@ def test_a_directory_that_vanishes_mid_run_is_made_again(tmp_path):
     out, stderr = run({"TORCHTPU_CACHE_DIR": str(cache)}, workload=VANISHING)
     assert out["y"] == [-4.0] * 8
     assert entries(cache) and "Warning" not in stderr
+
+
+# The runtime starts (device_count) a moment before the first op, as building a model does, so
+# the prefetching thread is ahead of the ops.
+PREFETCHED = WORKLOAD.replace("import json, sys, torch, torchtpu\n",
+                              "import json, sys, time, torch, torchtpu\ntorch.tpu.device_count()\ntime.sleep(1)\n")
+
+
+def test_a_rerun_of_the_same_command_finds_its_programs_loaded(tmp_path):
+    env = {"TORCHTPU_CACHE_DIR": str(tmp_path)}
+    cold, _ = run(env, workload=PREFETCHED)
+    manifests = os.listdir(tmp_path / "workloads")
+    assert len(manifests) == 1  # the programs this command used, in first-use order
+    warm, _ = run(env, workload=PREFETCHED)
+    assert cold["cache"]["prefetched"] == 0 and cold["cache"]["misses"] > 0
+    assert warm["cache"]["prefetched"] == warm["cache"]["hits"]["disk"] == cold["cache"]["misses"]
+    torch.testing.assert_close(torch.tensor(warm["y"]), expected())
+    off, _ = run(dict(env, TORCHTPU_CACHE_PREFETCH="0"), workload=PREFETCHED)
+    assert off["cache"]["prefetched"] == 0 and off["cache"]["hits"]["disk"] == cold["cache"]["misses"]
+    other, _ = run(env)  # another command: its own manifest, nothing prefetched the first time
+    assert other["cache"]["prefetched"] == 0 and len(os.listdir(tmp_path / "workloads")) == 2
+
+
+def test_a_damaged_manifest_or_missing_entries_only_cost_the_prefetch(tmp_path):
+    env = {"TORCHTPU_CACHE_DIR": str(tmp_path)}
+    run(env, workload=PREFETCHED)
+    (manifest,) = (tmp_path / "workloads").iterdir()
+    keys = manifest.read_text().split()
+    manifest.write_text("\n".join(["../../../etc/passwd", "0" * 64, *keys]) + "\n\x00garbage")
+    for entry in entries(tmp_path)[:1]:
+        os.remove(entry)
+    out, stderr = run(env, workload=PREFETCHED)
+    assert out["cache"]["prefetched"] == len(keys) - 1 and out["cache"]["misses"] == 1
+    assert "Warning" not in stderr
+    torch.testing.assert_close(torch.tensor(out["y"]), expected())
