@@ -606,7 +606,14 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"logspace.out", "logspace.Tensor_Tensor_out", "logspace.Tensor_Scalar_out",
                      "logspace.Scalar_Tensor_out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;
-    if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
+    int64_t steps = c.arg(2).toInt();
+    if (steps == 0) return V{c.b.constant(0, c.out())};
+    if (steps == 1) {  // CPU fills base ** start, computed in double precision from the unrounded start
+      DType wide = is_complex(t) ? DType::kC128 : DType::kF64;
+      Value start = cast(c.b, c.raw(0), wide);  // a Scalar start is a runtime f64 input
+      Value power = c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), start.type), start);
+      return V{c.b.broadcast_in_dim(power, c.out().dims, {})};
+    }
     // Low-precision outputs: start and end rounded to the output dtype first, as CPU does.
     std::optional<DType> round_to;
     if (accumulator(t) != t) round_to = t;

@@ -899,3 +899,12 @@ def test_complex_fills_logsumexp_and_norm_dtypes(no_fallbacks):
         torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="cannot be converted"):
         torch.zeros(2, device="tpu").fill_(1 + 2j)
+
+
+def test_logspace_of_one_step_is_base_to_the_unrounded_start(no_fallbacks):
+    """CPU fills one step with base ** start in double precision: float16 gave 19984 for
+    logspace(4.3, 0, 1) (10 ** 4.30078, the start rounded to half first), int64 10000 (10 ** 4)."""
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64, torch.complex64):
+        for args in ((4.3, 0, 1), (4.300000190734863, -3, 1), (4.3, 1, 1, 5.0), (2, 4, 3, 2.0)):
+            torch.testing.assert_close(torch.logspace(*args, dtype=dtype, device="tpu").cpu(),
+                                       torch.logspace(*args, dtype=dtype), rtol=0, atol=0)
