@@ -163,8 +163,12 @@ Value Builder::constant(double value, const TensorType& type) {
 Value Builder::constant_int(int64_t value, const TensorType& type) {
   if (is_floating(type.dtype) || is_complex(type.dtype) || type.dtype == DType::kBool)
     return constant(static_cast<double>(value), type);
-  std::string literal = is_unsigned(type.dtype) ? std::to_string(static_cast<uint64_t>(value))
-                                                : std::to_string(value);
+  // Wrapped to the type's width, as C++'s integer conversions (and so CPU: filling uint8 with -9
+  // gives 247) do.
+  int unused = 64 - 8 * static_cast<int>(element_size(type.dtype));
+  uint64_t bits = static_cast<uint64_t>(value) << unused >> unused;
+  std::string literal = is_unsigned(type.dtype) ? std::to_string(bits)
+                                                : std::to_string(static_cast<int64_t>(bits << unused) >> unused);
   return emit1("stablehlo.constant", {}, type, "value = dense<" + literal + "> : " + type.str());
 }
 

@@ -105,18 +105,36 @@ Lowering upsample_nearest(bool exact) {  // (input, output_size, scales_*?...)
   };
 }
 
+// Images in uint8 (the one integer dtype CPU resamples) resample as CPU's separable uint8 kernel
+// does: in f32, the last dimension first, each pass rounded to the nearest integer and clamped to
+// [0, 255]. (CPU's weights are fixed-point, as PIL's, so about one result in ten still differs
+// by 1 from these exact ones.) `pass(x, dim)` resamples x along dim.
+bool resamples_uint8(const LoweringContext& c) { return c.out().dtype == DType::kU8; }
+
+Value uint8_passes(Math& m, Value x, const std::function<Value(const Value&, int64_t dim)>& pass) {
+  x = m.b.convert(x, DType::kF32);
+  for (int64_t dim = x.type.rank() - 1; dim >= 2; --dim) {
+    Value rounded = m.b.unary(hlo::UnaryOp::kRoundNearestEven, pass(x, dim));
+    x = m.b.clamp(m.k(0, rounded), rounded, m.k(255, rounded));
+  }
+  return m.b.convert(x, DType::kU8);
+}
+
 // upsample_linear1d / bilinear2d / trilinear3d (input, output_size, align_corners, scales_*?...)
 V upsample_linear(LoweringContext& c) {
   Math m{c.b};
-  Value x = c.in(0);
   bool align = c.arg(2).toBool();
-  for (size_t i = 0; i + 2 < static_cast<size_t>(x.type.rank()); ++i) {
-    int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
+  auto pass = [&](const Value& x, int64_t dim) {
+    size_t i = static_cast<size_t>(dim - 2);
+    int64_t in = x.type.dims[dim], out = c.out().dims[dim];
     LinearSources s = linear_sources(m, in, out, source_scale(c, 3, i, in, out, align), align);
     Value a = take_along(c.b, x, dim, s.lo), bb = take_along(c.b, x, dim, s.hi);
     Value wb = c.b.broadcast_in_dim(cast(c.b, s.weight, x.type.dtype), a.type.dims, {dim});
-    x = m.add(a, m.mul(wb, m.sub(bb, a)));
-  }
+    return m.add(a, m.mul(wb, m.sub(bb, a)));
+  };
+  if (resamples_uint8(c)) return {uint8_passes(m, c.in(0), pass)};
+  Value x = c.in(0);
+  for (int64_t dim = 2; dim < x.type.rank(); ++dim) x = pass(x, dim);
   return {x};
 }
 
@@ -181,6 +199,15 @@ using MatrixFor = std::function<Value(Math&, int64_t in, int64_t out, double sca
 Lowering separable_2d(MatrixFor matrix, bool backward) {
   return [matrix, backward](LoweringContext& c) {
     Math m{c.b};
+    if (!backward && resamples_uint8(c)) {
+      bool align = c.arg(2).toBool();
+      return V{uint8_passes(m, c.in(0), [&](const Value& x, int64_t dim) {
+        size_t i = static_cast<size_t>(dim - 2);
+        int64_t in = x.type.dims[dim], out = c.out().dims[dim];
+        return resample_with(c.b, x, dim, matrix(m, in, out, source_scale(c, 3, i, in, out, align), align, x.type.dtype),
+                             false);
+      })};
+    }
     Value x = c.in_as(0, accumulator(c.out().dtype));
     const std::vector<int64_t>& input = backward ? c.out().dims : x.type.dims;
     const std::vector<int64_t>& output = backward ? x.type.dims : c.out().dims;

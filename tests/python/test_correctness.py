@@ -908,3 +908,37 @@ def test_logspace_of_one_step_is_base_to_the_unrounded_start(no_fallbacks):
         for args in ((4.3, 0, 1), (4.300000190734863, -3, 1), (4.3, 1, 1, 5.0), (2, 4, 3, 2.0)):
             torch.testing.assert_close(torch.logspace(*args, dtype=dtype, device="tpu").cpu(),
                                        torch.logspace(*args, dtype=dtype), rtol=0, atol=0)
+
+
+def test_uint8_images_resize_as_cpu(no_fallbacks):
+    """Bilinear and bicubic resizing of uint8 images (torchvision's Resize on uint8 tensors) was 0
+    everywhere: the weights were computed in uint8. CPU's uint8 kernel rounds each pass (width
+    first) and clamps; its fixed-point weights still differ from the exact ones by 1 (rarely 2) in
+    up to a tenth of the pixels."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (2, 3, 40, 30), dtype=torch.uint8)
+    for mode in ("bilinear", "bicubic"):
+        for align_corners in (False, True):
+            for antialias in (False, True):
+                for size in ((17, 23), (60, 45)):
+                    kw = dict(size=size, mode=mode, align_corners=align_corners, antialias=antialias)
+                    expected = torch.nn.functional.interpolate(x, **kw)
+                    got = torch.nn.functional.interpolate(x.to("tpu"), **kw).cpu()
+                    assert got.dtype == torch.uint8
+                    diff = (got.int() - expected.int()).abs()
+                    assert diff.max() <= 2 and (diff > 0).float().mean() < 0.15, (kw, diff.max(), (diff > 0).sum())
+
+
+def test_integer_fills_wrap_or_raise_as_cpu(no_fallbacks):
+    """full(-9, uint8) failed to compile (an out-of-range literal); CPU wraps it to 247 and
+    rejects values that overflow a signed type."""
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        for value in (-9, -1, 200, 255, -128, -300, 70000):
+            try:
+                expected = torch.full((3,), value, dtype=dtype)
+            except RuntimeError:
+                with pytest.raises(RuntimeError, match="overflow"):
+                    torch.full((3,), value, dtype=dtype, device="tpu")
+                continue
+            assert torch.equal(torch.full((3,), value, dtype=dtype, device="tpu").cpu(), expected), (dtype, value)
+    assert torch.scalar_tensor(-5, dtype=torch.uint8, device="tpu").item() == 251
