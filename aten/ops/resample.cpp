@@ -106,15 +106,15 @@ Lowering upsample_nearest(bool exact) {  // (input, output_size, scales_*?...)
 }
 
 // Images in uint8 (the one integer dtype CPU resamples) resample as CPU's separable uint8 kernel
-// does: in f32, the last dimension first, each pass rounded to the nearest integer and clamped to
-// [0, 255]. (CPU's weights are fixed-point, as PIL's, so about one result in ten still differs
+// does: in f32, the last dimension first, each pass rounded half up and clamped to [0, 255]. (CPU's weights are fixed-point, as PIL's, so about one result in ten still differs
 // by 1 from these exact ones.) `pass(x, dim)` resamples x along dim.
 bool resamples_uint8(const LoweringContext& c) { return c.out().dtype == DType::kU8; }
 
 Value uint8_passes(Math& m, Value x, const std::function<Value(const Value&, int64_t dim)>& pass) {
   x = m.b.convert(x, DType::kF32);
   for (int64_t dim = x.type.rank() - 1; dim >= 2; --dim) {
-    Value rounded = m.b.unary(hlo::UnaryOp::kRoundNearestEven, pass(x, dim));
+    Value exact = pass(x, dim);
+    Value rounded = m.b.unary(hlo::UnaryOp::kFloor, m.add(exact, m.k(0.5, exact)));
     x = m.b.clamp(m.k(0, rounded), rounded, m.k(255, rounded));
   }
   return m.b.convert(x, DType::kU8);
