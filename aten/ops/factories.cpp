@@ -39,9 +39,16 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   std::string key;
   if (value.isIntegral(/*includeBool=*/true)) {
     int64_t v = value.isBoolean() ? value.toBool() : value.toLong();
-    if (c10::isIntegralType(self.scalar_type(), /*includeBool=*/false)) {
-      // CPU's overflow check: 200 does not fit int8 (an error); -9 fits uint8 by wrapping to 247
-      AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "fill_", [&] { (void)value.to<scalar_t>(); });
+    switch (self.scalar_type()) {  // CPU's overflow check: 200 does not fit int8 (an error); -9
+      case c10::kByte:             // fits uint8 by wrapping to 247
+      case c10::kChar:
+      case c10::kShort:
+      case c10::kInt:
+      case c10::kLong:
+        AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "fill_", [&] { (void)value.to<scalar_t>(); });
+        break;
+      default:
+        break;
     }
     key = "fill|i" + std::to_string(v);
     lower = [v, type](hlo::Builder& b, const std::vector<hlo::Value>&) {
