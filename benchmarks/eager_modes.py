@@ -61,8 +61,8 @@ def train(mode, steps, warmup, small, profile_loads=False):
                 times.append(time.perf_counter() - start)
     m = torchtpu.metrics.as_dict()
     loads = load_times(prof) if profile_loads else []
-    return {"mode": mode, "load_s": loads, "prefetched": m["cache"]["prefetched"], "step_s": times, "losses": losses, "first_step_s": first_step,
-            "compiles": m["compiles"], "windows": m["windows"], "op_by_op_windows": m["op_by_op_windows"],
+    return {"mode": mode, "step_s": times, "losses": losses, "first_step_s": first_step,
+            "load_s": loads, "prefetched": m["cache"]["prefetched"], "compiles": m["compiles"], "windows": m["windows"], "op_by_op_windows": m["op_by_op_windows"],
             "cache_hits": m["cache"]["hits"]}
 
 

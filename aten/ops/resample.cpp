@@ -106,8 +106,9 @@ Lowering upsample_nearest(bool exact) {  // (input, output_size, scales_*?...)
 }
 
 // Images in uint8 (the one integer dtype CPU resamples) resample as CPU's separable uint8 kernel
-// does: in f32, the last dimension first, each pass rounded half up and clamped to [0, 255]. (CPU's weights are fixed-point, as PIL's, so about one result in ten still differs
-// by 1 from these exact ones.) `pass(x, dim)` resamples x along dim.
+// does: in f32, the last dimension first, each pass rounded half up and clamped to [0, 255].
+// (CPU's weights are fixed-point, as PIL's, so about one result in ten still differs by 1 from
+// these exact ones.) `pass(x, dim)` resamples x along dim.
 bool resamples_uint8(const LoweringContext& c) { return c.out().dtype == DType::kU8; }
 
 Value uint8_passes(Math& m, Value x, const std::function<Value(const Value&, int64_t dim)>& pass) {

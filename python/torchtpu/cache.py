@@ -33,7 +33,7 @@ def _finish_compiles_before_exit():
 def stats() -> dict:
     """``requests``, ``hits`` per tier (memory, disk, shared), ``misses`` (compiled), the pending
     background compiles, ``prefetched`` (disk hits that a background thread had loaded before they
-    were needed: the executables this command used when it last ran, see docs/runtime.md), and
+    were needed: the executables this command used when it last ran, see docs/design.md), and
     ``compiles``: ``(what, seconds)`` for the most recent compiles."""
     return dict(_C._cache_stats())
 
