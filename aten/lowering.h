@@ -137,17 +137,6 @@ struct LoweringOptions {
 };
 
 // Option factories for the common cases.
-// Complex values of the listed tensor arguments go to the CPU: not lowered yet.
-inline LoweringOptions real_only(std::initializer_list<size_t> tensor_args = {0}) {
-  LoweringOptions o;
-  std::vector<size_t> listed(tensor_args);
-  o.cpu_when = [listed](const std::vector<c10::IValue>& args) {
-    for (size_t i : listed)
-      if (args[i].isTensor() && args[i].toTensor().is_complex()) return true;
-    return false;
-  };
-  return o;
-}
 inline LoweringOptions random_op() {
   LoweringOptions o;
   o.random = true;

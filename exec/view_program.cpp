@@ -10,28 +10,26 @@ namespace {
 using hlo::Builder;
 using hlo::Value;
 
-DType complex_part(DType t) { return t == DType::kC128 ? DType::kF64 : DType::kF32; }
-
 // Reinterprets a flat buffer as another element type: a bitcast between types of one width, or
 // complex <-> its real parts (view_as_real), where [N] complex is [2N] interleaved reals.
 Value as_dtype(Builder& b, const Value& v, DType to) {
   DType from = v.type.dtype;
   if (from == to) return v;
   int64_t n = v.type.dims.at(0);
-  if (is_complex(from) && to == complex_part(from)) {
+  if (is_complex(from) && to == component_dtype(from)) {
     Value re = b.reshape(b.unary(hlo::UnaryOp::kReal, v), {n, 1});
     Value im = b.reshape(b.unary(hlo::UnaryOp::kImag, v), {n, 1});
     return b.reshape(b.concatenate({re, im}, 1), {2 * n});
   }
-  if (is_complex(to) && from == complex_part(to)) {
+  if (is_complex(to) && from == component_dtype(to)) {
     Value pairs = b.reshape(v, {n / 2, 2});
     Value re = b.reshape(b.slice(pairs, {0, 0}, {n / 2, 1}, {1, 1}), {n / 2});
     Value im = b.reshape(b.slice(pairs, {0, 1}, {n / 2, 2}, {1, 1}), {n / 2});
     return b.binary(hlo::BinaryOp::kComplex, re, im);
   }
   // Complex and another type: through the complex type's interleaved real parts.
-  if (is_complex(from)) return as_dtype(b, as_dtype(b, v, complex_part(from)), to);
-  if (is_complex(to)) return as_dtype(b, as_dtype(b, v, complex_part(to)), to);
+  if (is_complex(from)) return as_dtype(b, as_dtype(b, v, component_dtype(from)), to);
+  if (is_complex(to)) return as_dtype(b, as_dtype(b, v, component_dtype(to)), to);
   if (from == DType::kBool || to == DType::kBool) return b.convert(v, to);  // bools are 0/1 bytes
   int64_t from_size = static_cast<int64_t>(element_size(from));
   int64_t to_size = static_cast<int64_t>(element_size(to));

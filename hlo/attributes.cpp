@@ -75,7 +75,7 @@ std::string splat_literal(double value, DType dtype) {
   if (dtype == DType::kBool) return value != 0 && value != -INFINITY ? "true" : "false";
   if (is_floating(dtype)) return float_literal(value, dtype);
   if (is_complex(dtype)) {
-    DType part = dtype == DType::kC64 ? DType::kF32 : DType::kF64;
+    DType part = component_dtype(dtype);
     return "(" + float_literal(value, part) + ", " + float_literal(0.0, part) + ")";
   }
   require(!std::isnan(value), "integer constant must not be NaN");

@@ -25,8 +25,6 @@ constexpr std::string_view kBinaryNames[] = {
 
 constexpr std::string_view kCompareNames[] = {"EQ", "NE", "GE", "GT", "LE", "LT"};
 
-DType complex_part(DType t) { return t == DType::kC128 ? DType::kF64 : DType::kF32; }
-
 }  // namespace
 
 Value Builder::unary(UnaryOp op, const Value& x) {
@@ -43,7 +41,7 @@ Value Builder::unary(UnaryOp op, const Value& x) {
   if (op == UnaryOp::kIsFinite) type.dtype = DType::kBool;
   if ((op == UnaryOp::kReal || op == UnaryOp::kImag || op == UnaryOp::kAbs) &&
       is_complex(x.type.dtype))
-    type.dtype = complex_part(x.type.dtype);
+    type.dtype = component_dtype(x.type.dtype);
   return emit1(kUnaryNames[static_cast<int>(op)], {x}, type);
 }
 

@@ -36,6 +36,11 @@ bool is_floating(DType t) {
 bool is_complex(DType t) { return t == DType::kC64 || t == DType::kC128; }
 bool is_unsigned(DType t) { return t == DType::kU8 || t == DType::kU32 || t == DType::kU64; }
 
+DType component_dtype(DType t) {
+  if (t == DType::kC64) return DType::kF32;
+  return t == DType::kC128 ? DType::kF64 : t;
+}
+
 double lowest_value(DType t) {
   switch (t) {
     case DType::kBool: case DType::kU8: case DType::kU32: case DType::kU64: return 0;

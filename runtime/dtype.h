@@ -25,6 +25,10 @@ bool is_floating(DType t);
 bool is_complex(DType t);
 bool is_unsigned(DType t);
 
+// The type of a complex type's real and imaginary parts (float32 for complex64); any other type
+// itself.
+DType component_dtype(DType t);
+
 // The range of values the type holds: ±infinity for floats. StableHLO constants saturate to it,
 // so "the lowest value" of any type (a max reduction's identity) is written -INFINITY.
 double lowest_value(DType t);

@@ -275,29 +275,6 @@ Value log_add_exp(LoweringContext& c, double ln_base) {
   return c.b.select(same_inf, a, r);
 }
 
-// log(exp(x) + exp(y)) of complex numbers, as CPU computes it: with lo and hi the operands ordered
-// by real part (y is lo on a tie), hi + log1p(exp(lo - hi)); a NaN part anywhere gives NaN + NaN i;
-// equal infinite real parts give lo (-inf) or log(exp(lo) + exp(hi)) (+inf).
-Value complex_log_add_exp(LoweringContext& c) {
-  hlo::Builder& b = c.b;
-  Value x = opmath_b(c, 0), y = opmath_b(c, 1);
-  auto re = [&](const Value& v) { return b.unary(UnaryOp::kReal, v); };
-  auto im = [&](const Value& v) { return b.unary(UnaryOp::kImag, v); };
-  Value x_lower = b.compare(Compare::kLT, re(x), re(y));
-  Value lo = b.select(x_lower, x, y), hi = b.select(x_lower, y, x);
-  auto exp = [&](const Value& v) { return b.unary(UnaryOp::kExponential, v); };
-  Value r = bin(c, BinaryOp::kAdd, hi, b.unary(UnaryOp::kLogPlusOne, exp(bin(c, BinaryOp::kSubtract, lo, hi))));
-  Value both_infinite = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, re(lo), re(hi)),
-                                 b.unary(UnaryOp::kNot, b.unary(UnaryOp::kIsFinite, re(lo))));
-  Value at_infinity = b.select(b.compare(Compare::kLT, re(lo), c.full(0, re(lo))), lo,
-                               b.unary(UnaryOp::kLog, bin(c, BinaryOp::kAdd, exp(lo), exp(hi))));
-  r = b.select(both_infinite, at_infinity, r);
-  Value nan_part = b.binary(BinaryOp::kOr, b.binary(BinaryOp::kOr, is_nan(c, re(x)), is_nan(c, im(x))),
-                            b.binary(BinaryOp::kOr, is_nan(c, re(y)), is_nan(c, im(y))));
-  Value nan = c.full(NAN, re(x));
-  return b.select(nan_part, b.binary(BinaryOp::kComplex, nan, nan), r);
-}
-
 // nextafter(a, b): the next representable float after a towards b, by stepping a's bit pattern
 // (sign-magnitude: away from zero is +1 when a and the step share a sign).
 V next_after(LoweringContext& c) {
@@ -398,7 +375,7 @@ TORCHTPU_LOWERINGS(binary) {
     return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
   });
   register_with_variants("logaddexp", {""}, [](LoweringContext& c) {
-    return V{is_complex(c.out().dtype) ? complex_log_add_exp(c) : log_add_exp(c, 1.0)};
+    return V{is_complex(c.out().dtype) ? complex_log_add_exp(c.b, opmath_b(c, 0), opmath_b(c, 1)) : log_add_exp(c, 1.0)};
   });
   register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return V{log_add_exp(c, M_LN2)}; });
   register_with_variants("special_xlog1py", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {

@@ -1,10 +1,10 @@
-// The eigendecomposition of real symmetric matrices (linalg.eigh, eigvalsh) by two-sided parallel
-// Jacobi: each round applies J^T A J for n/2 disjoint row-and-column pairs, sweeps running until
+// The eigendecomposition of symmetric and Hermitian matrices (linalg.eigh, eigvalsh) by two-sided
+// parallel Jacobi: each round applies J^H A J for n/2 disjoint row-and-column pairs, sweeps running until
 // the largest rotated off-diagonal entry is below rounding of A's Frobenius norm (LAPACK's
 // accuracy: eps ||A||). The diagonal then holds the eigenvalues, and the accumulated rotations,
 // stacked under A so the column rotations reach them, the eigenvectors. Ascending order, as
-// LAPACK; eigenvectors match LAPACK's up to sign (which PyTorch leaves unspecified). The input's
-// other triangle is ignored, as LAPACK does. Complex (Hermitian) inputs run on the CPU.
+// LAPACK; eigenvectors match LAPACK's up to sign or phase (which PyTorch leaves unspecified). The
+// input's other triangle, and the imaginary part of its diagonal, are ignored, as LAPACK does.
 #include <cmath>
 
 #include "aten/ops/jacobi.h"
@@ -22,7 +22,7 @@ std::pair<Value, Value> eigh_round(Math& m, const Value& w, int64_t n) {
     return diagonal(b, columns(b, rows(b, a, row, row + h), column, column + h));
   };
   Value gamma = block_diagonal(0, h);
-  Rotation r = jacobi_rotation(m, block_diagonal(0, 0), block_diagonal(h, h), gamma);
+  Rotation r = jacobi_rotation(m, real_part(b, block_diagonal(0, 0)), real_part(b, block_diagonal(h, h)), gamma);
   Value turned = rotate_pairs(m, w, r, rank - 1);              // A J, V J
   Value a2 = rotate_pairs(m, rows(b, turned, 0, n), r, rank - 2);  // J^T A J
   Value next = b.concatenate({a2, rows(b, turned, n, w.type.dims[rank - 2])}, rank - 2);
@@ -36,23 +36,22 @@ V linalg_eigh(LoweringContext& c) {
   Value a = c.raw(0);
   bool lower = c.arg(1).toStringRef() == "L", compute_v = c.arg(2).toBool();
   int64_t rank = a.type.rank(), n = a.type.dims.back();
-  std::vector<int64_t> batch = batch_of(a.type), values_dims = batch;
-  values_dims.push_back(n);
   Value vectors_none = b.constant(0, c.out(1));
-  if (n == 0) return {b.constant(0, {a.type.dtype, values_dims}), compute_v ? b.constant(0, c.out(1)) : vectors_none};
-  Value t = triangle(b, a, lower);
-  Value symmetric = m.add(t, transpose_last(b, triangle(b, a, lower, lower ? -1 : 1)));
+  if (n == 0) return {b.constant(0, c.out(0)), vectors_none};
+  Value symmetric = m.add(triangle(b, a, lower), adjoint(b, triangle(b, a, lower, lower ? -1 : 1)));
+  if (is_complex(a.type.dtype))  // the diagonal's imaginary part dropped
+    symmetric = m.mul(m.add(symmetric, adjoint(b, symmetric)), m.k(0.5, symmetric));
   Value padded = padded_to_even(b, padded_to_even(b, symmetric, rank - 1), rank - 2);
   int64_t even = padded.type.dims.back();
   Value w = b.concatenate({padded, padded_to_even(b, identity(b, a.type), rank - 1)}, rank - 2);
   std::vector<int64_t> all;
   for (int64_t d = 0; d < rank; ++d) all.push_back(d);
-  Value norm = b.unary(UnaryOp::kSqrt, m.reduce(m.square(symmetric), all, BinaryOp::kAdd, 0));
+  Value norm = b.unary(UnaryOp::kSqrt, m.reduce(abs_squared(b, symmetric), all, BinaryOp::kAdd, 0));
   Value tolerance = m.mul(norm, m.k(epsilon(a.type.dtype), norm));
   w = jacobi_sweeps(b, w, rank - 1, tolerance, [even](Math& lm, const Value& x) { return eigh_round(lm, x, even); });
   // eigenvalues off the diagonal, ascending; the padding (no V part) last
-  Value values = diagonal(b, rows(b, w, 0, even)), v = rows(b, w, even, even + n);
-  Value v_norms = m.sum(m.square(v), {rank - 2});
+  Value values = real_part(b, diagonal(b, rows(b, w, 0, even))), v = rows(b, w, even, even + n);
+  Value v_norms = m.sum(abs_squared(b, v), {rank - 2});
   Value key = b.select(b.compare(Compare::kLT, v_norms, m.k(0.25, v_norms)), m.k(INFINITY, values), values);
   auto ascending = [](Builder& bb, const V& x) { return V{bb.compare(Compare::kLT, x[0], x[1])}; };
   Value sorted_values = columns(b, b.sort({key, values}, rank - 2, true, ascending)[1], 0, n);
@@ -64,7 +63,7 @@ V linalg_eigh(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(eigh) {
-  register_lowering({"_linalg_eigh", "_linalg_eigh.eigenvalues"}, linalg_eigh, real_only());
+  register_lowering({"_linalg_eigh", "_linalg_eigh.eigenvalues"}, linalg_eigh);
 }
 
 }  // namespace torchtpu::aten

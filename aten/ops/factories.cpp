@@ -60,7 +60,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
     std::snprintf(exact, sizeof exact, "fill|c%a,%a", v.real(), v.imag());
     key = exact;
     lower = [v, type](hlo::Builder& b, const std::vector<hlo::Value>&) {
-      hlo::TensorType part{type.dtype == DType::kC64 ? DType::kF32 : DType::kF64, type.dims};
+      hlo::TensorType part{component_dtype(type.dtype), type.dims};
       return std::vector<hlo::Value>{b.binary(hlo::BinaryOp::kComplex, b.constant(v.real(), part), b.constant(v.imag(), part))};
     };
   } else {

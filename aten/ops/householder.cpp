@@ -1,7 +1,7 @@
-// Householder QR as LAPACK computes it for real matrices (geqr2, org2r, orm2r): one reflector
-// H_i = I - tau_i v_i v_i^T per column, a stablehlo.while over the columns with whole-matrix
-// masked updates, so a batch factors at once and Q and R have CPU's signs. geqrf, orgqr
-// (linalg_householder_product), ormqr and linalg_qr build on it; complex inputs run on the CPU.
+// Householder QR as LAPACK computes it (geqr2, org2r, orm2r; zgeqr2... for complex): one
+// reflector H_i = I - tau_i v_i v_i^H per column, a stablehlo.while over the columns with
+// whole-matrix masked updates, so a batch factors at once and Q and R have CPU's signs (R's
+// diagonal real). geqrf, orgqr (linalg_householder_product), ormqr and linalg_qr build on it.
 #include <ATen/ops/empty.h>
 
 #include <cmath>
@@ -30,7 +30,7 @@ Value reflector(Builder& b, const Value& a, const Value& i) {
                            b.constant(0, column.type)));
 }
 
-// c - tau v (v^T c) (from the left) or c - tau (c v) v^T (from the right).
+// H c = c - tau v (v^H c) (from the left) or c H = c - tau (c v) v^H (from the right).
 Value reflect(Math& m, const Value& c, const Value& v, const Value& tau, bool left) {
   int64_t rank = c.type.rank();
   std::vector<int64_t> batch = batch_of(c.type);
@@ -40,9 +40,9 @@ Value reflect(Math& m, const Value& c, const Value& v, const Value& tau, bool le
     map.push_back(dim);
     return m.b.broadcast_in_dim(x, c.type.dims, map);
   };
-  Value v_full = spread(v, left ? rank - 2 : rank - 1);
-  Value w = m.sum(m.mul(v_full, c), {left ? rank - 2 : rank - 1});  // v^T c or c v
-  Value outer = m.mul(v_full, spread(w, left ? rank - 1 : rank - 2));
+  Value v_full = spread(v, left ? rank - 2 : rank - 1), v_conj = conj(m.b, v_full);
+  Value w = m.sum(m.mul(left ? v_conj : v_full, c), {left ? rank - 2 : rank - 1});  // v^H c or c v
+  Value outer = m.mul(left ? v_full : v_conj, spread(w, left ? rank - 1 : rank - 2));
   return m.sub(c, m.mul(per_matrix(m.b, tau, c.type.dims), outer));
 }
 
@@ -54,13 +54,15 @@ Value apply_q(Math& m, const Value& reflectors, const Value& tau, Value c, bool 
   return counted_loop(m.b, k, {c, reflectors, tau}, [&](Builder& b, const Value& step, const V& a) {
     Math lm{b};
     Value i = descending ? b.binary(BinaryOp::kSubtract, b.constant_int(k - 1, step.type), step) : step;
-    Value next = reflect(lm, a[0], reflector(b, a[1], i), slice_at(b, a[2], a[2].type.rank() - 1, i), left);
+    Value tau_i = slice_at(b, a[2], a[2].type.rank() - 1, i);  // H_i^H has conj(tau_i)
+    Value next = reflect(lm, a[0], reflector(b, a[1], i), transpose ? conj(b, tau_i) : tau_i, left);
     return V{next, a[1], a[2]};
   })[0];
 }
 
-// LAPACK's dlarfg per column: beta = -sign(alpha) |(alpha, x)|, tau = (beta - alpha) / beta,
-// v = x / (alpha - beta); tau = 0 (H = I) when x is zero.
+// LAPACK's dlarfg (zlarfg) per column: beta = -sign(Re alpha) |(alpha, x)|, real,
+// tau = (beta - alpha) / beta, v = x / (alpha - beta); tau = 0 (H = I) when x is zero and alpha
+// real. Each H_j^H is applied to the columns right of j.
 Qr geqrf(Math& m, Value a) {
   int64_t rank = a.type.rank(), k = std::min(a.type.dims[rank - 2], a.type.dims[rank - 1]);
   std::vector<int64_t> tau_dims = batch_of(a.type);
@@ -72,14 +74,19 @@ Qr geqrf(Math& m, Value a) {
     Value below = positions(b, column.type.dims, rank - 2, Compare::kGT, j);
     Value at_j = positions(b, column.type.dims, rank - 2, Compare::kEQ, j);
     Value x = b.select(below, column, lm.k(0, column));
-    Value xnorm2 = lm.sum(lm.mul(x, x), {rank - 2});
-    Value norm = b.unary(UnaryOp::kSqrt, lm.add(lm.mul(alpha, alpha), xnorm2));
-    Value beta = b.select(b.compare(Compare::kGE, alpha, lm.k(0, alpha)), b.unary(UnaryOp::kNegate, norm), norm);
+    Value xnorm2 = lm.sum(abs_squared(b, x), {rank - 2});
+    Value norm = b.unary(UnaryOp::kSqrt, lm.add(abs_squared(b, alpha), xnorm2));
+    Value alpha_re = real_part(b, alpha);
+    Value beta = real_as(b, b.select(b.compare(Compare::kGE, alpha_re, lm.k(0, alpha_re)), b.unary(UnaryOp::kNegate, norm), norm), alpha);
     Value trivial = b.compare(Compare::kEQ, xnorm2, lm.k(0, xnorm2));
+    if (is_complex(alpha.type.dtype)) {
+      Value alpha_im = b.unary(UnaryOp::kImag, alpha);
+      trivial = b.binary(BinaryOp::kAnd, trivial, b.compare(Compare::kEQ, alpha_im, lm.k(0, alpha_im)));
+    }
     Value tau = b.select(trivial, lm.k(0, beta), lm.div(lm.sub(beta, alpha), beta));
     Value scale = b.select(trivial, lm.k(0, beta), lm.div(lm.k(1, beta), lm.sub(alpha, beta)));
     Value v_below = lm.mul(x, per_matrix(b, scale, column.type.dims));
-    Value reflected = reflect(lm, a, b.select(at_j, lm.k(1, column), v_below), tau, true);
+    Value reflected = reflect(lm, a, b.select(at_j, lm.k(1, column), v_below), conj(b, tau), true);
     Value new_column = b.select(at_j, per_matrix(b, b.select(trivial, alpha, beta), column.type.dims),
                                 b.select(below, v_below, column));
     std::vector<int64_t> map;
@@ -138,7 +145,7 @@ std::vector<c10::IValue> geqrf_meta(const c10::FunctionSchema&, const std::vecto
 }  // namespace
 
 TORCHTPU_LOWERINGS(householder) {
-  LoweringOptions geqrf_options = real_only();
+  LoweringOptions geqrf_options;
   geqrf_options.meta = geqrf_meta;
   register_lowering({"geqrf", "geqrf.a"}, [](LoweringContext& c) {
     Math m{c.b};
@@ -152,13 +159,13 @@ TORCHTPU_LOWERINGS(householder) {
     int64_t rank = a.type.rank();
     return V{apply_q(m, a, c.raw(1), eye(c.b, batch_of(a.type), a.type.dims[rank - 2], a.type.dims[rank - 1], a.type.dtype),
                      true, false)};
-  }, real_only());
+  });
   // (reflectors, tau, other, left, transpose) -> op(Q) other or other op(Q)
   register_lowering({"ormqr", "ormqr.out"}, [](LoweringContext& c) {
     Math m{c.b};
     return V{apply_q(m, c.raw(0), c.raw(1), c.raw(2), c.arg(3).toBool(), c.arg(4).toBool())};
-  }, real_only());
-  register_lowering({"linalg_qr", "linalg_qr.out"}, linalg_qr, real_only());
+  });
+  register_lowering({"linalg_qr", "linalg_qr.out"}, linalg_qr);
 }
 
 }  // namespace torchtpu::aten

@@ -247,7 +247,14 @@ Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, doub
 }
 
 // log(exp(a) + exp(b)) of two scalars, the step of logcumsumexp; equal infinities give themselves.
+// A complex sum at real part -inf is -inf + 0i: CPU's running value starts at the identity
+// -inf + 0i and wins the tie at -inf, so no imaginary part survives.
 std::vector<Value> log_add_exp(hlo::Builder& b, const std::vector<Value>& a) {
+  if (is_complex(a[0].type.dtype)) {
+    Value r = complex_log_add_exp(b, a[0], a[1]), re = b.unary(UnaryOp::kReal, r);
+    Value vanished = b.compare(Compare::kEQ, re, b.constant(-INFINITY, re.type));
+    return {b.select(vanished, b.constant(-INFINITY, r.type), r)};
+  }
   Value hi = b.binary(BinaryOp::kMaximum, a[0], a[1]), lo = b.binary(BinaryOp::kMinimum, a[0], a[1]);
   Value r = b.binary(BinaryOp::kAdd, hi, b.unary(UnaryOp::kLogPlusOne, b.unary(UnaryOp::kExponential, b.binary(BinaryOp::kSubtract, lo, hi))));
   Value same_inf = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, hi, lo), b.unary(UnaryOp::kNot, b.unary(UnaryOp::kIsFinite, hi)));
@@ -575,7 +582,7 @@ TORCHTPU_LOWERINGS(indexing) {
     Value x = c.in_as(0, accumulator(c.compute_dtype()));
     return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), log_add_exp, -INFINITY)};
   }, [] {
-    LoweringOptions o = real_only();
+    LoweringOptions o;
     o.meta = shaped_like(0);  // no meta kernel: the input's shape and dtype
     return o;
   }());

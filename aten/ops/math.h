@@ -109,4 +109,28 @@ inline hlo::RegionBody nan_extreme_with(hlo::BinaryOp op) {
   };
 }
 
+// log(exp(x) + exp(y)) of complex numbers, as CPU computes it (logaddexp, logcumsumexp): with lo
+// and hi the operands ordered by real part (y is lo on a tie), hi + log1p(exp(lo - hi)); a NaN
+// part anywhere gives NaN + NaN i; equal infinite real parts give lo (-inf) or
+// log(exp(lo) + exp(hi)) (+inf).
+inline hlo::Value complex_log_add_exp(hlo::Builder& b, const hlo::Value& x, const hlo::Value& y) {
+  using hlo::BinaryOp, hlo::Compare, hlo::UnaryOp, hlo::Value;
+  Math m{b};
+  auto re = [&](const Value& v) { return b.unary(UnaryOp::kReal, v); };
+  auto im = [&](const Value& v) { return b.unary(UnaryOp::kImag, v); };
+  auto exp = [&](const Value& v) { return b.unary(UnaryOp::kExponential, v); };
+  auto nan_in = [&](const Value& v) {
+    return b.binary(BinaryOp::kOr, b.compare(Compare::kNE, re(v), re(v)), b.compare(Compare::kNE, im(v), im(v)));
+  };
+  Value x_lower = b.compare(Compare::kLT, re(x), re(y));
+  Value lo = b.select(x_lower, x, y), hi = b.select(x_lower, y, x);
+  Value r = m.add(hi, b.unary(UnaryOp::kLogPlusOne, exp(m.sub(lo, hi))));
+  Value both_infinite = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, re(lo), re(hi)),
+                                 b.unary(UnaryOp::kNot, b.unary(UnaryOp::kIsFinite, re(lo))));
+  Value at_infinity = b.select(b.compare(Compare::kLT, re(lo), m.k(0, re(lo))), lo, b.unary(UnaryOp::kLog, m.add(exp(lo), exp(hi))));
+  r = b.select(both_infinite, at_infinity, r);
+  Value nan = m.k(NAN, re(x));
+  return b.select(b.binary(BinaryOp::kOr, nan_in(x), nan_in(y)), b.binary(BinaryOp::kComplex, nan, nan), r);
+}
+
 }  // namespace torchtpu::aten

@@ -90,4 +90,20 @@ inline Value transpose_last(Builder& b, const Value& x, bool conjugate = false) 
 
 inline Value adjoint(Builder& b, const Value& x) { return transpose_last(b, x, true); }
 
+// |x|^2, real for complex x.
+inline Value abs_squared(Builder& b, const Value& x) {
+  if (!is_complex(x.type.dtype)) return b.binary(BinaryOp::kMultiply, x, x);
+  Value re = b.unary(UnaryOp::kReal, x), im = b.unary(UnaryOp::kImag, x);
+  return b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, re, re), b.binary(BinaryOp::kMultiply, im, im));
+}
+
+// The real part of x (x itself when real).
+inline Value real_part(Builder& b, const Value& x) { return is_complex(x.type.dtype) ? b.unary(UnaryOp::kReal, x) : x; }
+
+// The real value x in `like`'s dtype: x + 0i when that is complex.
+inline Value real_as(Builder& b, const Value& x, const Value& like) {
+  if (!is_complex(like.type.dtype)) return x;
+  return b.binary(BinaryOp::kComplex, x, b.constant(0, x.type));
+}
+
 }  // namespace torchtpu::aten

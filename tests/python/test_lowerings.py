@@ -285,6 +285,32 @@ CASES = {
                                         complex(math.nan, 0), complex(1, math.nan), 3 + 1j]),
                           torch.tensor([2 - 3j, 3 + 2j, -0.5 - 7j, complex(-math.inf, 2), complex(math.inf, -1),
                                         0j, 0j, complex(-math.inf, 5)])),
+    # complex matrices: Householder QR with CPU's phases (R's diagonal real), and the Jacobi SVD
+    # and eigh with complex rotations (singular vectors and eigenvectors compared by modulus,
+    # unique only up to a phase)
+    "qr_family_complex": (lambda a, c: (*torch.linalg.qr(a), *torch.linalg.qr(a[..., :3, :], mode="complete"),
+                                        *torch.geqrf(a), torch.ormqr(*torch.geqrf(a), c, transpose=True),
+                                        torch.ormqr(*torch.geqrf(a), c.mT, left=False),
+                                        torch.linalg.householder_product(*torch.geqrf(a)),
+                                        *torch.linalg.qr(a[0].to(torch.complex64))),
+                          torch.randn(2, 5, 4, generator=g, dtype=torch.complex128),
+                          torch.randn(2, 5, 3, generator=g, dtype=torch.complex128)),
+    "svd_invariants_complex": (lambda a: (torch.linalg.svdvals(a), torch.linalg.pinv(a), torch.linalg.matrix_norm(a, "nuc"),
+                                          torch.linalg.cond(a), torch.linalg.matrix_rank(a), torch.linalg.matrix_norm(a, 2),
+                                          *[u.abs() for u in torch.linalg.svd(a, full_matrices=False)],
+                                          torch.linalg.svd(a[0].mH)[0].abs(), torch.linalg.svd(a[1, :2])[2][:2].abs(),
+                                          torch.linalg.svdvals(a.to(torch.complex64))),
+                               torch.randn(2, 5, 4, generator=g, dtype=torch.complex128)),
+    "eigh_complex": (lambda a: (torch.linalg.eigvalsh(a), torch.linalg.eigh(a)[1].abs(), torch.linalg.eigh(a, UPLO="U")[0],
+                                torch.linalg.pinv(a, hermitian=True), torch.linalg.matrix_rank(a, hermitian=True),
+                                torch.linalg.eigvalsh(a.to(torch.complex64))),
+                     torch.randn(2, 5, 5, generator=g, dtype=torch.complex128)),  # one triangle, real diagonal read
+    "lstsq_complex": (lambda a, b: (torch.linalg.lstsq(a, b).solution, torch.linalg.lstsq(a, b, driver="gelsd").solution,
+                                    torch.linalg.pinv(a) @ b),
+                      torch.randn(6, 4, generator=g, dtype=torch.complex128), torch.randn(6, 2, generator=g, dtype=torch.complex128)),
+    "logcumsumexp_complex": (lambda x: (torch.logcumsumexp(x, 0), torch.logcumsumexp(x, 1)),
+                             torch.tensor([[2 + 3j, -4 - 1j, complex(-math.inf, 1)], [0.5 + 7j, 3 + 2j, 1 - 1j],
+                                           [complex(-math.inf, 2), 0j, -0.5 - 7j]])),
     # binary functions where PyTorch routes through an alias (max.other): gradients must flow
     "max_min_binary": (lambda a, b: (torch.max(a, b), torch.min(a, b)), x45, x45.flip(0)),
 }
