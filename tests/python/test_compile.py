@@ -440,6 +440,31 @@ def test_hugging_face_causal_lm_sequence_lengths_run_padded_to_buckets():
     assert captures == [True, True, False, True, False]  # 9 static; 12, 16 -> 16; 20, 24 -> 32
 
 
+def test_hugging_face_attention_mask_runs_padded_to_buckets():
+    """GPT-2 with a right-padded attention_mask: Hugging Face reads the mask at the key positions
+    (mask[batch, arange(n)], aten.index.Tensor), which the padding keeps valid; no length runs
+    unpadded, and losses and gradients match CPU."""
+    spec = MODELS["gpt2"]
+    torch.manual_seed(0)
+    cpu = spec.build()
+    dev = copy.deepcopy(cpu).to("tpu")
+
+    def lm_loss(model, ids, mask):
+        return model(input_ids=ids, attention_mask=mask, labels=ids).loss
+
+    def batch(n):
+        ids = _sequence_batch(n, vocab=cpu.config.vocab_size)[0]
+        mask = torch.ones_like(ids)
+        mask[1, -3:] = 0
+        return ids, mask
+
+    torchtpu.metrics.reset()
+    batches = [batch(n) for n in (9, 12, 16, 20, 24)]
+    captures = _train_like_cpu(cpu, dev, batches, lm_loss, torch.compile(lm_loss, backend="tpu"))
+    assert captures == [True, True, False, True, False]
+    assert not any("run unpadded" in r for r in _recompiles())
+
+
 def test_dynamic_int_arguments_keep_their_values():
     """An int Dynamo made symbolic (an index) is not a size: it is never padded."""
 

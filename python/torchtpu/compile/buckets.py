@@ -12,7 +12,8 @@ reach a valid result, so the graph is rewritten first:
 - losses over padded rows (``nll_loss``, hence ``cross_entropy``) see the padded targets as
   ``ignore_index``; ``constant_pad_nd`` of a dynamic dimension sets its padded part to the value;
 - ops that depend on the index itself (``tril``/``triu``, ``arange``, slicing, ``cat``) are allowed
-  where an index means the same position padded or not;
+  where an index means the same position padded or not, and so is indexing a dynamic dimension by
+  its own positions (``mask[batch, arange(n)]``, how Hugging Face reads an attention mask);
 - the true sizes reach the program as runtime inputs, so one program serves every size of a
   bucket.
 
@@ -216,7 +217,9 @@ class _Rewriter:
             **dict.fromkeys(_VIEWS, self.view_layout), **dict.fromkeys(_POSITIONAL, self.positional_layout),
             **dict.fromkeys(_FRESH, self.plain_layout), **dict.fromkeys(_FRESH_LIKE, lambda n: self.layout(n.args[0])),
             aten.split.Tensor: self.split_layout, aten.split_with_sizes.default: self.split_layout,
-            aten.cat.default: self.cat_layout, aten.constant_pad_nd.default: self.pad_layout}
+            aten.cat.default: self.cat_layout, aten.constant_pad_nd.default: self.pad_layout,
+            aten.index.Tensor: self.index_layout}
+        self.positions = {}  # node -> the dimension along which its values are their positions
 
     def plan(self):
         for _ in range(64):
@@ -247,6 +250,9 @@ class _Rewriter:
     def rewrite(self):
         for action in self.actions:
             action()
+        for node in self.symbol_nodes.values():  # sizes of input tensors no mask needed
+            if node.op == "call_function" and not node.users:
+                self.graph.erase_node(node)
         self.graph.lint()
         self.gm.recompile()
 
@@ -445,13 +451,13 @@ class _Rewriter:
 
     # -- the layouts of results
 
-    def broadcast_layout(self, n):
+    def broadcast_layout(self, n, inputs=None, exprs=None):
         """An element-wise op's result: each dimension as its inputs lay it out (they must agree)."""
-        exprs = _exprs(n.meta["val"])
+        exprs = exprs if exprs is not None else _exprs(n.meta["val"])
         layout = []
         for d, e in enumerate(exprs):
             factors = None
-            for a in n.all_input_nodes:
+            for a in (inputs if inputs is not None else n.all_input_nodes):
                 val = a.meta.get("val")
                 k = d - (len(exprs) - val.dim()) if isinstance(val, torch.Tensor) else -1
                 if k >= 0 and val.shape[k] != 1:
@@ -522,6 +528,56 @@ class _Rewriter:
             if not keeps_prefix:
                 raise NotBucketable(f"{t} of a dynamic dimension from {start} to {end}")
         return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim + 1:]
+
+    def index_layout(self, n):
+        """x[i_0, i_1, ...] (aten.index.Tensor over leading dimensions): a dynamic dimension of x
+        may be indexed only by positions (arange(m), m its size or another), which mean the same
+        element padded or not: where CPU's indexing is in range (m <= n), m's bucket is within n's.
+        The dimensions of x that are static only by static indices (a padded index could be out
+        of range). The result is laid out as the indices broadcast, then x's other dimensions."""
+        x, indices = n.args[0], list(n.args[1])
+        src = self.layout(x)
+        if any(i is None for i in indices):
+            raise NotBucketable(f"{n.target} with a skipped dimension")
+        for k, i in enumerate(indices):
+            if self.dynamic(_size(src[k])):
+                d = self.positions_dim(i)
+                if d is None or not (_prefix_indexed(src[k]) and _prefix_indexed(self.layout(i)[d])):
+                    raise NotBucketable(f"{n.target} of a dynamic dimension by other than its positions")
+            elif any(self.dynamic(_size(dim)) for dim in self.layout(i)):
+                raise NotBucketable(f"{n.target} of a static dimension by a dynamic index")
+        out = _exprs(n.meta["val"])
+        indexed = len(out) - (len(src) - len(indices))
+        return self.broadcast_layout(n, indices, out[:indexed]) + src[len(indices):]
+
+    def positions_dim(self, node):
+        """The dimension along which ``node``'s values are their own positions there (arange(n)
+        plus 0, viewed, broadcast or cut to a prefix), or None."""
+        if node not in self.positions:
+            self.positions[node] = self._positions_dim(node)
+        return self.positions[node]
+
+    def _positions_dim(self, node):
+        if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+            return None
+        t, args = node.target, node.args
+        if t is aten.arange.default or (t is aten.arange.start and args[0] == 0):
+            return 0
+        d = self.positions_dim(args[0]) if args else None
+        if d is None:
+            return None
+        if t in (aten.add.Tensor, aten.sub.Tensor) and args[1] == 0 and "alpha" not in node.kwargs:
+            return d
+        if t in (aten.clone.default, aten.alias.default, aten.detach.default, aten._to_copy.default):
+            return d
+        if t is aten.unsqueeze.default:
+            return d + (1 if args[1] % node.meta["val"].dim() <= d else 0)
+        if t is aten.expand.default:
+            return d + node.meta["val"].dim() - args[0].meta["val"].dim()
+        if t is aten.slice.Tensor:
+            dim, start, step = args[1] % node.meta["val"].dim(), (list(args[2:3]) + [0])[0], (list(args[4:5]) + [1])[0]
+            return d if dim != d or ((start or 0) == 0 and (step or 1) == 1) else None
+        return None
 
     def split_layout(self, n):
         src = self.layout(n.args[0])
@@ -740,10 +796,29 @@ def _tensor_size_symbols(gm):
             for e in _exprs(p.meta["val"]) for s in e.free_symbols}
 
 
-def _symbol_nodes(gm, inputs):
-    """{symbol: the placeholder whose value it is}, for symbols given as plain inputs."""
+def _symbol_nodes(gm, inputs, shape_symbols):
+    """{symbol: the node whose value it is}: the placeholder of a symbol given as a plain input,
+    else the size of an input tensor that has it (a graph split off a larger one may get only
+    the tensor)."""
     placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
-    return {e: placeholders[i] for i, e in inputs.items() if isinstance(e, sympy.Symbol)}
+    nodes = {e: placeholders[i] for i, e in inputs.items() if isinstance(e, sympy.Symbol)}
+    with gm.graph.inserting_after(placeholders[-1]):
+        for symbol, (i, d) in shape_symbols.items():
+            nodes[symbol] = gm.graph.call_function(aten.sym_size.int, (placeholders[i], d))
+    return nodes
+
+
+def _shape_symbols(gm, inputs):
+    """{symbol: (placeholder index, dimension)} for the symbols no plain input gives that are
+    whole dimensions of input tensors arriving at their true sizes."""
+    given = {e for e in inputs.values() if isinstance(e, sympy.Symbol)}
+    found = {}
+    for i, p in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        if isinstance(p.meta.get("val"), torch.Tensor) and _saved_padded_layout(p) is None:
+            for d, e in enumerate(_exprs(p.meta["val"])):
+                if isinstance(e, sympy.Symbol) and e not in given:
+                    found.setdefault(e, (i, d))
+    return found
 
 
 @functools.lru_cache(maxsize=4096)
@@ -772,7 +847,8 @@ class BucketedGraph:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.arrive_padded = [_saved_padded_layout(p) is not None for p in placeholders]
         self.padded = _tensor_size_symbols(gm)
-        rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs), self.padded)
+        self.shape_symbols = _shape_symbols(gm, symbolic_inputs)
+        rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs, self.shape_symbols), self.padded)
         rewriter.plan()
         self.input_layouts = [rewriter.final(rewriter.layout(p)) if isinstance(p.meta.get("val"), torch.Tensor) else None
                               for p in placeholders]
@@ -793,7 +869,7 @@ class BucketedGraph:
         self.graph = CapturedGraph(gm, name)
 
     def __call__(self, *args):
-        true, padded = _true_and_padded(self.symbolic_inputs, self.padded, args)
+        true, padded = _true_and_padded(self.symbolic_inputs, self.padded, args, self.shape_symbols)
         bound = []
         for i, (a, layout) in enumerate(zip(args, self.input_layouts)):
             if layout is not None and not (self.arrive_padded[i] and list(a.shape) == _sizes(layout, padded)[0]):
@@ -816,12 +892,14 @@ class BucketedGraph:
         return pytree.tree_unflatten(flat, spec)
 
 
-def _true_and_padded(symbolic_inputs, padded_symbols, args):
+def _true_and_padded(symbolic_inputs, padded_symbols, args, shape_symbols=None):
     """Each symbol's value in this call, and the value it runs at (its bucket when padded)."""
     true = {}
     for i, expr in symbolic_inputs.items():
         if isinstance(expr, sympy.Symbol):
             true[expr] = args[i]
+    for symbol, (i, d) in (shape_symbols or {}).items():
+        true[symbol] = args[i].shape[d]
     for i, expr in symbolic_inputs.items():
         if not expr.free_symbols <= true.keys():
             symbol, value = _solve(expr, args[i])
