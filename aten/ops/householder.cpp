@@ -13,13 +13,6 @@ namespace {
 
 hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
 
-// Per matrix of the batch, a value broadcast over `dims` (batch dimensions first).
-Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
-  std::vector<int64_t> lead;
-  for (int64_t d = 0; d < v.type.rank(); ++d) lead.push_back(d);
-  return b.broadcast_in_dim(v, dims, lead);
-}
-
 // v_i of the reflectors stored below the diagonal of `a` ([..., m, *]): [..., m] with zeros above
 // row i, 1 at row i and a's column i below it.
 Value reflector(Builder& b, const Value& a, const Value& i) {

@@ -29,14 +29,6 @@ inline Value range(Builder& b, const Value& x, int64_t dim, int64_t from, int64_
 inline Value rows(Builder& b, const Value& x, int64_t from, int64_t to) { return range(b, x, x.type.rank() - 2, from, to); }
 inline Value columns(Builder& b, const Value& x, int64_t from, int64_t to) { return range(b, x, x.type.rank() - 1, from, to); }
 
-// v ([..., k], batch dims first) broadcast to `dims` with its last dimension at `dim`.
-inline Value spread_at(Builder& b, const Value& v, const std::vector<int64_t>& dims, int64_t dim) {
-  std::vector<int64_t> map;
-  for (int64_t d = 0; d + 1 < v.type.rank(); ++d) map.push_back(d);
-  map.push_back(dim);
-  return b.broadcast_in_dim(v, dims, map);
-}
-
 // The largest element of v (over every dimension).
 inline Value largest(Math& m, const Value& v) {
   std::vector<int64_t> all;

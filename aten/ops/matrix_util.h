@@ -20,6 +20,22 @@ inline Value with_batch(Builder& b, const Value& x, std::vector<int64_t> batch) 
 
 inline std::vector<int64_t> batch_of(const hlo::TensorType& t) { return {t.dims.begin(), t.dims.end() - 2}; }
 
+// Per matrix of the batch, a value ([batch...]) broadcast over `dims` (batch dimensions first).
+inline Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> lead;
+  for (int64_t d = 0; d < v.type.rank(); ++d) lead.push_back(d);
+  return b.broadcast_in_dim(v, dims, lead);
+}
+
+// v ([..., k], batch dims first) broadcast to `dims` with its last dimension at `dim`.
+inline Value spread_at(Builder& b, const Value& v, const std::vector<int64_t>& dims, int64_t dim) {
+  std::vector<int64_t> map;
+  for (int64_t d = 0; d + 1 < v.type.rank(); ++d) map.push_back(d);
+  map.push_back(dim);
+  return b.broadcast_in_dim(v, dims, map);
+}
+
+
 // The lower (or upper) triangle of the last two dimensions from diagonal k on (tril / triu), the
 // rest zero.
 inline Value triangle(Builder& b, const Value& x, bool lower, int64_t k = 0) {

@@ -308,6 +308,17 @@ CASES = {
     "lstsq_complex": (lambda a, b: (torch.linalg.lstsq(a, b).solution, torch.linalg.lstsq(a, b, driver="gelsd").solution,
                                     torch.linalg.pinv(a) @ b),
                       torch.randn(6, 4, generator=g, dtype=torch.complex128), torch.randn(6, 2, generator=g, dtype=torch.complex128)),
+    # Bunch-Kaufman LDL^T with LAPACK's pivots (1x1 and 2x2 blocks, interchanges; a zero column
+    # sets info), real, complex symmetric and complex Hermitian, and the solves with it
+    "ldl": (lambda a, z, c, b, cb: (*torch.linalg.ldl_factor_ex(a), *torch.linalg.ldl_factor_ex(z),
+                                    torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
+                                    *torch.linalg.ldl_factor_ex(c), torch.linalg.ldl_solve(*torch.linalg.ldl_factor(c), cb),
+                                    *torch.linalg.ldl_factor_ex(c + c.mH, hermitian=True),
+                                    torch.linalg.ldl_solve(*torch.linalg.ldl_factor(c + c.mH, hermitian=True), cb, hermitian=True)),
+            (lambda a: a + a.mT)(torch.randn(3, 6, 6, generator=g, dtype=torch.float64)),
+            torch.tensor([[0.0, 0, 0], [0, 2, 1], [0, 1, 3]], dtype=torch.float64),
+            (lambda a: a + a.mT)(torch.randn(2, 5, 5, generator=g, dtype=torch.complex128)),
+            torch.randn(3, 6, 2, generator=g, dtype=torch.float64), torch.randn(2, 5, 3, generator=g, dtype=torch.complex128), False),
     "logcumsumexp_complex": (lambda x: (torch.logcumsumexp(x, 0), torch.logcumsumexp(x, 1)),
                              torch.tensor([[2 + 3j, -4 - 1j, complex(-math.inf, 1)], [0.5 + 7j, 3 + 2j, 1 - 1j],
                                            [complex(-math.inf, 2), 0j, -0.5 - 7j]])),
