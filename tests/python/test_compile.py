@@ -465,6 +465,43 @@ def test_hugging_face_attention_mask_runs_padded_to_buckets():
     assert not any("run unpadded" in r for r in _recompiles())
 
 
+def test_hugging_face_mixtral_float32_compiles_and_trains_like_cpu():
+    """transformers sends tpu tensors to torch._grouped_mm in every dtype; PyTorch's shape
+    function (its fake kernel) accepted bfloat16 only, so Dynamo stopped on a float32 Mixtral."""
+    spec = MODELS["mixtral"]
+    torch.manual_seed(0)
+    cpu = spec.build()
+    dev = copy.deepcopy(cpu).to("tpu")
+
+    def lm_loss(model, ids):
+        return model(input_ids=ids, labels=ids).loss
+
+    torchtpu.metrics.reset()
+    batches = [_sequence_batch(9, vocab=cpu.config.vocab_size)[:1]]
+    assert _train_like_cpu(cpu, dev, batches, lm_loss, torch.compile(lm_loss, backend="tpu")) == [True]
+    assert torchtpu.metrics.cpu_fallbacks() == {}
+
+
+def test_top_k_routing_along_a_static_dimension_runs_padded():
+    """topk and sort along a static dimension (a mixture of experts' routing over its experts)
+    are row by row: a dynamic number of tokens runs padded."""
+
+    @torch.compile(backend="tpu")
+    def route(x):
+        weights, experts = x.softmax(-1).topk(2, dim=-1)
+        return weights * experts, x.sort(-1).values[:, 0]
+
+    torchtpu.metrics.reset()
+    for n in (9, 11, 13):
+        x = torch.randn(n, 8)
+        x_tpu = x.to("tpu")
+        torch._dynamo.mark_dynamic(x_tpu, 0)
+        weights, experts = x.softmax(-1).topk(2, dim=-1)
+        for got, want in zip(route(x_tpu), (weights * experts, x.sort(-1).values[:, 0])):
+            _close(got, want)
+    assert not any("run unpadded" in r for r in _recompiles())
+
+
 def test_dynamic_int_arguments_keep_their_values():
     """An int Dynamo made symbolic (an index) is not a size: it is never padded."""
 

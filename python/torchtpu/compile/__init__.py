@@ -47,4 +47,12 @@ def route_default_backend() -> None:
     wrapper.__call__ = __call__
 
 
+def install_fake_kernels() -> None:
+    """Dynamo traces with fake tensors before any backend runs: their shape functions for tpu
+    tensors are installed when torchtpu is imported (fake_kernels.py)."""
+    from .fake_kernels import install
+
+    install()
+
+
 __all__ = ["backend", "compile_options"]

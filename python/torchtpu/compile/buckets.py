@@ -165,6 +165,9 @@ _SOFTMAX = {aten._softmax.default, aten._log_softmax.default, aten._safe_softmax
 _SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
 _ROW_WISE = _SOFTMAX | _SOFTMAX_BACKWARD | {aten.native_layer_norm.default, aten.embedding.default,
                                             aten._native_batch_norm_legit_no_training.default}
+# ops along one dimension (dim argument, default -1), row-wise when that dimension is static (a
+# mixture of experts' top-k routing over the experts)
+_ALONG_DIM = {aten.topk.default: 2, aten.sort.default: 1}
 # ops whose result at an index depends on the index itself: valid only where the index means the
 # same position padded or not
 _POSITIONAL = {aten.tril.default, aten.triu.default, aten.slice.Tensor, aten.select.int,
@@ -425,7 +428,7 @@ class _Rewriter:
         if rule is not None:  # ops that need no mask, only care over which positions are valid
             self.layouts[n] = rule(n)
             return
-        if t in _ROW_WISE:
+        if t in _ROW_WISE or t in _ALONG_DIM:
             self.check_row_wise(n)
         elif t not in _REDUCTIONS and t not in _CONTRACTIONS and t not in _MASKED_ARGS:
             raise NotBucketable(f"{t} reads a dynamic dimension")
@@ -744,10 +747,13 @@ class _Rewriter:
             return  # row by row: an embedding's lookups, an eval BatchNorm's running statistics
         if n.target is aten.native_layer_norm.default:
             normalized = list(range(rank - len(n.args[1]), rank))
+        elif n.target in _ALONG_DIM:
+            i = _ALONG_DIM[n.target]
+            normalized = [(n.args[i] if len(n.args) > i else n.kwargs.get("dim", -1)) % max(rank, 1)]
         else:  # softmax(x, dim, ...) or softmax_backward_data(grad, output, dim, ...)
             normalized = [(n.args[2] if "backward" in n.target.name() else n.args[1]) % rank]
         if set(normalized) & set(padded) and n.target not in _SOFTMAX | _SOFTMAX_BACKWARD:
-            raise NotBucketable(f"{n.target} normalizes over a dynamic dimension")
+            raise NotBucketable(f"{n.target} reads a dynamic dimension")
 
     def softmax(self, n):
         """Padded entries weigh nothing: -inf before a softmax, a zero gradient in its backward
