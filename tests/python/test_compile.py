@@ -425,18 +425,23 @@ def test_causal_decoder_sequence_lengths_run_padded_to_buckets():
     assert not any("run unpadded" in r for r in _recompiles())
 
 
+def _zoo_model_pair(name):
+    """A model-zoo model (seeded) on CPU and its copy on tpu."""
+    torch.manual_seed(0)
+    cpu = MODELS[name].build()
+    return cpu, copy.deepcopy(cpu).to("tpu")
+
+
+def _lm_loss(model, ids):
+    return model(input_ids=ids, labels=ids).loss
+
+
 def test_hugging_face_causal_lm_sequence_lengths_run_padded_to_buckets():
     """HF GPT-2 (its cache's cat, its loss's label shift by pad and slice) with Dynamo's automatic
     dynamic shapes: a new sequence length within a bucket captures nothing."""
-    spec = MODELS["gpt2"]
-    torch.manual_seed(0)
-    cpu = spec.build()
-    dev = copy.deepcopy(cpu).to("tpu")
-    def lm_loss(model, ids):
-        return model(input_ids=ids, labels=ids).loss
-
+    cpu, dev = _zoo_model_pair("gpt2")
     batches = [_sequence_batch(n, vocab=cpu.config.vocab_size)[:1] for n in (9, 12, 16, 20, 24)]
-    captures = _train_like_cpu(cpu, dev, batches, lm_loss, torch.compile(lm_loss, backend="tpu"))
+    captures = _train_like_cpu(cpu, dev, batches, _lm_loss, torch.compile(_lm_loss, backend="tpu"))
     assert captures == [True, True, False, True, False]  # 9 static; 12, 16 -> 16; 20, 24 -> 32
 
 
@@ -444,10 +449,7 @@ def test_hugging_face_attention_mask_runs_padded_to_buckets():
     """GPT-2 with a right-padded attention_mask: Hugging Face reads the mask at the key positions
     (mask[batch, arange(n)], aten.index.Tensor), which the padding keeps valid; no length runs
     unpadded, and losses and gradients match CPU."""
-    spec = MODELS["gpt2"]
-    torch.manual_seed(0)
-    cpu = spec.build()
-    dev = copy.deepcopy(cpu).to("tpu")
+    cpu, dev = _zoo_model_pair("gpt2")
 
     def lm_loss(model, ids, mask):
         return model(input_ids=ids, attention_mask=mask, labels=ids).loss
@@ -468,17 +470,10 @@ def test_hugging_face_attention_mask_runs_padded_to_buckets():
 def test_hugging_face_mixtral_float32_compiles_and_trains_like_cpu():
     """transformers sends tpu tensors to torch._grouped_mm in every dtype; PyTorch's shape
     function (its fake kernel) accepted bfloat16 only, so Dynamo stopped on a float32 Mixtral."""
-    spec = MODELS["mixtral"]
-    torch.manual_seed(0)
-    cpu = spec.build()
-    dev = copy.deepcopy(cpu).to("tpu")
-
-    def lm_loss(model, ids):
-        return model(input_ids=ids, labels=ids).loss
-
+    cpu, dev = _zoo_model_pair("mixtral")
     torchtpu.metrics.reset()
     batches = [_sequence_batch(9, vocab=cpu.config.vocab_size)[:1]]
-    assert _train_like_cpu(cpu, dev, batches, lm_loss, torch.compile(lm_loss, backend="tpu")) == [True]
+    assert _train_like_cpu(cpu, dev, batches, _lm_loss, torch.compile(_lm_loss, backend="tpu")) == [True]
     assert torchtpu.metrics.cpu_fallbacks() == {}
 
 
