@@ -75,13 +75,14 @@ Value nearest_sources(Math& m, int64_t in, int64_t out, double scale, bool exact
   return m.b.binary(BinaryOp::kMinimum, src, m.b.constant_int(in - 1, src.type));
 }
 
-// The two sources (lo, hi) of each output of a linear resampling, and hi's weight (f64).
+// The two sources (lo, hi) of each output of a linear resampling, and hi's weight, computed in
+// `precision` as CPU computes them (float32 for every float dtype but float64).
 struct LinearSources {
   Value lo, hi, weight;
 };
 
-LinearSources linear_sources(Math& m, int64_t in, int64_t out, double scale, bool align) {
-  Value dst = m.b.iota({DType::kF64, {out}}, 0);
+LinearSources linear_sources(Math& m, int64_t in, int64_t out, double scale, bool align, DType precision) {
+  Value dst = m.b.iota({precision, {out}}, 0);
   Value src = align ? m.mul(dst, m.k(scale, dst))
                     : m.sub(m.mul(m.add(dst, m.k(0.5, dst)), m.k(scale, dst)), m.k(0.5, dst));
   src = m.b.binary(BinaryOp::kMaximum, src, m.k(0, src));
@@ -89,7 +90,7 @@ LinearSources linear_sources(Math& m, int64_t in, int64_t out, double scale, boo
   lo = m.b.binary(BinaryOp::kMinimum, lo, m.b.constant_int(in - 1, lo.type));
   Value hi = m.b.binary(BinaryOp::kMinimum, m.b.binary(BinaryOp::kAdd, lo, m.b.constant_int(1, lo.type)),
                         m.b.constant_int(in - 1, lo.type));
-  return {lo, hi, m.sub(src, m.b.convert(lo, DType::kF64))};
+  return {lo, hi, m.sub(src, m.b.convert(lo, precision))};
 }
 
 Lowering upsample_nearest(bool exact) {  // (input, output_size, scales_*?...)
@@ -121,20 +122,31 @@ Value uint8_passes(Math& m, Value x, const std::function<Value(const Value&, int
   return m.b.convert(x, DType::kU8);
 }
 
-// upsample_linear1d / bilinear2d / trilinear3d (input, output_size, align_corners, scales_*?...)
+// upsample_linear1d / bilinear2d / trilinear3d (input, output_size, align_corners, scales_*?...):
+// a (1 - w) + b w per dimension in float32 for low-precision inputs, rounded once. CPU's 1-D and
+// 3-D kernels round the weights w and 1 - w to the input's dtype first (its 2-D kernel keeps them
+// in float32), so these do too: then bfloat16 results equal CPU's.
 V upsample_linear(LoweringContext& c) {
   Math m{c.b};
   bool align = c.arg(2).toBool();
+  DType dtype = c.out().dtype;
+  bool weights_in_dtype = (dtype == DType::kBF16 || dtype == DType::kF16) && c.out().rank() != 4;
   auto pass = [&](const Value& x, int64_t dim) {
     size_t i = static_cast<size_t>(dim - 2);
     int64_t in = x.type.dims[dim], out = c.out().dims[dim];
-    LinearSources s = linear_sources(m, in, out, source_scale(c, 3, i, in, out, align), align);
+    LinearSources s = linear_sources(m, in, out, source_scale(c, 3, i, in, out, align), align,
+                                     dtype == DType::kU8 ? DType::kF64 : x.type.dtype);
+    auto as_weight = [&](const Value& w) {
+      Value v = cast(c.b, w, x.type.dtype);
+      return weights_in_dtype ? cast(c.b, cast(c.b, v, dtype), x.type.dtype) : v;
+    };
+    Value w1 = as_weight(s.weight), w0 = as_weight(m.sub(m.k(1, w1), w1));
     Value a = take_along(c.b, x, dim, s.lo), bb = take_along(c.b, x, dim, s.hi);
-    Value wb = c.b.broadcast_in_dim(cast(c.b, s.weight, x.type.dtype), a.type.dims, {dim});
-    return m.add(a, m.mul(wb, m.sub(bb, a)));
+    auto spread = [&](const Value& w) { return c.b.broadcast_in_dim(w, a.type.dims, {dim}); };
+    return m.add(m.mul(a, spread(w0)), m.mul(bb, spread(w1)));
   };
   if (resamples_uint8(c)) return {uint8_passes(m, c.in(0), pass)};
-  Value x = c.in(0);
+  Value x = c.in_as(0, accumulator(dtype));
   for (int64_t dim = 2; dim < x.type.rank(); ++dim) x = pass(x, dim);
   return {x};
 }
@@ -178,9 +190,11 @@ Lowering upsample_nearest_backward(bool exact) {
 }
 
 // The [out, in] matrix of bicubic upsampling along one dim: 4 taps around each source position,
-// clamped to the edge (PyTorch's upsample_bicubic2d; A = -0.75).
-Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align, DType dtype) {
-  Value dst = m.b.iota({DType::kF64, {out}}, 0);
+// clamped to the edge (PyTorch's upsample_bicubic2d; A = -0.75). Positions and weights in the
+// matrix's dtype, as CPU computes them, then, for a bfloat16/float16 input, rounded to it as CPU's
+// kernel stores them (the products and sums stay in float32).
+Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align, DType dtype, DType input) {
+  Value dst = m.b.iota({dtype, {out}}, 0);
   Value src = align ? m.mul(dst, m.k(scale, dst)) : m.sub(m.mul(m.add(dst, m.k(0.5, dst)), m.k(scale, dst)), m.k(0.5, dst));
   Value floor = m.b.unary(UnaryOp::kFloor, src);
   auto weights = cubic_weights(m, m.sub(src, floor));
@@ -188,7 +202,9 @@ Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align,
   for (int i = 0; i < 4; ++i) {
     Value at = m.b.convert(m.add(floor, m.k(i - 1, floor)), DType::kS64);
     at = m.b.clamp(m.b.constant(0, at.type), at, m.b.constant_int(in - 1, at.type));
-    taps.push_back({at, weights[i]});
+    Value w = weights[i];
+    if (input == DType::kBF16 || input == DType::kF16) w = cast(m.b, cast(m.b, w, input), dtype);
+    taps.push_back({at, w});
   }
   return resampling_matrix(m, in, out, taps, dtype);
 }
@@ -196,7 +212,8 @@ Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align,
 // A 2-D resampling given by one [out, in] matrix per spatial dimension: forward (input,
 // output_size, align_corners, scales_h?, scales_w?) or backward (grad_output, output_size,
 // input_size, align_corners, scales...) through the transposed matrices.
-using MatrixFor = std::function<Value(Math&, int64_t in, int64_t out, double scale, bool align, DType)>;
+// (in, out, scale, align_corners, the matrix's dtype, the op's input dtype) -> [out, in]
+using MatrixFor = std::function<Value(Math&, int64_t in, int64_t out, double scale, bool align, DType, DType)>;
 Lowering separable_2d(MatrixFor matrix, bool backward) {
   return [matrix, backward](LoweringContext& c) {
     Math m{c.b};
@@ -205,8 +222,8 @@ Lowering separable_2d(MatrixFor matrix, bool backward) {
       return V{uint8_passes(m, c.in(0), [&](const Value& x, int64_t dim) {
         size_t i = static_cast<size_t>(dim - 2);
         int64_t in = x.type.dims[dim], out = c.out().dims[dim];
-        return resample_with(c.b, x, dim, matrix(m, in, out, source_scale(c, 3, i, in, out, align), align, x.type.dtype),
-                             false);
+        return resample_with(c.b, x, dim,
+                             matrix(m, in, out, source_scale(c, 3, i, in, out, align), align, x.type.dtype, DType::kU8), false);
       })};
     }
     Value x = c.in_as(0, accumulator(c.out().dtype));
@@ -216,7 +233,9 @@ Lowering separable_2d(MatrixFor matrix, bool backward) {
     bool align = c.arg(flags).toBool();
     for (size_t i = 0; i < 2; ++i) {
       int64_t dim = 2 + static_cast<int64_t>(i), in = input[dim], out = output[dim];
-      x = resample_with(c.b, x, dim, matrix(m, in, out, source_scale(c, flags + 1, i, in, out, align), align, x.type.dtype),
+      x = resample_with(c.b, x, dim,
+                        matrix(m, in, out, source_scale(c, flags + 1, i, in, out, align), align, x.type.dtype,
+                               backward ? x.type.dtype : c.out().dtype),
                         backward);
     }
     return V{x};
@@ -285,7 +304,7 @@ V upsample_linear_backward(LoweringContext& c) {
   bool align = c.arg(3).toBool();
   for (size_t i = g.type.dims.size() - 2; i-- > 0;) {
     int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
-    LinearSources s = linear_sources(m, in, out, source_scale(c, 4, i, in, out, align), align);
+    LinearSources s = linear_sources(m, in, out, source_scale(c, 4, i, in, out, align), align, g.type.dtype);
     Value matrix = resampling_matrix(m, in, out, {{s.lo, m.sub(m.k(1, s.weight), s.weight)}, {s.hi, s.weight}}, g.type.dtype);
     g = resample_with(c.b, g, dim, matrix, true);
   }
@@ -345,7 +364,7 @@ TORCHTPU_LOWERINGS(resample) {
   register_lowering({"upsample_bicubic2d_backward", "upsample_bicubic2d_backward.grad_input"},
                     separable_2d(bicubic_matrix, true));
   for (bool cubic : {false, true}) {
-    MatrixFor matrix = [cubic](Math& m, int64_t in, int64_t out, double scale, bool, DType dtype) {
+    MatrixFor matrix = [cubic](Math& m, int64_t in, int64_t out, double scale, bool, DType dtype, DType) {
       return antialias_matrix(m.b, in, out, scale, cubic, dtype);
     };
     register_lowering({cubic ? "_upsample_bicubic2d_aa" : "_upsample_bilinear2d_aa",

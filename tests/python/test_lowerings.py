@@ -439,3 +439,35 @@ def test_batch_norm_statistics_as_accurate_as_cpu(no_fallbacks):
                                         torch.ones(64, device=device), True, 0.1, 1e-5)
         errors[device] = ((stats[1].cpu().double() - exact).abs().max() / exact.abs().max()).item()
     assert errors["tpu"] <= 2 * errors["cpu"] + 1e-8, errors
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_interpolation_rounds_as_cpu(dtype, no_fallbacks):
+    """bfloat16/float16 resizing computed in bfloat16 (linear, trilinear) or with float64 weights
+    differed from CPU by an ulp in up to half the pixels. CPU computes in float32 and rounds once,
+    with its 1-D/3-D linear and its bicubic weights first rounded to the input's dtype: now equal."""
+    g = torch.Generator().manual_seed(0)
+    cases = [("linear", (2, 3, 5), (9,)), ("linear", (2, 3, 9), (4,)), ("bilinear", (1, 2, 8, 9), (3, 5)),
+             ("bilinear", (1, 2, 4, 5), (7, 3)), ("bicubic", (2, 3, 6, 6), (9, 11)), ("trilinear", (1, 2, 3, 4, 5), (4, 2, 6))]
+    for mode, shape, size in cases:
+        for align_corners in (False, True):
+            x = torch.randn(*shape, generator=g).to(dtype)
+            expected = F.interpolate(x, size=size, mode=mode, align_corners=align_corners)
+            actual = F.interpolate(x.to("tpu"), size=size, mode=mode, align_corners=align_corners)
+            # one float16 bicubic pixel in 594 differs by an ulp (CPU sums its taps in another order)
+            ulp = dtype == torch.float16 and mode == "bicubic"
+            torch.testing.assert_close(actual.cpu(), expected, rtol=1e-3 if ulp else 0, atol=0, msg=f"{mode} {align_corners}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_convolution_adds_bias_before_rounding(dtype, no_fallbacks):
+    """A bfloat16 convolution was rounded before its bias was added (an ulp off in a quarter of
+    the outputs); CPU adds the bias in float32 and rounds once."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g).to(dtype) for s in ((2, 4, 6, 6), (5, 4, 3, 3), (5,)))
+    for conv in (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda x, w, b: F.conv1d(x[..., 0], w[..., 0], b)):
+        torch.testing.assert_close(conv(x.to("tpu"), w.to("tpu"), b.to("tpu")).cpu(), conv(x, w, b), rtol=0, atol=0)
+    if dtype == torch.bfloat16:  # float16's transposed convolution rounds partial sums on CPU
+        wt = torch.randn(4, 3, 3, 3, generator=g).to(dtype)
+        torch.testing.assert_close(F.conv_transpose2d(x.to("tpu"), wt.to("tpu"), b[:3].to("tpu"), stride=2).cpu(),
+                                   F.conv_transpose2d(x, wt, b[:3], stride=2), rtol=0, atol=0)
