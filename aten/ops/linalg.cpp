@@ -29,6 +29,28 @@ Value affine(LoweringContext& c, const Value& product, size_t self, size_t beta,
   return c.b.binary(BinaryOp::kAdd, scaled_self, p);
 }
 
+// addbmm(self, batch1, batch2, *, beta, alpha). CPU runs addmm of self and the first product (beta
+// applied), then adds each further product (addmm_ with beta 1), rounding the running sum to the
+// output dtype each time: bfloat16/float16 results show it, so those follow it. Other types: one
+// contraction over (batch, k) (in float32 as close to CPU's as its own order of summation).
+V addbmm(LoweringContext& c) {
+  DType out = c.out().dtype, acc = accumulator(out);
+  Value products = matmul(c, c.in(1), c.in(2), 1, 1);  // [B, n, p]
+  int64_t batches = products.type.dims[0];
+  if (batches == 0 || acc == out) {
+    Value product = c.b.dot_general(c.in(1), c.in(2), {{}, {}, {0, 2}, {0, 1}}, acc, c.precision());
+    return {affine(c, product, 0, 3, 4)};
+  }
+  auto rounded = [out](Builder& b, const Value& v) { return cast(b, cast(b, v, out), v.type.dtype); };
+  Value sum = rounded(c.b, affine(c, take_slice(c.b, products, 0, 0), 0, 3, 4));
+  V state = counted_loop(c.b, batches - 1, {sum, products, c.in_as(4, acc)}, [&](Builder& b, const Value& i, const V& s) {
+    Value next = b.binary(BinaryOp::kAdd, i, b.constant(1, i.type));
+    Value term = b.binary(BinaryOp::kMultiply, slice_at(b, s[1], 0, next), b.broadcast_in_dim(s[2], s[0].type.dims, {}));
+    return V{rounded(b, b.binary(BinaryOp::kAdd, s[0], term)), s[1], s[2]};
+  });
+  return {state[0]};
+}
+
 // A matmul whose tensor operands (from `first` on) have one dtype: CPU has no mixed-dtype kernels
 // and raises, while PyTorch's meta kernels would promote. CPU's batched and matrix-vector kernels
 // return before checking when an operand is empty (`empty_ok`), and so does this check.
@@ -82,12 +104,7 @@ TORCHTPU_LOWERINGS(linalg) {
   register_lowering({"vdot", "vdot.out"}, [](LoweringContext& c) {  // conjugates its first operand
     return V{matmul(c, conj(c.b, c.in(0)), c.in(1), 0, 0)};
   }, same_dtype_matmul(0));
-  // addbmm(self, batch1, batch2, *, beta, alpha): the products summed over the batch, one
-  // contraction over (batch, k).
-  register_lowering({"addbmm", "addbmm_", "addbmm.out"}, [](LoweringContext& c) {
-    Value product = c.b.dot_general(c.in(1), c.in(2), {{}, {}, {0, 2}, {0, 1}}, accumulator(c.out().dtype), c.precision());
-    return V{affine(c, product, 0, 3, 4)};
-  }, same_dtype_matmul(1));
+  register_lowering({"addbmm", "addbmm_", "addbmm.out"}, addbmm, same_dtype_matmul(1));
   register_lowering({"linalg_cross", "linalg_cross.out"}, cross);
   register_lowering({"mv", "mv.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};

@@ -472,3 +472,16 @@ def test_low_precision_convolution_adds_bias_before_rounding(dtype, no_fallbacks
         wt = torch.randn(4, 3, 3, 3, generator=g).to(dtype)
         torch.testing.assert_close(F.conv_transpose2d(x.to("tpu"), wt.to("tpu"), b[:3].to("tpu"), stride=2).cpu(),
                                    F.conv_transpose2d(x, wt, b[:3], stride=2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_addbmm_rounds_each_batch_as_cpu(dtype, no_fallbacks):
+    """CPU's addbmm adds one batch product at a time and rounds the running sum each time (one
+    contraction rounded once was an ulp off in a third of a bfloat16 result)."""
+    g = torch.Generator().manual_seed(0)
+    s, a, b = torch.randn(5, 6, generator=g), torch.randn(4, 5, 7, generator=g), torch.randn(4, 7, 6, generator=g)
+    for beta, alpha in [(1, 1), (0.5, 0.3), (0, 2)]:
+        args = [t.to(dtype) for t in (s, a, b)]
+        expected = torch.addbmm(*args, beta=beta, alpha=alpha)
+        actual = torch.addbmm(*[t.to("tpu") for t in args], beta=beta, alpha=alpha)
+        torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)
