@@ -10,12 +10,18 @@
 namespace torchtpu::aten {
 namespace {
 
-Value softmax(Math& m, const Value& x, int64_t dim, bool log) {
+// softmax or log_softmax of x (in float32 for low-precision inputs) along dim. CPU's log_softmax
+// kernel over the last dimension keeps the sum of exponentials and its log in the input's dtype
+// (`stored`): for bfloat16/float16 those two round here too.
+Value softmax(Math& m, const Value& x, int64_t dim, bool log, DType stored) {
   if (x.type.rank() == 0) return m.k(log ? 0 : 1, x);
   Value shifted = m.sub(x, m.reduce_keep(x, {dim}, BinaryOp::kMaximum, -INFINITY));
   Value e = m.b.unary(UnaryOp::kExponential, shifted);
   Value sum = m.reduce_keep(e, {dim}, BinaryOp::kAdd, 0);
-  return log ? m.sub(shifted, m.b.unary(UnaryOp::kLog, sum)) : m.div(e, sum);
+  if (!log) return m.div(e, sum);
+  bool rounds = stored != x.type.dtype && dim == x.type.rank() - 1;
+  auto in_stored = [&](const Value& v) { return rounds ? cast(m.b, cast(m.b, v, stored), v.type.dtype) : v; };
+  return m.sub(shifted, in_stored(m.b.unary(UnaryOp::kLog, in_stored(sum))));
 }
 
 // The class weights and mask of each target: weight[target] (or 1), 0 where target == ignore.
@@ -306,12 +312,12 @@ TORCHTPU_LOWERINGS(nn) {
   register_lowering({"_softmax", "_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), false)};
+    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), false, c.out().dtype)};
   });
   register_lowering({"_log_softmax", "_log_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), true)};
+    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), true, c.out().dtype)};
   });
   register_lowering({"_softmax_backward_data", "_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, output, dim, input_dtype)
