@@ -8,6 +8,7 @@
 
 #include "aten/lowering.h"
 #include "aten/ops/math.h"
+#include "aten/ops/matrix_util.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -97,6 +98,17 @@ Value masked_reduce(Builder& b, const Value& in, const Value& x, int64_t dim, Bi
                   extreme ? nan_extreme_with(op) : combine_with(op))[0];
 }
 
+// A bfloat16/float16 sum or product as CPU's kernel folds it: from `start` (output-shaped), one
+// element at a time in order, rounding the running value to `stored` after each.
+Value rounded_fold(Builder& b, const Value& in, const Value& x, int64_t dim, BinaryOp op, double identity,
+                   const Value& start, DType stored) {
+  Value kept = b.select(in, x, b.constant(identity, x.type));
+  auto round = [&](Builder& lb, const Value& v) { return cast(lb, cast(lb, v, stored), v.type.dtype); };
+  return counted_loop(b, x.type.dims[dim], {round(b, start), kept}, [&](Builder& lb, const Value& j, const V& s) {
+    return V{round(lb, lb.binary(op, s[0], slice_at(lb, s[1], dim, j))), s[1]};
+  })[0];
+}
+
 // Where both directions start: the data, the reduction, the segments and their layout, from the
 // argument positions (data, reduce, lengths, offsets, axis).
 struct SegmentCall {
@@ -129,17 +141,27 @@ V SegmentCall::forward(LoweringContext& c) const {
   Value r;
   std::optional<Value> initial;
   if (c.has(7)) initial = b.broadcast_in_dim(cast(b, c.raw(7), acc), layout.out_dims(), {});
+  DType stored = c.out().dtype;
+  bool folds = stored != acc;  // CPU folds bfloat16/float16 in their own dtype
   if (reduce == "sum" || reduce == "mean") {
-    r = masked_reduce(b, in, x, j, BinaryOp::kAdd, 0);
-    if (initial) r = m.add(r, *initial);
+    if (folds) {
+      r = rounded_fold(b, in, x, j, BinaryOp::kAdd, 0, initial ? *initial : b.constant(0, {acc, layout.out_dims()}), stored);
+    } else {
+      r = masked_reduce(b, in, x, j, BinaryOp::kAdd, 0);
+      if (initial) r = m.add(r, *initial);
+    }
     if (reduce == "mean") {
       Value n = layout.lengths(b, seg, acc);
       r = m.div(r, n);
       if (initial) r = b.select(b.compare(Compare::kEQ, n, m.k(0, n)), *initial, r);
     }
   } else if (reduce == "prod") {
-    r = masked_reduce(b, in, x, j, BinaryOp::kMultiply, 1);
-    if (initial) r = m.mul(r, *initial);
+    if (folds) {
+      r = rounded_fold(b, in, x, j, BinaryOp::kMultiply, 1, initial ? *initial : b.constant(1, {acc, layout.out_dims()}), stored);
+    } else {
+      r = masked_reduce(b, in, x, j, BinaryOp::kMultiply, 1);
+      if (initial) r = m.mul(r, *initial);
+    }
   } else {
     bool is_max = reduce == "max";
     TORCH_CHECK(is_max || reduce == "min", "segment_reduce: unsupported reduction ", reduce);

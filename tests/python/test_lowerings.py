@@ -495,3 +495,17 @@ def test_low_precision_log_softmax_rounds_as_cpu(dtype, no_fallbacks):
     for shape, dim in [((5, 7), 1), ((5, 7), 0), ((20,), 0), ((8, 33), 1)]:
         x = torch.randn(*shape, generator=g).to(dtype)
         torch.testing.assert_close(torch.log_softmax(x.to("tpu"), dim).cpu(), torch.log_softmax(x, dim), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_segment_sums_fold_as_cpu(dtype, no_fallbacks):
+    """CPU folds a bfloat16 segment's sum or product one element at a time in bfloat16; summed in
+    float32 and rounded once, a quarter of the sums differed."""
+    g = torch.Generator().manual_seed(0)
+    data = torch.randn(12, 3, generator=g).to(dtype)
+    lengths = torch.tensor([3, 0, 4, 5])
+    for reduce in ["sum", "mean", "prod"]:
+        for initial in [None, 0.5]:
+            expected = torch.segment_reduce(data, reduce, lengths=lengths, initial=initial)
+            actual = torch.segment_reduce(data.to("tpu"), reduce, lengths=lengths.to("tpu"), initial=initial)
+            torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0, equal_nan=True, msg=f"{reduce} {initial}")
