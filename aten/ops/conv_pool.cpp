@@ -5,6 +5,7 @@
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
+#include "aten/ops/matrix_util.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -354,11 +355,56 @@ Value along(hlo::Builder& b, const Value& x, int64_t dim, const Value& m, bool t
   return b.transpose(r, perm);
 }
 
+// CPU's 3-D adaptive average of bfloat16/float16 sums each window in that dtype, one element at a
+// time (depth, then height, then width), then divides by the depth, height and width of the
+// window, rounding each time. Windows are gathered as [out, widest] per dimension (the padding
+// adds zeros, which leaves a rounded sum as it is) and folded in that order.
+Value adaptive_avg_pool3d_rounded(hlo::Builder& b, const Value& x, const std::vector<int64_t>& out, DType stored) {
+  int64_t rank = x.type.rank(), lead = rank - 3;
+  Value w = x;
+  std::vector<Value> sizes;
+  for (int64_t i = 0; i < 3; ++i) {
+    int64_t dim = lead + 2 * i, in = x.type.dims[lead + i], n = out[i], widest = 0;
+    for (int64_t o = 0; o < n; ++o) widest = std::max(widest, ((o + 1) * in + n - 1) / n - o * in / n);
+    hlo::TensorType grid{DType::kS64, {n, widest}};
+    Value start = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kMultiply, b.iota(grid, 0), b.constant_int(in, grid)),
+                           b.constant_int(n, grid));
+    Value at = b.binary(BinaryOp::kAdd, start, b.iota(grid, 1));
+    Bins bin = bins(b, in, n, x.type.dtype);
+    Value inside = b.compare(Compare::kLT, b.iota(grid, 1), b.broadcast_in_dim(b.convert(bin.sizes, DType::kS64), grid.dims, {0}));
+    at = b.select(inside, at, b.constant(0, grid));
+    std::vector<int64_t> split = w.type.dims;
+    split[dim] = widest;
+    split.insert(split.begin() + dim, n);
+    Value taken = b.reshape(take_along(b, w, dim, b.reshape(at, {n * widest})), split);
+    w = b.select(b.broadcast_in_dim(inside, split, {dim, dim + 1}), taken, b.constant(0, taken.type));
+    sizes.push_back(bin.sizes);
+  }
+  // [lead..., od, kd, oh, kh, ow, kw] -> [lead..., od, oh, ow, kd * kh * kw]
+  std::vector<int64_t> perm, folded;
+  for (int64_t d = 0; d < lead; ++d) perm.push_back(d), folded.push_back(w.type.dims[d]);
+  for (int64_t i = 0; i < 3; ++i) perm.push_back(lead + 2 * i), folded.push_back(out[i]);
+  for (int64_t i = 0; i < 3; ++i) perm.push_back(lead + 2 * i + 1);
+  int64_t taps = w.type.dims[lead + 1] * w.type.dims[lead + 3] * w.type.dims[lead + 5];
+  folded.push_back(taps);
+  Value flat = b.reshape(b.transpose(w, perm), folded);
+  auto round = [stored](hlo::Builder& lb, const Value& v) { return cast(lb, cast(lb, v, stored), v.type.dtype); };
+  std::vector<int64_t> result = folded;
+  result.pop_back();
+  Value sum = counted_loop(b, taps, {b.constant(0, {x.type.dtype, result}), flat}, [&](hlo::Builder& lb, const Value& t, const V& s) {
+    return V{round(lb, lb.binary(BinaryOp::kAdd, s[0], slice_at(lb, s[1], rank, t))), s[1]};
+  })[0];
+  for (int64_t i = 0; i < 3; ++i)
+    sum = round(b, b.binary(BinaryOp::kDivide, sum, b.broadcast_in_dim(sizes[i], result, {lead + i})));
+  return sum;
+}
+
 V adaptive_avg_pool(LoweringContext& c) {  // (self, output_size); in f32 for bfloat16/half, as CPU
   Value x = cast(c.b, c.in(0), accumulator(c.out().dtype));
   std::vector<int64_t> in = x.type.dims;
   auto out = c.int_list(1);
   int64_t pooled = static_cast<int64_t>(out.size()), lead = x.type.rank() - pooled;
+  if (pooled == 3 && x.type.dtype != c.out().dtype) return {adaptive_avg_pool3d_rounded(c.b, x, out, c.out().dtype)};
   for (int64_t i = 0; i < pooled; ++i)
     x = along(c.b, x, lead + i, bins(c.b, in[lead + i], out[i], x.type.dtype).members, false);
   return {divide_by_bin_sizes(c.b, x, in, pooled)};

@@ -509,3 +509,14 @@ def test_low_precision_segment_sums_fold_as_cpu(dtype, no_fallbacks):
             expected = torch.segment_reduce(data, reduce, lengths=lengths, initial=initial)
             actual = torch.segment_reduce(data.to("tpu"), reduce, lengths=lengths.to("tpu"), initial=initial)
             torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0, equal_nan=True, msg=f"{reduce} {initial}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_adaptive_avg_pool3d_folds_as_cpu(dtype, no_fallbacks):
+    """CPU's 3-D adaptive average of bfloat16 sums each window in bfloat16 one element at a time and
+    divides by depth, height and width in turn; averaged in float32 half the outputs differed."""
+    g = torch.Generator().manual_seed(0)
+    for shape, size in [((1, 2, 4, 5, 6), (3, 3, 2)), ((2, 3, 7, 5, 9), (3, 4, 5)), ((3, 4, 5, 6), (2, 3, 4))]:
+        x = torch.randn(*shape, generator=g).to(dtype)
+        expected = F.adaptive_avg_pool3d(x, size)
+        torch.testing.assert_close(F.adaptive_avg_pool3d(x.to("tpu"), size).cpu(), expected, rtol=0, atol=0)
