@@ -88,70 +88,95 @@ std::pair<Value, Value> largest_where(Builder& b, const Value& v, const Value& a
   return {r[0], r[1]};
 }
 
-// One step of sytf2 at each matrix's column k: the pivot choice, the interchange, the update of
-// the trailing matrix with a 1x1 or 2x2 block, the pivots and info. state = (A, pivots, k, info).
-V factor_step(Builder& b, const V& state, bool hermitian) {
-  Math m{b};
-  Value a = state[0], pivots = state[1], k = state[2], info = state[3];
-  int64_t rank = a.type.rank(), n = a.type.dims.back();
-  const std::vector<int64_t>& dims = a.type.dims;
-  std::vector<int64_t> line_dims = pivots.type.dims;
-  auto one = [&](const Value& like) { return b.constant(1, like.type); };
-  Value active = b.compare(Compare::kLT, k, b.constant(n, k.type));
+// Where each matrix's step at column k goes: Bunch-Kaufman's choice of a 1x1 block at k (no
+// interchange, or one with imax) or a 2x2 block at (k, k + 1) with k + 1 and imax interchanged.
+struct Pivot {
+  Value kp;    // [batch...]: the row and column moved to k (1x1) or to k + 1 (2x2)
+  Value two;   // a 2x2 block
+  Value zero;  // column k is zero (or NaN): no update, info records it
+};
 
-  Value col_k = column_at(b, a, k);
+Pivot choose_pivot(Builder& b, const Value& a, const Value& k, bool hermitian) {
+  Math m{b};
+  int64_t rank = a.type.rank();
   auto diagonal_magnitude = [&](const Value& x) {  // a Hermitian matrix's diagonal is real
     return hermitian ? b.unary(UnaryOp::kAbs, real_part(b, x)) : magnitude(b, x);
   };
+  auto where = [&](const Value& v, Compare dir, const Value& i) { return where_index(b, v.type.dims, rank - 2, dir, i); };
+  Value col_k = column_at(b, a, k);
   Value abs_akk = diagonal_magnitude(entry_at(b, col_k, k));
-  auto [colmax_found, imax] = largest_where(b, col_k, where_index(b, line_dims, rank - 2, Compare::kGT, k));
+  auto [colmax_found, imax] = largest_where(b, col_k, where(col_k, Compare::kGT, k));
   Value colmax = b.binary(BinaryOp::kMaximum, colmax_found, m.k(0, colmax_found));
-  Value zero_column = b.binary(BinaryOp::kOr, b.compare(Compare::kEQ, b.binary(BinaryOp::kMaximum, abs_akk, colmax), m.k(0, colmax)),
-                               b.compare(Compare::kNE, abs_akk, abs_akk));
+  Value zero = b.binary(BinaryOp::kOr, b.compare(Compare::kEQ, b.binary(BinaryOp::kMaximum, abs_akk, colmax), m.k(0, colmax)),
+                        b.compare(Compare::kNE, abs_akk, abs_akk));
   // the largest off-diagonal magnitude in row (and column) imax of the trailing matrix
   Value row_imax = row_at(b, a, imax), col_imax = column_at(b, a, imax);
-  Value in_row = b.binary(BinaryOp::kAnd, where_index(b, line_dims, rank - 2, Compare::kGE, k),
-                          where_index(b, line_dims, rank - 2, Compare::kLT, imax));
+  Value in_row = b.binary(BinaryOp::kAnd, where(row_imax, Compare::kGE, k), where(row_imax, Compare::kLT, imax));
   Value rowmax = b.binary(BinaryOp::kMaximum, largest_where(b, row_imax, in_row).first,
-                          largest_where(b, col_imax, where_index(b, line_dims, rank - 2, Compare::kGT, imax)).first);
+                          largest_where(b, col_imax, where(col_imax, Compare::kGT, imax)).first);
   Value alpha = m.k(kAlpha, colmax);
-  Value keep_k = b.binary(BinaryOp::kOr, zero_column,
+  Value keep_k = b.binary(BinaryOp::kOr, zero,
                           b.binary(BinaryOp::kOr, b.compare(Compare::kGE, abs_akk, m.mul(alpha, colmax)),
                                    b.compare(Compare::kGE, abs_akk, m.mul(m.mul(alpha, colmax), m.div(colmax, rowmax)))));
   Value imax_1x1 = b.compare(Compare::kGE, diagonal_magnitude(entry_at(b, col_imax, imax)), m.mul(alpha, rowmax));
   Value two = b.binary(BinaryOp::kAnd, b.unary(UnaryOp::kNot, keep_k), b.unary(UnaryOp::kNot, imax_1x1));
-  Value kp = b.select(keep_k, k, imax);
-  Value step = b.select(two, b.constant(2, k.type), b.constant(1, k.type));
-  Value kk = m.sub(m.add(k, step), one(k));
+  return {b.select(keep_k, k, imax), two, zero};
+}
 
-  // interchange kk and kp in the trailing matrix: the symmetric permutation of its full form,
-  // kept in the lower triangle (the columns left of k, L so far, stay)
-  Value row = b.iota(index_type(dims), rank - 2), col = b.iota(index_type(dims), rank - 1);
-  Value lower = b.compare(Compare::kGE, row, col);
+// Rows and columns i and j interchanged in the trailing matrix (from column k on): the symmetric
+// permutation of its full form, kept in the lower triangle; the columns left of k (L so far) stay.
+Value interchanged(Builder& b, const Value& a, const Value& k, const Value& i, const Value& j, bool hermitian) {
+  Math m{b};
+  int64_t rank = a.type.rank();
   Value full = m.add(triangle(b, a, true), transpose_last(b, triangle(b, a, true, -1), hermitian));
-  Value trailing = b.binary(BinaryOp::kAnd, lower, where_index(b, dims, rank - 1, Compare::kGE, k));
-  a = b.select(trailing, swapped(b, full, kk, kp, true), a);
+  Value lower = b.compare(Compare::kGE, b.iota(index_type(a.type.dims), rank - 2), b.iota(index_type(a.type.dims), rank - 1));
+  Value trailing = b.binary(BinaryOp::kAnd, lower, where_index(b, a.type.dims, rank - 1, Compare::kGE, k));
+  return b.select(trailing, swapped(b, full, i, j, true), a);
+}
 
-  // a 1x1 block: A(k+1:, k+1:) -= x (x / akk)^T over the lower triangle (dsyr), x /= akk
-  Value x = column_at(b, a, k), akk = entry_at(b, x, k);
-  Value d11 = hermitian ? real_as(b, m.div(m.k(1, real_part(b, akk)), real_part(b, akk)), akk) : m.div(one(akk), akk);
-  Value below_k = where_index(b, dims, rank - 2, Compare::kGT, k);
+// The trailing matrix below and right of a block at columns `from`..`last` of a, less the outer
+// products of the block's columns `c` (below it) with the rows `w` (dsyr / the 2x2 loop of
+// sytf2), over the lower triangle, and the block's columns below it replaced by `stored`.
+Value block_update(Builder& b, const Value& a, const Value& from, const Value& last, const std::vector<Value>& c,
+                   const std::vector<Value>& w, const std::vector<Value>& stored) {
+  Math m{b};
+  int64_t rank = a.type.rank();
+  const std::vector<int64_t>& dims = a.type.dims;
   auto rows_of = [&](const Value& v) { return spread_at(b, v, dims, rank - 2); };  // v[..., i] at (i, j)
   auto columns_of = [&](const Value& v) { return spread_at(b, v, dims, rank - 1); };
-  Value scaled = m.mul(per_matrix(b, b.unary(UnaryOp::kNegate, d11), x.type.dims), hermitian ? conj(b, x) : x);
-  Value update1 = m.add(a, m.mul(rows_of(x), columns_of(scaled)));
-  Value inner1 = b.binary(BinaryOp::kAnd, lower, where_index(b, dims, rank - 1, Compare::kGT, k));
-  Value result1 = b.select(inner1, update1, a);
-  Value column_k = b.binary(BinaryOp::kAnd, below_k, where_index(b, dims, rank - 1, Compare::kEQ, k));
-  result1 = b.select(column_k, rows_of(m.mul(x, per_matrix(b, d11, x.type.dims))), result1);
+  Value updated = a;
+  for (size_t i = 0; i < c.size(); ++i) updated = m.sub(updated, m.mul(rows_of(c[i]), columns_of(w[i])));
+  Value lower = b.compare(Compare::kGE, b.iota(index_type(dims), rank - 2), b.iota(index_type(dims), rank - 1));
+  Value inner = b.binary(BinaryOp::kAnd, lower, where_index(b, dims, rank - 1, Compare::kGT, last));
+  Value result = b.select(inner, updated, a);
+  Value below = where_index(b, dims, rank - 2, Compare::kGT, last);
+  for (size_t i = 0; i < stored.size(); ++i) {
+    Value column = m.add(from, b.constant(static_cast<double>(i), from.type));
+    result = b.select(b.binary(BinaryOp::kAnd, below, where_index(b, dims, rank - 1, Compare::kEQ, column)),
+                      rows_of(stored[i]), result);
+  }
+  return result;
+}
 
-  // a 2x2 block: columns k and k+1 become W D^-1, A(k+2:, k+2:) -= (those columns) W^T
-  Value k1 = m.add(k, one(k));
-  Value c0 = x, c1 = column_at(b, a, k1);
+// A 1x1 block at column k: A -= x (x / akk)^T below and right of it, x /= akk (x^H for Hermitian).
+Value update_1x1(Builder& b, const Value& a, const Value& k, bool hermitian) {
+  Math m{b};
+  Value x = column_at(b, a, k), akk = entry_at(b, x, k);
+  Value d11 = hermitian ? real_as(b, m.div(m.k(1, real_part(b, akk)), real_part(b, akk)), akk)
+                        : m.div(b.constant(1, akk.type), akk);
+  Value scaled = m.mul(per_matrix(b, d11, x.type.dims), hermitian ? conj(b, x) : x);
+  return block_update(b, a, k, k, {x}, {scaled}, {m.mul(x, per_matrix(b, d11, x.type.dims))});
+}
+
+// A 2x2 block at columns k, k + 1: W = (those columns) D^-1 (sytf2's wk, wkp1; zhetf2 with
+// D = |d21| and d21 / D a unit phase), the trailing matrix less (the columns) W^T.
+Value update_2x2(Builder& b, const Value& a, const Value& k, bool hermitian) {
+  Math m{b};
+  Value k1 = m.add(k, b.constant(1, k.type));
+  Value c0 = column_at(b, a, k), c1 = column_at(b, a, k1), d21 = entry_at(b, c0, k1);
   auto per = [&](const Value& s) { return per_matrix(b, s, c0.type.dims); };
   Value wk, wkp1;
-  Value d21 = entry_at(b, c0, k1);
-  if (hermitian) {  // zhetf2: D = |d21|, d21 / D a unit phase, conjugated on the other side
+  if (hermitian) {
     Value d = b.unary(UnaryOp::kAbs, d21);
     Value e11 = m.div(real_part(b, entry_at(b, c1, k1)), d), e22 = m.div(real_part(b, entry_at(b, c0, k)), d);
     Value tt = m.div(m.k(1, d), m.sub(m.mul(e11, e22), m.k(1, d)));
@@ -160,33 +185,43 @@ V factor_step(Builder& b, const V& state, bool hermitian) {
     wk = m.mul(per(f), m.sub(m.mul(per(real_as(b, e11, d21)), c0), m.mul(per(phase), c1)));
     wkp1 = m.mul(per(f), m.sub(m.mul(per(real_as(b, e22, d21)), c1), m.mul(per(conj(b, phase)), c0)));
   } else {
+    Value one = b.constant(1, d21.type);
     Value e11 = m.div(entry_at(b, c1, k1), d21), e22 = m.div(entry_at(b, c0, k), d21);
-    Value t = m.div(one(d21), m.sub(m.mul(e11, e22), one(d21)));
-    Value f21 = m.div(t, d21);
+    Value f21 = m.div(m.div(one, m.sub(m.mul(e11, e22), one)), d21);
     wk = m.mul(per(f21), m.sub(m.mul(per(e11), c0), c1));
     wkp1 = m.mul(per(f21), m.sub(m.mul(per(e22), c1), c0));
   }
-  Value wk_h = hermitian ? conj(b, wk) : wk, wkp1_h = hermitian ? conj(b, wkp1) : wkp1;
-  Value update2 = m.sub(m.sub(a, m.mul(rows_of(c0), columns_of(wk_h))), m.mul(rows_of(c1), columns_of(wkp1_h)));
-  Value inner2 = b.binary(BinaryOp::kAnd, lower, where_index(b, dims, rank - 1, Compare::kGT, k1));
-  Value result2 = b.select(inner2, update2, a);
-  Value below_k1 = where_index(b, dims, rank - 2, Compare::kGT, k1);
-  result2 = b.select(b.binary(BinaryOp::kAnd, below_k1, where_index(b, dims, rank - 1, Compare::kEQ, k)), rows_of(wk), result2);
-  result2 = b.select(b.binary(BinaryOp::kAnd, below_k1, where_index(b, dims, rank - 1, Compare::kEQ, k1)), rows_of(wkp1), result2);
+  std::vector<Value> w = hermitian ? std::vector<Value>{conj(b, wk), conj(b, wkp1)} : std::vector<Value>{wk, wkp1};
+  return block_update(b, a, k, k1, {c0, c1}, w, {wk, wkp1});
+}
 
-  Value updated = b.select(per_matrix(b, two, dims), result2, result1);
+// One step of sytf2 at each matrix's column k (matrices already past n stay as they are):
+// state = (A, pivots, k, info).
+V factor_step(Builder& b, const V& state, bool hermitian) {
+  Math m{b};
+  Value a = state[0], pivots = state[1], k = state[2], info = state[3];
+  int64_t rank = a.type.rank(), n = a.type.dims.back();
+  const std::vector<int64_t>& dims = a.type.dims;
+  const std::vector<int64_t>& line_dims = pivots.type.dims;
+  Value one = b.constant(1, k.type);
+  Value active = b.compare(Compare::kLT, k, b.constant(n, k.type));
+  Pivot p = choose_pivot(b, a, k, hermitian);
+  Value step = b.select(p.two, b.constant(2, k.type), one), k1 = m.add(k, one);
+  a = interchanged(b, a, k, m.sub(m.add(k, step), one), p.kp, hermitian);
+  Value updated = b.select(per_matrix(b, p.two, dims), update_2x2(b, a, k, hermitian), update_1x1(b, a, k, hermitian));
   if (hermitian) updated = real_diagonal(b, updated);
-  updated = b.select(per_matrix(b, b.binary(BinaryOp::kAnd, active, b.unary(UnaryOp::kNot, zero_column)), dims), updated, a);
-
-  // pivots: kp + 1 for a 1x1 block, -(kp + 1) on both rows of a 2x2 one
-  Value p = b.convert(m.add(kp, one(kp)), pivots.type.dtype);
-  p = b.select(two, b.unary(UnaryOp::kNegate, p), p);
+  Value updating = b.binary(BinaryOp::kAnd, active, b.unary(UnaryOp::kNot, p.zero));
+  updated = b.select(per_matrix(b, updating, dims), updated, state[0]);
+  // pivots (1-based): kp + 1 for a 1x1 block, -(kp + 1) on both rows of a 2x2 one
+  Value pivot = b.convert(m.add(p.kp, one), pivots.type.dtype);
+  pivot = b.select(p.two, b.unary(UnaryOp::kNegate, pivot), pivot);
   Value at_k = b.binary(BinaryOp::kAnd, where_index(b, line_dims, rank - 2, Compare::kEQ, k), per_matrix(b, active, line_dims));
-  Value at_k1 = b.binary(BinaryOp::kAnd, where_index(b, line_dims, rank - 2, Compare::kEQ, k1), per_matrix(b, b.binary(BinaryOp::kAnd, active, two), line_dims));
-  pivots = b.select(b.binary(BinaryOp::kOr, at_k, at_k1), per_matrix(b, p, line_dims), pivots);
-  Value first_zero = b.binary(BinaryOp::kAnd, b.binary(BinaryOp::kAnd, active, zero_column),
+  Value at_k1 = b.binary(BinaryOp::kAnd, where_index(b, line_dims, rank - 2, Compare::kEQ, k1),
+                         per_matrix(b, b.binary(BinaryOp::kAnd, active, p.two), line_dims));
+  pivots = b.select(b.binary(BinaryOp::kOr, at_k, at_k1), per_matrix(b, pivot, line_dims), pivots);
+  Value first_zero = b.binary(BinaryOp::kAnd, b.binary(BinaryOp::kAnd, active, p.zero),
                               b.compare(Compare::kEQ, info, b.constant(0, info.type)));
-  info = b.select(first_zero, b.convert(m.add(k, one(k)), info.type.dtype), info);
+  info = b.select(first_zero, b.convert(k1, info.type.dtype), info);
   return {updated, pivots, b.select(active, m.add(k, step), k), info};
 }
 

@@ -35,7 +35,6 @@ inline Value spread_at(Builder& b, const Value& v, const std::vector<int64_t>& d
   return b.broadcast_in_dim(v, dims, map);
 }
 
-
 // The lower (or upper) triangle of the last two dimensions from diagonal k on (tril / triu), the
 // rest zero.
 inline Value triangle(Builder& b, const Value& x, bool lower, int64_t k = 0) {
