@@ -536,8 +536,8 @@ class _Rewriter:
         """x[i_0, i_1, ...] (aten.index.Tensor over leading dimensions): a dynamic dimension of x
         may be indexed only by positions (arange(m), m its size or another), which mean the same
         element padded or not: where CPU's indexing is in range (m <= n), m's bucket is within n's.
-        The dimensions of x that are static only by static indices (a padded index could be out
-        of range). The result is laid out as the indices broadcast, then x's other dimensions."""
+        A static dimension of x takes static indices only (a padded index could be out of range).
+        The result is laid out as the indices broadcast, then x's other dimensions."""
         x, indices = n.args[0], list(n.args[1])
         src = self.layout(x)
         if any(i is None for i in indices):
