@@ -388,14 +388,13 @@ Value adaptive_avg_pool3d_rounded(hlo::Builder& b, const Value& x, const std::ve
   int64_t taps = w.type.dims[lead + 1] * w.type.dims[lead + 3] * w.type.dims[lead + 5];
   folded.push_back(taps);
   Value flat = b.reshape(b.transpose(w, perm), folded);
-  auto round = [stored](hlo::Builder& lb, const Value& v) { return cast(lb, cast(lb, v, stored), v.type.dtype); };
   std::vector<int64_t> result = folded;
   result.pop_back();
   Value sum = counted_loop(b, taps, {b.constant(0, {x.type.dtype, result}), flat}, [&](hlo::Builder& lb, const Value& t, const V& s) {
-    return V{round(lb, lb.binary(BinaryOp::kAdd, s[0], slice_at(lb, s[1], rank, t))), s[1]};
+    return V{rounded_to(lb, lb.binary(BinaryOp::kAdd, s[0], slice_at(lb, s[1], rank, t)), stored), s[1]};
   })[0];
   for (int64_t i = 0; i < 3; ++i)
-    sum = round(b, b.binary(BinaryOp::kDivide, sum, b.broadcast_in_dim(sizes[i], result, {lead + i})));
+    sum = rounded_to(b, b.binary(BinaryOp::kDivide, sum, b.broadcast_in_dim(sizes[i], result, {lead + i})), stored);
   return sum;
 }
 

@@ -41,12 +41,11 @@ V addbmm(LoweringContext& c) {
     Value product = c.b.dot_general(c.in(1), c.in(2), {{}, {}, {0, 2}, {0, 1}}, acc, c.precision());
     return {affine(c, product, 0, 3, 4)};
   }
-  auto rounded = [out](Builder& b, const Value& v) { return cast(b, cast(b, v, out), v.type.dtype); };
-  Value sum = rounded(c.b, affine(c, take_slice(c.b, products, 0, 0), 0, 3, 4));
+  Value sum = rounded_to(c.b, affine(c, take_slice(c.b, products, 0, 0), 0, 3, 4), out);
   V state = counted_loop(c.b, batches - 1, {sum, products, c.in_as(4, acc)}, [&](Builder& b, const Value& i, const V& s) {
     Value next = b.binary(BinaryOp::kAdd, i, b.constant(1, i.type));
     Value term = b.binary(BinaryOp::kMultiply, slice_at(b, s[1], 0, next), b.broadcast_in_dim(s[2], s[0].type.dims, {}));
-    return V{rounded(b, b.binary(BinaryOp::kAdd, s[0], term)), s[1], s[2]};
+    return V{rounded_to(b, b.binary(BinaryOp::kAdd, s[0], term), out), s[1], s[2]};
   });
   return {state[0]};
 }

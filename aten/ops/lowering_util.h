@@ -26,6 +26,12 @@ inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
   return v.type.dtype == to ? v : b.convert(v, to);
 }
 
+// v rounded to `stored` and kept in its own dtype: where CPU stores an intermediate of a float32
+// computation in a bfloat16/float16 variable.
+inline hlo::Value rounded_to(hlo::Builder& b, const hlo::Value& v, DType stored) {
+  return cast(b, cast(b, v, stored), v.type.dtype);
+}
+
 // Broadcasts `v` to `sizes`, aligning trailing dimensions as PyTorch does.
 inline hlo::Value broadcast_to(hlo::Builder& b, const hlo::Value& v,
                                const std::vector<int64_t>& sizes) {

@@ -20,7 +20,7 @@ Value softmax(Math& m, const Value& x, int64_t dim, bool log, DType stored) {
   Value sum = m.reduce_keep(e, {dim}, BinaryOp::kAdd, 0);
   if (!log) return m.div(e, sum);
   bool rounds = stored != x.type.dtype && dim == x.type.rank() - 1;
-  auto in_stored = [&](const Value& v) { return rounds ? cast(m.b, cast(m.b, v, stored), v.type.dtype) : v; };
+  auto in_stored = [&](const Value& v) { return rounds ? rounded_to(m.b, v, stored) : v; };
   return m.sub(shifted, in_stored(m.b.unary(UnaryOp::kLog, in_stored(sum))));
 }
 

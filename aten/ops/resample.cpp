@@ -138,7 +138,7 @@ V upsample_linear(LoweringContext& c) {
                                      dtype == DType::kU8 ? DType::kF64 : x.type.dtype);
     auto as_weight = [&](const Value& w) {
       Value v = cast(c.b, w, x.type.dtype);
-      return weights_in_dtype ? cast(c.b, cast(c.b, v, dtype), x.type.dtype) : v;
+      return weights_in_dtype ? rounded_to(c.b, v, dtype) : v;
     };
     Value w1 = as_weight(s.weight), w0 = as_weight(m.sub(m.k(1, w1), w1));
     Value a = take_along(c.b, x, dim, s.lo), bb = take_along(c.b, x, dim, s.hi);
@@ -203,7 +203,7 @@ Value bicubic_matrix(Math& m, int64_t in, int64_t out, double scale, bool align,
     Value at = m.b.convert(m.add(floor, m.k(i - 1, floor)), DType::kS64);
     at = m.b.clamp(m.b.constant(0, at.type), at, m.b.constant_int(in - 1, at.type));
     Value w = weights[i];
-    if (input == DType::kBF16 || input == DType::kF16) w = cast(m.b, cast(m.b, w, input), dtype);
+    if (input == DType::kBF16 || input == DType::kF16) w = rounded_to(m.b, w, input);
     taps.push_back({at, w});
   }
   return resampling_matrix(m, in, out, taps, dtype);

@@ -103,9 +103,8 @@ Value masked_reduce(Builder& b, const Value& in, const Value& x, int64_t dim, Bi
 Value rounded_fold(Builder& b, const Value& in, const Value& x, int64_t dim, BinaryOp op, double identity,
                    const Value& start, DType stored) {
   Value kept = b.select(in, x, b.constant(identity, x.type));
-  auto round = [&](Builder& lb, const Value& v) { return cast(lb, cast(lb, v, stored), v.type.dtype); };
-  return counted_loop(b, x.type.dims[dim], {round(b, start), kept}, [&](Builder& lb, const Value& j, const V& s) {
-    return V{round(lb, lb.binary(op, s[0], slice_at(lb, s[1], dim, j))), s[1]};
+  return counted_loop(b, x.type.dims[dim], {rounded_to(b, start, stored), kept}, [&](Builder& lb, const Value& j, const V& s) {
+    return V{rounded_to(lb, lb.binary(op, s[0], slice_at(lb, s[1], dim, j)), stored), s[1]};
   })[0];
 }
 
