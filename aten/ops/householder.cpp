@@ -11,8 +11,6 @@
 namespace torchtpu::aten {
 namespace {
 
-hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
-
 // v_i of the reflectors stored below the diagonal of `a` ([..., m, *]): [..., m] with zeros above
 // row i, 1 at row i and a's column i below it.
 Value reflector(Builder& b, const Value& a, const Value& i) {
@@ -26,13 +24,7 @@ Value reflector(Builder& b, const Value& a, const Value& i) {
 // H c = c - tau v (v^H c) (from the left) or c H = c - tau (c v) v^H (from the right).
 Value reflect(Math& m, const Value& c, const Value& v, const Value& tau, bool left) {
   int64_t rank = c.type.rank();
-  std::vector<int64_t> batch = batch_of(c.type);
-  auto spread = [&](const Value& x, int64_t dim) {  // [..., len] into c's shape along `dim`
-    std::vector<int64_t> map;
-    for (int64_t d = 0; d < rank - 2; ++d) map.push_back(d);
-    map.push_back(dim);
-    return m.b.broadcast_in_dim(x, c.type.dims, map);
-  };
+  auto spread = [&](const Value& x, int64_t dim) { return spread_at(m.b, x, c.type.dims, dim); };
   Value v_full = spread(v, left ? rank - 2 : rank - 1), v_conj = conj(m.b, v_full);
   Value w = m.sum(m.mul(left ? v_conj : v_full, c), {left ? rank - 2 : rank - 1});  // v^H c or c v
   Value outer = m.mul(left ? v_full : v_conj, spread(w, left ? rank - 1 : rank - 2));

@@ -17,13 +17,6 @@ namespace {
 // Bunch-Kaufman's threshold, (1 + sqrt(17)) / 8: bounds the growth of the entries.
 const double kAlpha = (1 + std::sqrt(17.0)) / 8;
 
-hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
-
-// Where the position along `dim` of `dims` compares `dir` to each matrix's index i ([batch...]).
-Value where_index(Builder& b, const std::vector<int64_t>& dims, int64_t dim, Compare dir, const Value& i) {
-  return b.compare(dir, b.iota(index_type(dims), dim), per_matrix(b, i, dims));
-}
-
 // The entries of x where `at` holds, summed over `dim`: one per line picks it out.
 Value pick(Builder& b, const Value& x, const Value& at, int64_t dim) {
   return b.reduce({b.select(at, x, b.constant(0, x.type))}, {b.constant(0, {x.type.dtype, {}})}, {dim},
@@ -33,15 +26,15 @@ Value pick(Builder& b, const Value& x, const Value& at, int64_t dim) {
 // Row or column i of each matrix ([..., n]); entry i of each vector ([...]).
 Value row_at(Builder& b, const Value& a, const Value& i) {
   int64_t rank = a.type.rank();
-  return pick(b, a, where_index(b, a.type.dims, rank - 2, Compare::kEQ, i), rank - 2);
+  return pick(b, a, positions(b, a.type.dims, rank - 2, Compare::kEQ, i), rank - 2);
 }
 Value column_at(Builder& b, const Value& a, const Value& i) {
   int64_t rank = a.type.rank();
-  return pick(b, a, where_index(b, a.type.dims, rank - 1, Compare::kEQ, i), rank - 1);
+  return pick(b, a, positions(b, a.type.dims, rank - 1, Compare::kEQ, i), rank - 1);
 }
 Value entry_at(Builder& b, const Value& v, const Value& i) {
   int64_t rank = v.type.rank();
-  return pick(b, v, where_index(b, v.type.dims, rank - 1, Compare::kEQ, i), rank - 1);
+  return pick(b, v, positions(b, v.type.dims, rank - 1, Compare::kEQ, i), rank - 1);
 }
 
 // LAPACK's magnitude for pivoting: |x|, or |re x| + |im x| (cabs1) for complex x.
@@ -67,10 +60,10 @@ Value swapped(Builder& b, const Value& x, const Value& i, const Value& j, bool c
       std::vector<int64_t> keep;
       for (int64_t d = 0; d < rank; ++d)
         if (d != dim) keep.push_back(d);
-      return b.broadcast_in_dim(pick(b, y, where_index(b, y.type.dims, dim, Compare::kEQ, at), dim), y.type.dims, keep);
+      return b.broadcast_in_dim(pick(b, y, positions(b, y.type.dims, dim, Compare::kEQ, at), dim), y.type.dims, keep);
     };
-    return b.select(where_index(b, y.type.dims, dim, Compare::kEQ, i), line(j),
-                    b.select(where_index(b, y.type.dims, dim, Compare::kEQ, j), line(i), y));
+    return b.select(positions(b, y.type.dims, dim, Compare::kEQ, i), line(j),
+                    b.select(positions(b, y.type.dims, dim, Compare::kEQ, j), line(i), y));
   };
   Value rows = along(x, rank - 2);
   return columns ? along(rows, rank - 1) : rows;
@@ -102,7 +95,7 @@ Pivot choose_pivot(Builder& b, const Value& a, const Value& k, bool hermitian) {
   auto diagonal_magnitude = [&](const Value& x) {  // a Hermitian matrix's diagonal is real
     return hermitian ? b.unary(UnaryOp::kAbs, real_part(b, x)) : magnitude(b, x);
   };
-  auto where = [&](const Value& v, Compare dir, const Value& i) { return where_index(b, v.type.dims, rank - 2, dir, i); };
+  auto where = [&](const Value& v, Compare dir, const Value& i) { return positions(b, v.type.dims, rank - 2, dir, i); };
   Value col_k = column_at(b, a, k);
   Value abs_akk = diagonal_magnitude(entry_at(b, col_k, k));
   auto [colmax_found, imax] = largest_where(b, col_k, where(col_k, Compare::kGT, k));
@@ -130,7 +123,7 @@ Value interchanged(Builder& b, const Value& a, const Value& k, const Value& i, c
   int64_t rank = a.type.rank();
   Value full = m.add(triangle(b, a, true), transpose_last(b, triangle(b, a, true, -1), hermitian));
   Value lower = b.compare(Compare::kGE, b.iota(index_type(a.type.dims), rank - 2), b.iota(index_type(a.type.dims), rank - 1));
-  Value trailing = b.binary(BinaryOp::kAnd, lower, where_index(b, a.type.dims, rank - 1, Compare::kGE, k));
+  Value trailing = b.binary(BinaryOp::kAnd, lower, positions(b, a.type.dims, rank - 1, Compare::kGE, k));
   return b.select(trailing, swapped(b, full, i, j, true), a);
 }
 
@@ -147,12 +140,12 @@ Value block_update(Builder& b, const Value& a, const Value& from, const Value& l
   Value updated = a;
   for (size_t i = 0; i < c.size(); ++i) updated = m.sub(updated, m.mul(rows_of(c[i]), columns_of(w[i])));
   Value lower = b.compare(Compare::kGE, b.iota(index_type(dims), rank - 2), b.iota(index_type(dims), rank - 1));
-  Value inner = b.binary(BinaryOp::kAnd, lower, where_index(b, dims, rank - 1, Compare::kGT, last));
+  Value inner = b.binary(BinaryOp::kAnd, lower, positions(b, dims, rank - 1, Compare::kGT, last));
   Value result = b.select(inner, updated, a);
-  Value below = where_index(b, dims, rank - 2, Compare::kGT, last);
+  Value below = positions(b, dims, rank - 2, Compare::kGT, last);
   for (size_t i = 0; i < stored.size(); ++i) {
     Value column = m.add(from, b.constant(static_cast<double>(i), from.type));
-    result = b.select(b.binary(BinaryOp::kAnd, below, where_index(b, dims, rank - 1, Compare::kEQ, column)),
+    result = b.select(b.binary(BinaryOp::kAnd, below, positions(b, dims, rank - 1, Compare::kEQ, column)),
                       rows_of(stored[i]), result);
   }
   return result;
@@ -215,8 +208,8 @@ V factor_step(Builder& b, const V& state, bool hermitian) {
   // pivots (1-based): kp + 1 for a 1x1 block, -(kp + 1) on both rows of a 2x2 one
   Value pivot = b.convert(m.add(p.kp, one), pivots.type.dtype);
   pivot = b.select(p.two, b.unary(UnaryOp::kNegate, pivot), pivot);
-  Value at_k = b.binary(BinaryOp::kAnd, where_index(b, line_dims, rank - 2, Compare::kEQ, k), per_matrix(b, active, line_dims));
-  Value at_k1 = b.binary(BinaryOp::kAnd, where_index(b, line_dims, rank - 2, Compare::kEQ, k1),
+  Value at_k = b.binary(BinaryOp::kAnd, positions(b, line_dims, rank - 2, Compare::kEQ, k), per_matrix(b, active, line_dims));
+  Value at_k1 = b.binary(BinaryOp::kAnd, positions(b, line_dims, rank - 2, Compare::kEQ, k1),
                          per_matrix(b, b.binary(BinaryOp::kAnd, active, p.two), line_dims));
   pivots = b.select(b.binary(BinaryOp::kOr, at_k, at_k1), per_matrix(b, pivot, line_dims), pivots);
   Value first_zero = b.binary(BinaryOp::kAnd, b.binary(BinaryOp::kAnd, active, p.zero),
@@ -253,7 +246,7 @@ V forward_step(Builder& b, const Value& ld, const Value& pivots, const V& state,
   auto columns_of = [&](const Value& v) { return spread_at(b, v, dims, rank - 1); };   // v[..., j] at (i, j)
   auto eliminate = [&](const Value& y, const Value& l, const Value& from, const Value& after) {  // dger
     Value less = m.sub(y, m.mul(rows_of(l), columns_of(row_at(b, y, from))));  // y_i - l_i y[from]
-    return b.select(where_index(b, dims, rank - 2, Compare::kGT, after), less, y);
+    return b.select(positions(b, dims, rank - 2, Compare::kGT, after), less, y);
   };
   Value l0 = column_at(b, ld, k), l1 = column_at(b, ld, k1);
   auto per = [&](const Value& s) { return per_matrix(b, s, row_at(b, x, k).type.dims); };
@@ -262,7 +255,7 @@ V forward_step(Builder& b, const Value& ld, const Value& pivots, const V& state,
   Value akk = entry_at(b, l0, k);
   Value inverse = hermitian ? real_as(b, m.div(m.k(1, real_part(b, akk)), real_part(b, akk)), akk) : m.div(b.constant(1, akk.type), akk);
   Value scaled = m.mul(row_at(b, x1, k), per(inverse));
-  x1 = b.select(where_index(b, dims, rank - 2, Compare::kEQ, k), columns_of(scaled), x1);
+  x1 = b.select(positions(b, dims, rank - 2, Compare::kEQ, k), columns_of(scaled), x1);
   // a 2x2 block: swap k + 1 and kp, eliminate below k + 1 with both columns, solve the block
   Value x2 = eliminate(eliminate(swapped(b, x, k1, kp, false), l0, k, k1), l1, k1, k1);
   Value akm1k = entry_at(b, l0, k1), akm1k_h = hermitian ? conj(b, akm1k) : akm1k;  // zhetrs: conj on row k
@@ -271,8 +264,8 @@ V forward_step(Builder& b, const Value& ld, const Value& pivots, const V& state,
   Value bkm1 = m.div(row_at(b, x2, k), per(akm1k_h)), bk = m.div(row_at(b, x2, k1), per(akm1k));
   Value new_k = m.div(m.sub(m.mul(per(ak), bkm1), bk), per(denom));
   Value new_k1 = m.div(m.sub(m.mul(per(akm1), bk), bkm1), per(denom));
-  x2 = b.select(where_index(b, dims, rank - 2, Compare::kEQ, k), columns_of(new_k),
-                b.select(where_index(b, dims, rank - 2, Compare::kEQ, k1), columns_of(new_k1), x2));
+  x2 = b.select(positions(b, dims, rank - 2, Compare::kEQ, k), columns_of(new_k),
+                b.select(positions(b, dims, rank - 2, Compare::kEQ, k1), columns_of(new_k1), x2));
   Value next = b.select(per_matrix(b, two, dims), x2, x1);
   Value step = b.select(two, b.constant(2, k.type), one);
   return {b.select(per_matrix(b, active, dims), next, x), b.select(active, m.add(k, step), k)};
@@ -289,7 +282,7 @@ V backward_step(Builder& b, const Value& ld, const Value& pivots, const V& state
   Value p = b.convert(entry_at(b, pivots, b.binary(BinaryOp::kMaximum, k, b.constant(0, k.type))), DType::kS64);
   Value two = b.compare(Compare::kLT, p, b.constant(0, p.type));
   Value kp = b.select(two, m.sub(b.unary(UnaryOp::kNegate, p), one), m.sub(p, one));
-  Value below = where_index(b, dims, rank - 2, Compare::kGT, k);
+  Value below = positions(b, dims, rank - 2, Compare::kGT, k);
   auto rows_of = [&](const Value& v) { return spread_at(b, v, dims, rank - 2); };
   auto columns_of = [&](const Value& v) { return spread_at(b, v, dims, rank - 1); };
   auto less_dot = [&](const Value& row, const Value& column) {  // y[row] - L[k+1:, column]^T y[k+1:] (dgemv)
@@ -298,8 +291,8 @@ V backward_step(Builder& b, const Value& ld, const Value& pivots, const V& state
     return columns_of(m.sub(row_at(b, x, row), m.sum(terms, {rank - 2})));
   };
   Value km1 = m.sub(k, one);
-  Value y = b.select(where_index(b, dims, rank - 2, Compare::kEQ, k), less_dot(k, k), x);
-  Value in_block = b.binary(BinaryOp::kAnd, where_index(b, dims, rank - 2, Compare::kEQ, km1), per_matrix(b, two, dims));
+  Value y = b.select(positions(b, dims, rank - 2, Compare::kEQ, k), less_dot(k, k), x);
+  Value in_block = b.binary(BinaryOp::kAnd, positions(b, dims, rank - 2, Compare::kEQ, km1), per_matrix(b, two, dims));
   y = b.select(in_block, less_dot(km1, km1), y);
   y = swapped(b, y, k, kp, false);
   Value step = b.select(two, b.constant(2, k.type), one);

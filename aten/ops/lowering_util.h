@@ -26,6 +26,14 @@ inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
   return v.type.dtype == to ? v : b.convert(v, to);
 }
 
+// |x|^2, real for complex x.
+inline hlo::Value abs_squared(hlo::Builder& b, const hlo::Value& x) {
+  using hlo::BinaryOp, hlo::UnaryOp;
+  if (!is_complex(x.type.dtype)) return b.binary(BinaryOp::kMultiply, x, x);
+  hlo::Value re = b.unary(UnaryOp::kReal, x), im = b.unary(UnaryOp::kImag, x);
+  return b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, re, re), b.binary(BinaryOp::kMultiply, im, im));
+}
+
 // v rounded to `stored` and kept in its own dtype: where CPU stores an intermediate of a float32
 // computation in a bfloat16/float16 variable.
 inline hlo::Value rounded_to(hlo::Builder& b, const hlo::Value& v, DType stored) {

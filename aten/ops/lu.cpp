@@ -22,7 +22,6 @@ struct Lu {
   Value info;    // [...] s32: 0, or 1 + the first column whose pivot is exactly zero
 };
 
-hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
 
 // The leading dimensions of `dims`, as broadcast_in_dim maps a batch-shaped value into them.
 std::vector<int64_t> leading(int64_t count) {

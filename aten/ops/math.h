@@ -78,9 +78,7 @@ struct Math {
   std::pair<hlo::Value, hlo::Value> moments(const hlo::Value& x, const std::vector<int64_t>& dims) {
     hlo::Value m = mean(x, dims);
     hlo::Value d = sub(x, expand_back(m, x, dims));
-    if (!is_complex(d.type.dtype)) return {m, mean(square(d), dims)};
-    hlo::Value re = b.unary(hlo::UnaryOp::kReal, d), im = b.unary(hlo::UnaryOp::kImag, d);
-    return {m, mean(add(square(re), square(im)), dims)};
+    return {m, mean(abs_squared(b, d), dims)};
   }
   // Broadcasts a per-channel vector (dimension 1) to `like`'s shape.
   hlo::Value channel(const hlo::Value& v, const hlo::Value& like) {

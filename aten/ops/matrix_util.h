@@ -20,6 +20,8 @@ inline Value with_batch(Builder& b, const Value& x, std::vector<int64_t> batch) 
 
 inline std::vector<int64_t> batch_of(const hlo::TensorType& t) { return {t.dims.begin(), t.dims.end() - 2}; }
 
+inline hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
+
 // Per matrix of the batch, a value ([batch...]) broadcast over `dims` (batch dimensions first).
 inline Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
   std::vector<int64_t> lead;
@@ -84,9 +86,10 @@ inline Value slice_at(Builder& b, const Value& x, int64_t dim, const Value& i) {
   return b.reshape(b.dynamic_slice(x, start, sizes), dims);
 }
 
-// Where the iota along `dim` of `dims` compares `dir` to the 0-d index i.
+// Where the iota along `dim` of `dims` compares `dir` to the index i: 0-d, or one per matrix of
+// the batch ([batch...], the leading dimensions of `dims`).
 inline Value positions(Builder& b, const std::vector<int64_t>& dims, int64_t dim, Compare dir, const Value& i) {
-  return b.compare(dir, b.iota({DType::kS64, dims}, dim), b.broadcast_in_dim(i, dims, {}));
+  return b.compare(dir, b.iota(index_type(dims), dim), per_matrix(b, i, dims));
 }
 
 inline Value conj(Builder& b, const Value& x) {
@@ -104,13 +107,6 @@ inline Value transpose_last(Builder& b, const Value& x, bool conjugate = false) 
 }
 
 inline Value adjoint(Builder& b, const Value& x) { return transpose_last(b, x, true); }
-
-// |x|^2, real for complex x.
-inline Value abs_squared(Builder& b, const Value& x) {
-  if (!is_complex(x.type.dtype)) return b.binary(BinaryOp::kMultiply, x, x);
-  Value re = b.unary(UnaryOp::kReal, x), im = b.unary(UnaryOp::kImag, x);
-  return b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, re, re), b.binary(BinaryOp::kMultiply, im, im));
-}
 
 // The real part of x (x itself when real).
 inline Value real_part(Builder& b, const Value& x) { return is_complex(x.type.dtype) ? b.unary(UnaryOp::kReal, x) : x; }
