@@ -5,6 +5,7 @@
 // (zeros outside). The backward scatters grad_output times each tap's weight back into those rows
 // (grad_input) and sums grad_output times each tap's value times its weight's slope (grad_grid),
 // chained through the padding and unnormalization slopes as CPU's kernels do.
+#include <optional>
 #include <vector>
 
 #include "aten/lowering.h"
@@ -80,8 +81,9 @@ struct Sampler {
   std::vector<Value> chain;  // per coordinate, [points]
 
   // input [N, C, *S], grid [N, *O, d]
-  Sampler(Builder& b, const Value& input, const Value& grid, int64_t interpolation, int64_t padding, bool align)
-      : m{b}, spatial(input.type.rank() - 2), channels(input.type.dims[1]) {
+  Sampler(Builder& b, const Value& input, const Value& grid, int64_t interpolation, int64_t padding, bool align,
+          std::optional<DType> rounding = std::nullopt)
+      : m{b, rounding}, spatial(input.type.rank() - 2), channels(input.type.dims[1]) {
     int64_t n = input.type.dims[0], pixels = 1;
     points = grid.type.element_count() / spatial;
     for (int64_t d = 0; d < spatial; ++d) in.push_back(input.type.dims[input.type.rank() - 1 - d]);
@@ -195,13 +197,16 @@ Value to_output(Builder& b, const Value& v, const hlo::TensorType& grid) {
 }
 
 // grid_sampler_{2,3}d(input, grid, interpolation, padding, align_corners)
+// CPU's bfloat16/float16 kernels compute in the dtype: every step (coordinates, weights, each
+// product and the running sum, taps in corner order) is rounded to it, as here.
 V grid_sampler(LoweringContext& c) {
-  DType acc = accumulator(c.out().dtype);  // low precision samples in f32, as on CPU
+  DType dtype = c.out().dtype, acc = accumulator(dtype);
   Value input = cast(c.b, c.raw(0), acc), grid = cast(c.b, c.raw(1), acc);
-  Sampler s(c.b, input, grid, c.arg(2).toInt(), c.arg(3).toInt(), c.arg(4).toBool());
-  Value sum = c.b.constant(0, {acc, {s.points, s.channels}});
+  Sampler s(c.b, input, grid, c.arg(2).toInt(), c.arg(3).toInt(), c.arg(4).toBool(),
+            acc == dtype ? std::nullopt : std::optional<DType>(dtype));
+  Value sum = s.m.k(0, s.per_point(s.taps[0].weight));
   for (const Tap& t : s.taps) sum = s.m.add(sum, s.m.mul(s.sample(t), s.per_point(t.weight)));
-  return {cast(c.b, to_output(c.b, sum, grid.type), c.out().dtype)};
+  return {cast(c.b, to_output(c.b, sum, grid.type), dtype)};
 }
 
 // grid_sampler_{2,3}d_backward(grad_output, input, grid, interpolation, padding, align_corners,

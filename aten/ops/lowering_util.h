@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -34,9 +35,29 @@ inline hlo::Value abs_squared(hlo::Builder& b, const hlo::Value& x) {
   return b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, re, re), b.binary(BinaryOp::kMultiply, im, im));
 }
 
+// f32 v rounded to float16's precision and range, in f32, by integer arithmetic on its bits: a
+// float16 round trip would not survive XLA's CPU compiler, which turns "extend, op, truncate"
+// into float16 arithmetic and may then fuse a product and a sum into one rounding (an FMA).
+inline hlo::Value float16_rounded(hlo::Builder& b, const hlo::Value& v) {
+  using hlo::BinaryOp, hlo::Compare, hlo::UnaryOp;
+  hlo::TensorType bits_type{DType::kU32, v.type.dims};
+  auto bits = [&](int64_t k) { return b.constant_int(k, bits_type); };
+  auto k = [&](double x) { return b.constant(x, v.type); };
+  hlo::Value u = b.bitcast_convert(v, DType::kU32);  // drop 13 of 23 mantissa bits, ties to even
+  hlo::Value odd = b.binary(BinaryOp::kAnd, b.binary(BinaryOp::kShiftRightLogical, u, bits(13)), bits(1));
+  u = b.binary(BinaryOp::kAnd, b.binary(BinaryOp::kAdd, u, b.binary(BinaryOp::kAdd, odd, bits(0xFFF))), bits(0xFFFFE000));
+  hlo::Value normal = b.bitcast_convert(u, DType::kF32), magnitude = b.unary(UnaryOp::kAbs, v);
+  hlo::Value infinite = b.select(b.compare(Compare::kLT, v, k(0)), k(-INFINITY), k(INFINITY));
+  normal = b.select(b.compare(Compare::kGT, b.unary(UnaryOp::kAbs, normal), k(65504)), infinite, normal);
+  hlo::Value subnormal = b.binary(  // multiples of 2^-24
+      BinaryOp::kMultiply, b.unary(UnaryOp::kRoundNearestEven, b.binary(BinaryOp::kMultiply, v, k(0x1p24))), k(0x1p-24));
+  return b.select(b.compare(Compare::kLT, magnitude, k(0x1p-14)), subnormal, normal);
+}
+
 // v rounded to `stored` and kept in its own dtype: where CPU stores an intermediate of a float32
 // computation in a bfloat16/float16 variable.
 inline hlo::Value rounded_to(hlo::Builder& b, const hlo::Value& v, DType stored) {
+  if (stored == DType::kF16 && v.type.dtype == DType::kF32) return float16_rounded(b, v);
   return cast(b, cast(b, v, stored), v.type.dtype);
 }
 

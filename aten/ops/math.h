@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -12,13 +13,18 @@ namespace torchtpu::aten {
 
 struct Math {
   hlo::Builder& b;
+  // Set where CPU computes in a bfloat16/float16 `scalar_t`: every + - * / and constant is rounded
+  // to it, the values kept in their wider type (float16 products computed in float16 would
+  // reach XLA's CPU code as fused multiply-adds, rounded once).
+  std::optional<DType> rounding = std::nullopt;
 
-  hlo::Value add(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kAdd, x, y); }
-  hlo::Value sub(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kSubtract, x, y); }
-  hlo::Value mul(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kMultiply, x, y); }
-  hlo::Value div(const hlo::Value& x, const hlo::Value& y) { return b.binary(hlo::BinaryOp::kDivide, x, y); }
+  hlo::Value rounded(const hlo::Value& v) { return rounding ? rounded_to(b, v, *rounding) : v; }
+  hlo::Value add(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kAdd, x, y)); }
+  hlo::Value sub(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kSubtract, x, y)); }
+  hlo::Value mul(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kMultiply, x, y)); }
+  hlo::Value div(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kDivide, x, y)); }
   // A constant shaped like `like`.
-  hlo::Value k(double v, const hlo::Value& like) { return b.constant(v, like.type); }
+  hlo::Value k(double v, const hlo::Value& like) { return rounded(b.constant(v, like.type)); }
 
   hlo::Value reduce(const hlo::Value& x, const std::vector<int64_t>& dims, hlo::BinaryOp op, double init) {
     return b.reduce({x}, {b.constant(init, {x.type.dtype, {}})}, dims, combine_with(op))[0];
