@@ -5,6 +5,7 @@
 // (zeros outside). The backward scatters grad_output times each tap's weight back into those rows
 // (grad_input) and sums grad_output times each tap's value times its weight's slope (grad_grid),
 // chained through the padding and unnormalization slopes as CPU's kernels do.
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -79,11 +80,13 @@ struct Sampler {
   Value base;                // [points]: the first row of each point's batch element
   std::vector<Tap> taps;
   std::vector<Value> chain;  // per coordinate, [points]
+  bool bicubic;
+  std::array<Value, 4> cubic_x, cubic_y;  // bicubic: the taps' weights along x and y
 
   // input [N, C, *S], grid [N, *O, d]
   Sampler(Builder& b, const Value& input, const Value& grid, int64_t interpolation, int64_t padding, bool align,
           std::optional<DType> rounding = std::nullopt)
-      : m{b, rounding}, spatial(input.type.rank() - 2), channels(input.type.dims[1]) {
+      : m{b, rounding}, spatial(input.type.rank() - 2), channels(input.type.dims[1]), bicubic(interpolation == kBicubic) {
     int64_t n = input.type.dims[0], pixels = 1;
     points = grid.type.element_count() / spatial;
     for (int64_t d = 0; d < spatial; ++d) in.push_back(input.type.dims[input.type.rank() - 1 - d]);
@@ -98,7 +101,7 @@ struct Sampler {
     std::vector<Coordinate> u;
     for (int64_t k = 0; k < spatial; ++k)
       u.push_back(unnormalized(m, b.reshape(b.slice(flat, {0, k}, {points, k + 1}, {1, 1}), {points}), in[k], align));
-    if (interpolation == kBicubic) {
+    if (bicubic) {
       bicubic_taps(u, padding, align);
       return;
     }
@@ -148,7 +151,9 @@ struct Sampler {
   // 4x4 taps at integer offsets -1..2 around the unpadded position, each padded on its own.
   void bicubic_taps(const std::vector<Coordinate>& u, int64_t padding, bool align) {
     Value x0 = m.b.unary(UnaryOp::kFloor, u[0].at), y0 = m.b.unary(UnaryOp::kFloor, u[1].at);
-    auto wx = cubic_weights(m, m.sub(u[0].at, x0)), wy = cubic_weights(m, m.sub(u[1].at, y0));
+    cubic_x = cubic_weights(m, m.sub(u[0].at, x0));
+    cubic_y = cubic_weights(m, m.sub(u[1].at, y0));
+    const auto &wx = cubic_x, &wy = cubic_y;
     auto sx = cubic_slopes(m, m.sub(u[0].at, x0)), sy = cubic_slopes(m, m.sub(u[1].at, y0));
     chain = {u[0].slope, u[1].slope};
     for (int j = 0; j < 4; ++j)
@@ -197,16 +202,37 @@ Value to_output(Builder& b, const Value& v, const hlo::TensorType& grid) {
 }
 
 // grid_sampler_{2,3}d(input, grid, interpolation, padding, align_corners)
+// The sampled values [points, C], summed in CPU's order: taps in corner order; bicubic as
+// separable passes (each row of 4 taps along x, then the 4 rows along y).
+Value interpolated(Sampler& s) {
+  Math& m = s.m;
+  auto weighted_sum = [&](const std::vector<Value>& values, const auto& weight) {
+    Value sum = m.mul(s.per_point(weight(0)), values[0]);
+    for (size_t i = 1; i < values.size(); ++i) sum = m.add(sum, m.mul(s.per_point(weight(i)), values[i]));
+    return sum;
+  };
+  if (!s.bicubic) {
+    std::vector<Value> values;
+    for (const Tap& t : s.taps) values.push_back(s.sample(t));
+    return weighted_sum(values, [&](size_t i) { return s.taps[i].weight; });
+  }
+  std::vector<Value> rows;
+  for (size_t j = 0; j < 4; ++j) {
+    std::vector<Value> row;
+    for (size_t i = 0; i < 4; ++i) row.push_back(s.sample(s.taps[4 * j + i]));
+    rows.push_back(weighted_sum(row, [&](size_t i) { return s.cubic_x[i]; }));
+  }
+  return weighted_sum(rows, [&](size_t j) { return s.cubic_y[j]; });
+}
+
 // CPU's bfloat16/float16 kernels compute in the dtype: every step (coordinates, weights, each
-// product and the running sum, taps in corner order) is rounded to it, as here.
+// product and sum) is rounded to it, as here.
 V grid_sampler(LoweringContext& c) {
   DType dtype = c.out().dtype, acc = accumulator(dtype);
   Value input = cast(c.b, c.raw(0), acc), grid = cast(c.b, c.raw(1), acc);
   Sampler s(c.b, input, grid, c.arg(2).toInt(), c.arg(3).toInt(), c.arg(4).toBool(),
             acc == dtype ? std::nullopt : std::optional<DType>(dtype));
-  Value sum = s.m.k(0, s.per_point(s.taps[0].weight));
-  for (const Tap& t : s.taps) sum = s.m.add(sum, s.m.mul(s.sample(t), s.per_point(t.weight)));
-  return {cast(c.b, to_output(c.b, sum, grid.type), dtype)};
+  return {cast(c.b, to_output(c.b, interpolated(s), grid.type), dtype)};
 }
 
 // grid_sampler_{2,3}d_backward(grad_output, input, grid, interpolation, padding, align_corners,

@@ -2,6 +2,7 @@
 lowered family: each runs forward and backward on tpu with no CPU fallback and matches CPU
 PyTorch. The full sweep is `python -m torchtpu.testing.opinfo` (docs/conformance.md)."""
 
+import itertools
 import math
 
 import pytest
@@ -460,18 +461,32 @@ def test_low_precision_interpolation_rounds_as_cpu(dtype, no_fallbacks):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_grid_sampling_rounds_as_cpu(dtype, no_fallbacks):
+    """CPU's bfloat16/float16 grid sampling rounds every step (coordinates, weights, each product
+    and sum; bicubic row by row) to the dtype; computed in float32 and rounded once, up to 70 % of
+    the outputs were an ulp or more off. float16 also needs its roundings to survive XLA's CPU
+    compiler, which fused a product and a sum into one FMA."""
+    g = torch.Generator().manual_seed(0)
+    modes = [("bilinear", 4), ("nearest", 4), ("bicubic", 4), ("bilinear", 5), ("nearest", 5)]
+    for (mode, rank), padding, align in itertools.product(modes, ["zeros", "border", "reflection"], [False, True]):
+        x = torch.randn(2, 3, *(7, 9, 6)[: rank - 2], generator=g).to(dtype)
+        grid = (torch.rand(2, *(5, 4, 3)[: rank - 2], rank - 2, generator=g) * 2.4 - 1.2).to(dtype)
+        expected = F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=align)
+        actual = F.grid_sample(x.to("tpu"), grid.to("tpu"), mode=mode, padding_mode=padding, align_corners=align)
+        torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0, msg=f"{mode} {rank}-d {padding} {align}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_convolution_adds_bias_before_rounding(dtype, no_fallbacks):
     """A bfloat16 convolution was rounded before its bias was added (an ulp off in a quarter of
-    the outputs); CPU adds the bias in float32 and rounds once."""
+    the outputs); CPU adds the bias in float32 and rounds once. Transposed ones included."""
     g = torch.Generator().manual_seed(0)
     x, w, b = (torch.randn(*s, generator=g).to(dtype) for s in ((2, 4, 6, 6), (5, 4, 3, 3), (5,)))
-    rtol = 0 if dtype == torch.bfloat16 else 1e-3  # float16: an ulp where a float32 sum order tips a tie
-    for conv in (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda x, w, b: F.conv1d(x[..., 0], w[..., 0], b)):
-        torch.testing.assert_close(conv(x.to("tpu"), w.to("tpu"), b.to("tpu")).cpu(), conv(x, w, b), rtol=rtol, atol=0)
-    if dtype == torch.bfloat16:  # float16's transposed convolution rounds partial sums on CPU
-        wt = torch.randn(4, 3, 3, 3, generator=g).to(dtype)
-        torch.testing.assert_close(F.conv_transpose2d(x.to("tpu"), wt.to("tpu"), b[:3].to("tpu"), stride=2).cpu(),
-                                   F.conv_transpose2d(x, wt, b[:3], stride=2), rtol=0, atol=0)
+    wt = torch.randn(4, 3, 3, 3, generator=g).to(dtype)
+    convs = [lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda x, w, b: F.conv1d(x[..., 0], w[..., 0], b),
+             lambda x, w, b: F.conv_transpose2d(x, wt.to(x.device), b[:3], stride=2)]
+    for conv in convs:
+        torch.testing.assert_close(conv(x.to("tpu"), w.to("tpu"), b.to("tpu")).cpu(), conv(x, w, b), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
