@@ -196,15 +196,16 @@ Lowering boolean_reduce(BinaryOp op, size_t dims_arg) {
 
 // histc(self, bins, min, max): counts of the elements in `bins` equal-width bins over [min, max]
 // (the data's own range when min == max); others, and NaNs, are not counted. min and max are
-// runtime values, so the choice is made in the program.
+// runtime values, so the choice is made in the program. CPU computes a bfloat16/float16 element's
+// bin in that dtype, rounding each step (an element near a bin edge can change bins): so does this.
 V histc(LoweringContext& c) {
-  Math m{c.b};
-  DType math = is_floating(c.out().dtype) ? accumulator(c.out().dtype) : DType::kF64;
+  DType dtype = c.out().dtype, math = is_floating(dtype) ? accumulator(dtype) : DType::kF64;
+  Math m{c.b, math == dtype || !is_floating(dtype) ? std::nullopt : std::optional<DType>(dtype)};
   int64_t bins = c.arg(1).toInt();
   Value x = cast(c.b, c.raw(0), math);
   int64_t n = x.type.element_count();
   x = c.b.reshape(x, {n});
-  Value lo = c.in_as(2, math), hi = c.in_as(3, math);
+  Value lo = m.rounded(c.in_as(2, math)), hi = m.rounded(c.in_as(3, math));
   Value from_data = c.b.compare(Compare::kEQ, lo, hi);
   if (n > 0) {
     lo = c.b.select(from_data, m.reduce(x, {0}, BinaryOp::kMinimum, INFINITY), lo);

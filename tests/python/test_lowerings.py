@@ -477,6 +477,17 @@ def test_low_precision_grid_sampling_rounds_as_cpu(dtype, no_fallbacks):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_histc_bins_as_cpu(dtype, no_fallbacks):
+    """CPU computes a bfloat16/float16 element's bin in that dtype, rounding each step; in float32,
+    elements within rounding of a bin edge were counted in the neighbouring bin (16 of 96 OpInfo
+    samples). Counts stay below 256: CPU's bfloat16 counts stop growing there (per thread)."""
+    g = torch.Generator().manual_seed(0)
+    for bins, lo, hi in [(100, 0, 0), (37, -2.5, 3.1), (7, 0, 0), (300, -1, 1)]:
+        x = (torch.randn(20, 20, generator=g) * 2).to(dtype)
+        torch.testing.assert_close(torch.histc(x.to("tpu"), bins, lo, hi).cpu(), torch.histc(x, bins, lo, hi), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_convolution_adds_bias_before_rounding(dtype, no_fallbacks):
     """A bfloat16 convolution was rounded before its bias was added (an ulp off in a quarter of
     the outputs); CPU adds the bias in float32 and rounds once. Transposed ones included."""
