@@ -389,8 +389,11 @@ at::Tensor nonzero(const at::Tensor& self) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("nonzero", nonzero); }
 
 // linspace(start, end, steps >= 1) in `math`: both halves count from their own end, as PyTorch
-// does, with start and end rounded to `math` (or first to `round_to`).
-Value evenly_spaced(LoweringContext& c, DType math, std::optional<DType> round_to = std::nullopt) {
+// does, with start and end rounded to `math` (or first to `round_to`). With `round_each_step`,
+// every step is rounded to `round_to` too (CPU's bfloat16/float16 linspace computes in the dtype).
+Value evenly_spaced(LoweringContext& c, DType math, std::optional<DType> round_to = std::nullopt,
+                    bool round_each_step = false) {
+  Math m{c.b, round_each_step ? round_to : std::nullopt};
   int64_t steps = c.arg(2).toInt();
   auto endpoint = [&](size_t i) {
     Value v = round_to ? cast(c.b, c.in_as(i, *round_to), math) : cast(c.b, c.in(i), math);
@@ -398,12 +401,11 @@ Value evenly_spaced(LoweringContext& c, DType math, std::optional<DType> round_t
   };
   Value start = endpoint(0), end = endpoint(1);
   if (steps == 1) return start;
-  Value step = c.b.binary(BinaryOp::kDivide, c.b.binary(BinaryOp::kSubtract, end, start),
-                          c.b.constant(static_cast<double>(steps - 1), start.type));
+  Value step = m.div(m.sub(end, start), m.k(static_cast<double>(steps - 1), start));
   Value i = c.b.iota({math, c.out().dims}, 0);
-  Value from_start = c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, step, i));
+  Value from_start = m.add(start, m.mul(step, m.rounded(i)));
   Value back = c.b.binary(BinaryOp::kSubtract, c.b.constant(static_cast<double>(steps - 1), i.type), i);
-  Value from_end = c.b.binary(BinaryOp::kSubtract, end, c.b.binary(BinaryOp::kMultiply, step, back));
+  Value from_end = m.sub(end, m.mul(step, m.rounded(back)));
   Value first_half = c.b.compare(Compare::kLT, i, c.b.constant(static_cast<double>(steps / 2), i.type));
   return c.b.select(first_half, from_start, from_end);
 }
@@ -606,6 +608,7 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;
     if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
+    if (accumulator(t) != t) return V{cast(c.b, evenly_spaced(c, accumulator(t), t, true), t)};
     return V{evenly_spaced(c, is_floating(t) || is_complex(t) ? t : DType::kF64)};
   });
   // logspace(start, end, steps, base): base to the powers linspace gives, in the output dtype

@@ -1,6 +1,7 @@
 // Matrix products (mm, bmm, addmm, baddbmm, addbmm, dot, vdot, addmv/mv), cross products, tril/triu.
 // Low-precision inputs accumulate in f32 (dot_general's result type), matching PyTorch CPU.
 #include "aten/lowering.h"
+#include "aten/ops/math.h"
 #include "aten/ops/matrix_util.h"
 
 namespace torchtpu::aten {
@@ -66,8 +67,11 @@ LoweringOptions same_dtype_matmul(size_t first, bool empty_ok = false) {
 }
 
 // linalg_cross(self, other, dim): the cross product of 3-vectors along dim (operands broadcast).
+// In bfloat16/float16 CPU rounds each product and the difference to the dtype.
 V cross(LoweringContext& c) {
-  Value a = c.in_b(0), b = c.in_b(1);
+  DType dtype = c.out().dtype, acc = accumulator(dtype);
+  Math m{c.b, acc == dtype ? std::nullopt : std::optional<DType>(dtype)};
+  Value a = cast(c.b, c.in_b(0), acc), b = cast(c.b, c.in_b(1), acc);
   int64_t dim = wrap_dim(c.arg(2).toInt(), a.type.rank());
   auto component = [&](const Value& v, int64_t i) {
     std::vector<int64_t> start(v.type.rank(), 0), limit = v.type.dims, step(v.type.rank(), 1);
@@ -76,10 +80,9 @@ V cross(LoweringContext& c) {
     return c.b.slice(v, start, limit, step);
   };
   auto term = [&](int64_t i, int64_t j) {  // a_i b_j - a_j b_i
-    return c.b.binary(BinaryOp::kSubtract, c.b.binary(BinaryOp::kMultiply, component(a, i), component(b, j)),
-                      c.b.binary(BinaryOp::kMultiply, component(a, j), component(b, i)));
+    return m.sub(m.mul(component(a, i), component(b, j)), m.mul(component(a, j), component(b, i)));
   };
-  return {c.b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, dim)};
+  return {cast(c.b, c.b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, dim), dtype)};
 }
 
 }  // namespace

@@ -477,6 +477,19 @@ def test_low_precision_grid_sampling_rounds_as_cpu(dtype, no_fallbacks):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_cross_and_linspace_round_each_step_as_cpu(dtype, no_fallbacks):
+    """CPU's float16 cross product and linspace round each product and sum to float16; computed in
+    float16 by XLA's CPU code, a product and a sum became one FMA on CPUs with AVX512-FP16 (one
+    rounding): 1 in 15 cross products and 6 of 50 linspace points were an ulp off."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(64, 3, generator=g).to(dtype) for _ in range(2))
+    torch.testing.assert_close(torch.linalg.cross(a.to("tpu"), b.to("tpu")).cpu(), torch.linalg.cross(a, b), rtol=0, atol=0)
+    for start, end, steps in [(-2.0, 1, 50), (4.3, -3, 50), (0.1, 1000, 3000)]:
+        expected = torch.linspace(start, end, steps, dtype=dtype)
+        torch.testing.assert_close(torch.linspace(start, end, steps, dtype=dtype, device="tpu").cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_histc_bins_as_cpu(dtype, no_fallbacks):
     """CPU computes a bfloat16/float16 element's bin in that dtype, rounding each step; in float32,
     elements within rounding of a bin edge were counted in the neighbouring bin (16 of 96 OpInfo
