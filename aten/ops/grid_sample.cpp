@@ -153,14 +153,13 @@ struct Sampler {
     Value x0 = m.b.unary(UnaryOp::kFloor, u[0].at), y0 = m.b.unary(UnaryOp::kFloor, u[1].at);
     cubic_x = cubic_weights(m, m.sub(u[0].at, x0));
     cubic_y = cubic_weights(m, m.sub(u[1].at, y0));
-    const auto &wx = cubic_x, &wy = cubic_y;
     auto sx = cubic_slopes(m, m.sub(u[0].at, x0)), sy = cubic_slopes(m, m.sub(u[1].at, y0));
     chain = {u[0].slope, u[1].slope};
     for (int j = 0; j < 4; ++j)
       for (int i = 0; i < 4; ++i) {
         Value xi = padded(m, m.add(x0, m.k(i - 1, x0)), in[0], padding, align).at;
         Value yj = padded(m, m.add(y0, m.k(j - 1, y0)), in[1], padding, align).at;
-        taps.push_back({{xi, yj}, m.mul(wx[i], wy[j]), {m.mul(sx[i], wy[j]), m.mul(wx[i], sy[j])}});
+        taps.push_back({{xi, yj}, m.mul(cubic_x[i], cubic_y[j]), {m.mul(sx[i], cubic_y[j]), m.mul(cubic_x[i], sy[j])}});
       }
   }
 
@@ -201,7 +200,6 @@ Value to_output(Builder& b, const Value& v, const hlo::TensorType& grid) {
   return b.transpose(b.reshape(v, dims), back);
 }
 
-// grid_sampler_{2,3}d(input, grid, interpolation, padding, align_corners)
 // The sampled values [points, C], summed in CPU's order: taps in corner order; bicubic as
 // separable passes (each row of 4 taps along x, then the 4 rows along y).
 Value interpolated(Sampler& s) {
@@ -225,13 +223,14 @@ Value interpolated(Sampler& s) {
   return weighted_sum(rows, [&](size_t j) { return s.cubic_y[j]; });
 }
 
-// CPU's bfloat16/float16 kernels compute in the dtype: every step (coordinates, weights, each
-// product and sum) is rounded to it, as here.
+// grid_sampler_{2,3}d(input, grid, interpolation, padding, align_corners). CPU's bfloat16/float16
+// kernels compute in the dtype: every step (coordinates, weights, each product and sum) is rounded
+// to it, as here.
 V grid_sampler(LoweringContext& c) {
   DType dtype = c.out().dtype, acc = accumulator(dtype);
   Value input = cast(c.b, c.raw(0), acc), grid = cast(c.b, c.raw(1), acc);
   Sampler s(c.b, input, grid, c.arg(2).toInt(), c.arg(3).toInt(), c.arg(4).toBool(),
-            acc == dtype ? std::nullopt : std::optional<DType>(dtype));
+            low_precision(dtype));
   return {cast(c.b, to_output(c.b, interpolated(s), grid.type), dtype)};
 }
 

@@ -70,7 +70,7 @@ LoweringOptions same_dtype_matmul(size_t first, bool empty_ok = false) {
 // In bfloat16/float16 CPU rounds each product and the difference to the dtype.
 V cross(LoweringContext& c) {
   DType dtype = c.out().dtype, acc = accumulator(dtype);
-  Math m{c.b, acc == dtype ? std::nullopt : std::optional<DType>(dtype)};
+  Math m{c.b, low_precision(dtype)};
   Value a = cast(c.b, c.in_b(0), acc), b = cast(c.b, c.in_b(1), acc);
   int64_t dim = wrap_dim(c.arg(2).toInt(), a.type.rank());
   auto component = [&](const Value& v, int64_t i) {

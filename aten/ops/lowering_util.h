@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "aten/lowering.h"
@@ -13,6 +14,10 @@ namespace torchtpu::aten {
 
 // Low-precision floats accumulate in f32, as PyTorch does on CPU.
 inline DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+// For lowerings of CPU kernels that compute in their `scalar_t`: the dtype to round every step to
+// (Math::rounding) when that is bfloat16/float16, none otherwise.
+inline std::optional<DType> low_precision(DType t) { return accumulator(t) != t ? std::optional<DType>(t) : std::nullopt; }
 
 // PyTorch evaluates element-wise math on bfloat16/float16 in float32 ("opmath") and rounds once
 // at the end; so do the lowerings that read their operands with these (the kernel casts results

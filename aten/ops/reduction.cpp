@@ -200,7 +200,7 @@ Lowering boolean_reduce(BinaryOp op, size_t dims_arg) {
 // bin in that dtype, rounding each step (an element near a bin edge can change bins): so does this.
 V histc(LoweringContext& c) {
   DType dtype = c.out().dtype, math = is_floating(dtype) ? accumulator(dtype) : DType::kF64;
-  Math m{c.b, math == dtype || !is_floating(dtype) ? std::nullopt : std::optional<DType>(dtype)};
+  Math m{c.b, low_precision(dtype)};
   int64_t bins = c.arg(1).toInt();
   Value x = cast(c.b, c.raw(0), math);
   int64_t n = x.type.element_count();

@@ -484,6 +484,11 @@ def test_low_precision_cross_and_linspace_round_each_step_as_cpu(dtype, no_fallb
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(64, 3, generator=g).to(dtype) for _ in range(2))
     torch.testing.assert_close(torch.linalg.cross(a.to("tpu"), b.to("tpu")).cpu(), torch.linalg.cross(a, b), rtol=0, atol=0)
+    # products and differences that overflow, underflow into subnormals, or meet inf and NaN
+    scale = torch.tensor([1e-4, 1e-3, 1.0, 300.0, 6e4, float("inf"), float("nan")])
+    a, b = ((torch.randn(512, 3, generator=g) * scale[torch.randint(7, (512, 1), generator=g)]).to(dtype) for _ in range(2))
+    torch.testing.assert_close(torch.linalg.cross(a.to("tpu"), b.to("tpu")).cpu(), torch.linalg.cross(a, b),
+                               rtol=0, atol=0, equal_nan=True)
     for start, end, steps in [(-2.0, 1, 50), (4.3, -3, 50), (0.1, 1000, 3000)]:
         expected = torch.linspace(start, end, steps, dtype=dtype)
         torch.testing.assert_close(torch.linspace(start, end, steps, dtype=dtype, device="tpu").cpu(), expected, rtol=0, atol=0)
