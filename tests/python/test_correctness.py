@@ -341,6 +341,20 @@ def test_low_precision_round_trips_are_kept(mode):
         assert torch.equal(y.cpu(), expected)
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused", "lazy"])
+def test_float16_products_are_rounded_before_sums(mode):
+    """XLA's CPU code, on CPUs with native float16 arithmetic, may fuse a float16 product and the
+    following sum into one FMA (one rounding); PyTorch rounds the product first, in every mode."""
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(4096, generator=g).half() for _ in range(3))
+    with torchtpu.eager_mode(mode):
+        ta, tb, tc = a.to("tpu"), b.to("tpu"), c.to("tpu")
+        results = [ta * tb + tc, tc - ta * tb, ta * 5.0 - 1.0, torch.addcmul(tc, ta, tb)]
+        torchtpu.sync()
+    for actual, expected in zip(results, [a * b + c, c - a * b, a * 5.0 - 1.0, torch.addcmul(c, a, b)]):
+        assert torch.equal(actual.cpu(), expected)
+
+
 def test_excess_precision_is_an_opt_in():
     x = torch.randn(1000) * 3.3
     expected = x.to(torch.bfloat16).mul(3).float()
