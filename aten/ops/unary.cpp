@@ -424,9 +424,11 @@ TORCHTPU_LOWERINGS(unary) {
     Value below = o.b.compare(Compare::kLT, x, o.u(UnaryOp::kNegate, l));
     return V{o.sel(o.gt(x, l), o.sub(x, l), o.sel(below, o.add(x, l), o.mul(x, o.k(0, x))))};
   });
-  // logit(x, eps): log(z / (1 - z)) with z = x clamped to [eps, 1 - eps] when eps is given.
+  // logit(x, eps): log(z / (1 - z)) with z = x clamped to [eps, 1 - eps] when eps is given. CPU
+  // computes a bfloat16/float16 logit in the dtype: eps, 1 - z and the quotient are rounded to it.
   register_lowering({"logit", "logit_", "logit.out"}, [](LoweringContext& c) {
     Ops o(c);
+    o.rounding = low_precision(c.out().dtype);
     Value z = opmath(c, 0);
     if (!c.arg(1).isNone()) {
       double eps = c.arg(1).toDouble();

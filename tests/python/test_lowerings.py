@@ -495,6 +495,16 @@ def test_low_precision_cross_and_linspace_round_each_step_as_cpu(dtype, no_fallb
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_logit_rounds_each_step_as_cpu(dtype, no_fallbacks):
+    """CPU's bfloat16/float16 logit rounds eps, 1 - z and z / (1 - z) to the dtype; computed in
+    float32 and rounded once, a quarter to half of the outputs were an ulp off."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2000, generator=g).to(dtype)
+    for eps in [None, 0.2, 1e-6]:
+        torch.testing.assert_close(torch.logit(x.to("tpu"), eps).cpu(), torch.logit(x, eps), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_histc_bins_as_cpu(dtype, no_fallbacks):
     """CPU computes a bfloat16/float16 element's bin in that dtype, rounding each step; in float32,
     elements within rounding of a bin edge were counted in the neighbouring bin (16 of 96 OpInfo
