@@ -608,7 +608,7 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;
     if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
-    if (accumulator(t) != t) return V{cast(c.b, evenly_spaced(c, accumulator(t), t, true), t)};
+    if (low_precision(t)) return V{cast(c.b, evenly_spaced(c, accumulator(t), t, true), t)};
     return V{evenly_spaced(c, is_floating(t) || is_complex(t) ? t : DType::kF64)};
   });
   // logspace(start, end, steps, base): base to the powers linspace gives, in the output dtype
@@ -625,9 +625,7 @@ TORCHTPU_LOWERINGS(indexing) {
       return V{c.b.broadcast_in_dim(power, c.out().dims, {})};
     }
     // Low-precision outputs: start and end rounded to the output dtype first, as CPU does.
-    std::optional<DType> round_to;
-    if (accumulator(t) != t) round_to = t;
-    Value exponent = evenly_spaced(c, is_floating(t) || is_complex(t) ? accumulator(t) : DType::kF64, round_to);
+    Value exponent = evenly_spaced(c, is_floating(t) || is_complex(t) ? accumulator(t) : DType::kF64, low_precision(t));
     return V{c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), exponent.type), exponent)};
   });
   register_lowering({"tril_indices", "tril_indices.out"}, [](LoweringContext& c) { return V{triangle_indices(c, true)}; });
