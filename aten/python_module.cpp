@@ -13,6 +13,7 @@
 #include "aten/lowering.h"
 #include "aten/profiler.h"
 #include "aten/tensor_operand.h"
+#include "exec/capture.h"
 #include "exec/compile_cache.h"
 #include "exec/device_memory.h"
 #include "exec/diagnostics.h"
@@ -89,6 +90,7 @@ auto without_gil(F&& f) {
 }
 
 py::dict metrics() {
+  without_gil(exec::wait_for_first_runs);  // their compiles and executions count
   py::dict out;
   out["counters"] = exec::counters_snapshot();
   out["host_syncs"] = exec::sync_counts();
@@ -102,6 +104,7 @@ py::dict metrics() {
 }
 
 py::dict cache_stats() {
+  without_gil(exec::wait_for_first_runs);
   exec::CacheStats s = exec::cache_stats();
   py::dict out;
   out["requests"] = s.requests;
@@ -162,10 +165,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_allow_excess_precision", &exec::allow_excess_precision);
   m.def("_set_allow_excess_precision", [](bool allow) { without_gil([=] { exec::set_allow_excess_precision(allow); }); });
   m.def("_wait_for_background_compiles", [] {
-    without_gil([] { aten::translating_errors(exec::wait_for_background_compiles, "waiting for compiles"); });
+    without_gil([] {
+      aten::translating_errors([] {
+        exec::wait_for_first_runs();
+        exec::wait_for_background_compiles();
+      }, "waiting for compiles");
+    });
   });
   m.def("_drop_queued_compiles", &exec::drop_queued_compiles);
-  m.def("_running_compiles", &exec::running_compiles);
+  m.def("_running_compiles", [] { return exec::running_compiles() + exec::first_runs_in_flight(); });
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory", &exec::reset_peak_device_memory);
   m.def("_reset_accumulated_memory", &exec::reset_accumulated_device_memory);

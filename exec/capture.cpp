@@ -1,11 +1,16 @@
 #include "exec/capture.h"
 
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 
 #include "exec/compile_cache.h"
 #include "exec/executor.h"
+#include "exec/interrupt.h"
 #include "exec/metrics.h"
 #include "exec/op_record.h"
 #include "graph/pending_graph.h"
@@ -140,6 +145,148 @@ std::vector<std::pair<size_t, size_t>> donation_aliases(const CompiledGraph::Pla
   return aliases;
 }
 
+// Compiled graphs' first runs in flight on threads of their own, and the first failure among them
+// that no host sync has raised yet.
+class FirstRuns;
+FirstRuns& first_runs();
+
+class FirstRuns {
+ public:
+  void start(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (running_++ == 0 && !exit_hook_) {
+        exit_hook_ = true;
+        running_compiles();  // makes the compile cache, whose exit hook must run after this one
+        std::atexit([] { first_runs().wait(); });
+      }
+    }
+    std::thread([this, job = std::move(job)] {
+      never_interrupt_this_thread();
+      job();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--running_ == 0) idle_.notify_all();
+    }).detach();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return running_ == 0; });
+  }
+  int running() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_;
+  }
+  void fail(std::string message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) failure_ = std::move(message);
+  }
+  void raise() {
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure.swap(failure_);
+    }
+    if (!failure.empty()) throw ExecutionFailed(failure);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int running_ = 0;
+  bool exit_hook_ = false;
+  std::string failure_;
+};
+
+FirstRuns& first_runs() {
+  static auto* r = new FirstRuns;  // never destroyed: threads may still report at exit
+  return *r;
+}
+
+std::shared_future<std::shared_ptr<runtime::Executable>> ready(std::shared_ptr<runtime::Executable> exe) {
+  std::promise<std::shared_ptr<runtime::Executable>> p;
+  p.set_value(std::move(exe));
+  return p.get_future().share();
+}
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+// The compile and the first execution of a captured graph, for the capture's own call.
+struct FirstRun {
+  std::shared_ptr<graph::Window> w;
+  std::string key;
+  CompiledGraph::Plan plan;
+  std::vector<std::pair<size_t, size_t>> aliases;
+  std::string identity;
+
+  std::shared_ptr<runtime::Executable> compile() const {
+    return cached_executable(key, [&] { return w->program_text(aliases); },
+                             [&] { return ProgramNames{plan.what, identity}; });
+  }
+
+  // The buffers of the window's results. The capture still holds the inputs' old contents, so
+  // nothing is donated.
+  std::vector<std::shared_ptr<runtime::Buffer>> execute(runtime::Executable& exe) const {
+    std::vector<int64_t> keep(plan.donatable.begin(), plan.donatable.end());
+    auto produced = execute_program(exe, plan.device, w->parameters(), output_bytes(plan), plan.what, keep,
+                                    {"compiled graph", nullptr, nullptr, static_cast<int64_t>(plan.num_ops)});
+    counters().compiled_graph_runs++;
+    return produced;
+  }
+
+  // Compiles and executes on a thread of its own; the results arrive when it is done. On a
+  // failure an input's new contents fall back to its old ones (same dtype and size), the other
+  // results raise the error, and so does the next host sync.
+  CompiledGraph::ExecutableFuture start_in_background(const Capture& c) const {
+    const std::vector<ValuePtr>& results = w->results();
+    std::vector<ValuePtr> old_contents(results.size());
+    for (const auto& [input, source] : plan.writebacks) {
+      const ValuePtr& old = c.input_values[input];
+      const ValuePtr& now = results[source.index];
+      if (source.kind == ValueSource::Kind::kResult && old && old->dtype() == now->dtype() &&
+          old->length() == now->length())
+        old_contents[source.index] = old;
+    }
+    auto arrivals = std::make_shared<std::vector<std::promise<void>>>(results.size());
+    for (size_t k = 0; k < results.size(); ++k) results[k]->arrive_later((*arrivals)[k].get_future().share());
+    auto compiled = std::make_shared<std::promise<std::shared_ptr<runtime::Executable>>>();
+    CompiledGraph::ExecutableFuture exe_future = compiled->get_future().share();
+    first_runs().start([run = *this, arrivals, compiled, old_contents] {
+      const std::vector<ValuePtr>& results = run.w->results();
+      std::shared_ptr<runtime::Executable> exe;
+      try {
+        exe = run.compile();
+        compiled->set_value(exe);
+        auto produced = run.execute(*exe);
+        for (size_t k = 0; k < produced.size(); ++k) results[k]->deliver(std::move(produced[k]));
+        for (auto& arrival : *arrivals) arrival.set_value();
+      } catch (...) {
+        std::exception_ptr error = std::current_exception();
+        if (!exe) compiled->set_exception(error);
+        for (size_t k = 0; k < results.size(); ++k) {
+          try {
+            if (!old_contents[k]) throw std::runtime_error("no old contents");
+            results[k]->deliver(old_contents[k]->buffer());  // may raise an earlier run's failure
+            (*arrivals)[k].set_value();
+          } catch (...) {
+            (*arrivals)[k].set_exception(error);
+          }
+        }
+        first_runs().fail(run.plan.what + " failed: " + message_of(error) +
+                          " (the inputs it writes kept their contents)");
+      }
+    });
+    return exe_future;
+  }
+};
+
 }  // namespace
 
 std::string CompiledGraph::mismatch(const std::vector<GraphInput>& inputs) const {
@@ -192,7 +339,7 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
   for (size_t p : plan_.donatable)
     if (args[p].use_count() != 2 || args[p]->buffer().use_count() != 1) keep.push_back(static_cast<int64_t>(p));
   std::vector<graph::CheckPtr> inherited = unsettled_checks(args);
-  auto buffers = execute_program(*exe_, plan_.device, args, output_bytes(plan_), plan_.what, keep,
+  auto buffers = execute_program(*exe_.get(), plan_.device, args, output_bytes(plan_), plan_.what, keep,
                                  {"compiled graph", nullptr, nullptr, static_cast<int64_t>(plan_.num_ops)});
   std::vector<ValuePtr> results;
   for (size_t k = 0; k < buffers.size(); ++k) {
@@ -253,11 +400,11 @@ std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& output
     ~Discard() { discard_unmaterialized(nodes); }
   } discard{c->nodes};
 
-  graph::Window w(c->nodes, graph::Window::Keep::kHeld);
-  SourceMap sources(*c, w);
+  auto w = std::make_shared<graph::Window>(c->nodes, graph::Window::Keep::kHeld);
+  SourceMap sources(*c, *w);
   CompiledGraph::Plan plan;
-  for (const ValuePtr& p : w.parameters()) plan.parameters.push_back(sources.of(p));
-  for (const ValuePtr& r : w.results()) {
+  for (const ValuePtr& p : w->parameters()) plan.parameters.push_back(sources.of(p));
+  for (const ValuePtr& r : w->results()) {
     plan.result_dtypes.push_back(r->dtype());
     plan.result_lengths.push_back(r->length());
   }
@@ -270,32 +417,33 @@ std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& output
   }
   for (const auto& [ok, message] : c->checks)
     if (auto r = sources.result(ok)) plan.checks.emplace_back(*r, message);
-  std::vector<std::pair<size_t, size_t>> aliases = donation_aliases(plan, w);
+  std::vector<std::pair<size_t, size_t>> aliases = donation_aliases(plan, *w);
   for (const auto& alias : aliases) plan.donatable.push_back(alias.first);
   plan.signature = std::move(c->signature);
-  plan.device = c->inputs.empty() ? (w.results().empty() ? 0 : w.results()[0]->device())
+  plan.device = c->inputs.empty() ? (w->results().empty() ? 0 : w->results()[0]->device())
                                   : c->inputs[0].storage->device();
   plan.num_ops = c->nodes.size();
   plan.what = what;
 
-  std::string key = w.key();  // programs that may donate differ from the same window's eager one
-  for (const auto& [param, result] : aliases) key += "|donate " + std::to_string(param) + ">" + std::to_string(result);
-  std::shared_ptr<runtime::Executable> exe;
-  std::vector<std::shared_ptr<runtime::Buffer>> produced;
-  try {
-    exe = cached_executable(key, [&] { return w.program_text(aliases); }, [&] { return ProgramNames{what, identity}; });
-    // This call's results (the storages already hold the window's pending values); the capture
-    // still holds the inputs' old contents, so nothing is donated.
-    std::vector<int64_t> keep(plan.donatable.begin(), plan.donatable.end());
-    produced = execute_program(*exe, plan.device, w.parameters(), output_bytes(plan), what, keep,
-                               {"compiled graph", nullptr, nullptr, static_cast<int64_t>(plan.num_ops)});
-  } catch (...) {
-    restore_inputs(*c);
-    throw;
+  FirstRun run{w, w->key(), plan, aliases, identity};
+  for (const auto& [param, result] : aliases)  // programs that may donate differ from the same window's eager one
+    run.key += "|donate " + std::to_string(param) + ">" + std::to_string(result);
+  if (mode() == Mode::kDebug) {  // synchronous: errors at the user's line, inputs restored
+    try {
+      auto exe = run.compile();
+      auto produced = run.execute(*exe);
+      for (size_t k = 0; k < produced.size(); ++k) w->results()[k]->materialize(std::move(produced[k]));
+      return std::make_shared<CompiledGraph>(ready(exe), std::move(plan));
+    } catch (...) {
+      restore_inputs(*c);
+      throw;
+    }
   }
-  for (size_t k = 0; k < produced.size(); ++k) w.results()[k]->materialize(std::move(produced[k]));
-  counters().compiled_graph_runs++;
-  return std::make_shared<CompiledGraph>(std::move(exe), std::move(plan));
+  return std::make_shared<CompiledGraph>(run.start_in_background(*c), std::move(plan));
 }
+
+void wait_for_first_runs() { first_runs().wait(); }
+int first_runs_in_flight() { return first_runs().running(); }
+void raise_first_run_failure() { first_runs().raise(); }
 
 }  // namespace torchtpu::exec

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,7 +55,9 @@ class CompiledGraph {
     std::string what;
   };
 
-  CompiledGraph(std::shared_ptr<runtime::Executable> exe, Plan plan) : exe_(std::move(exe)), plan_(std::move(plan)) {}
+  // `exe`: the program, or a compile in progress (run() waits for it, or raises its failure).
+  using ExecutableFuture = std::shared_future<std::shared_ptr<runtime::Executable>>;
+  CompiledGraph(ExecutableFuture exe, Plan plan) : exe_(std::move(exe)), plan_(std::move(plan)) {}
 
   // Why `inputs` cannot run this program ("" when they can): the capture's program assumes each
   // input's flat size, dtype and which inputs share contents.
@@ -72,7 +75,7 @@ class CompiledGraph {
   graph::ValuePtr value_of(const ValueSource& s, const std::vector<GraphInput>& inputs,
                            const std::vector<graph::ValuePtr>& results) const;
 
-  std::shared_ptr<runtime::Executable> exe_;
+  ExecutableFuture exe_;
   Plan plan_;
 };
 
@@ -83,11 +86,20 @@ bool capturing();
 
 // Stops recording and compiles the recorded ops as one program (or finds it in the compile cache
 // tiers), runs it for the capture's own call so that the outputs' and mutated inputs' storages
-// hold real results, and returns it. `outputs` are the output storages the caller will rebuild on
+// hold real results, and returns it. Outside debug mode, the compile and that first run happen on
+// a thread of their own and the storages' values arrive when it is done (graph::DeviceValue::
+// arrive_later): the caller goes on (Dynamo traces the next frame) while XLA compiles. Should that
+// run fail, the written inputs keep their old contents and the next host sync raises the error. `outputs` are the output storages the caller will rebuild on
 // each run (those that are not inputs). `what` names the graph in errors and metrics; `identity`
 // says what counts as "the same graph" for recompile tracking.
 std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& outputs, const std::string& what,
                                            const std::string& identity);
+
+// Waits until no compiled graph's first run is in flight; then raises the failure of one that
+// failed since the last call (ExecutionFailed), if any.
+void wait_for_first_runs();
+int first_runs_in_flight();
+void raise_first_run_failure();
 
 // Abandons the capture after an error: the recorded ops never run and the inputs get their
 // contents back.

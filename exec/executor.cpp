@@ -383,8 +383,10 @@ size_t pending_ops() { return deferred().graph.size(); }
 
 void synchronize(int device, const std::string& reason) {
   flush(reason);
+  wait_for_first_runs();
   pending_work().wait(device);
   deferred_checks().verify();
+  raise_first_run_failure();
 }
 
 void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<ValuePtr>& guarded,
@@ -446,6 +448,7 @@ void download(const BufferRef& storage, void* dst, const std::string& reason) {
   }
   if (start) trace_copy(TraceEvent::Kind::kCopyToHost, storage.device(), start, storage.nbytes(), reason);
   counters().bytes_to_host += storage.nbytes();
+  raise_first_run_failure();
 }
 
 }  // namespace torchtpu::exec

@@ -11,7 +11,10 @@ std::function<bool()>& check() {
   return *c;
 }
 
+thread_local bool uninterruptible = false;
+
 bool interrupted() {
+  if (uninterruptible) return false;
   std::function<bool()> c;
   {
     std::lock_guard<std::mutex> lock(check_mu);
@@ -26,6 +29,8 @@ void set_interrupt_check(std::function<bool()> c) {
   std::lock_guard<std::mutex> lock(check_mu);
   check() = std::move(c);
 }
+
+void never_interrupt_this_thread() { uninterruptible = true; }
 
 void wait_interruptibly(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                         const std::function<bool()>& done) {

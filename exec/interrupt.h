@@ -19,6 +19,10 @@ class Interrupted : public std::runtime_error {
 // every 100 ms of a wait). No check installed: waits are not interruptible.
 void set_interrupt_check(std::function<bool()> check);
 
+// This thread's waits are not interruptible from now on: a background job's (Ctrl-C stops the
+// thread that waits for it, and the check must not take the GIL from under that thread).
+void never_interrupt_this_thread();
+
 // Waits on `cv` (with `lock` held) until `done()`; throws Interrupted when the check says so.
 void wait_interruptibly(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                         const std::function<bool()>& done);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,12 +42,24 @@ class DeviceValue {
   DType dtype() const { return dtype_; }    // element type of the flat buffer
   int64_t length() const { return length_; }  // elements in the flat buffer
 
-  bool is_materialized() const { return buffer_ != nullptr; }
-  const std::shared_ptr<runtime::Buffer>& buffer() const { return buffer_; }
+  // Materialized: it has a buffer, or one is arriving (see arrive_later) and no pending op makes it.
+  bool is_materialized() const { return arrival_.valid() || buffer_ != nullptr; }
+  // Waits for an arriving buffer (rethrowing the failure of the work that was to make it).
+  const std::shared_ptr<runtime::Buffer>& buffer() const {
+    if (arrival_.valid()) arrival_.get();
+    return buffer_;
+  }
   void materialize(std::shared_ptr<runtime::Buffer> buffer) {
     buffer_ = std::move(buffer);
     producer_ = nullptr;
   }
+  // A value whose buffer another thread makes (a compiled graph's first run, while its program
+  // compiles): it calls deliver() and then makes `arrival` ready. Readers wait in buffer() only.
+  void arrive_later(std::shared_future<void> arrival) {
+    arrival_ = std::move(arrival);
+    producer_ = nullptr;
+  }
+  void deliver(std::shared_ptr<runtime::Buffer> buffer) { buffer_ = std::move(buffer); }
 
   // While pending: the node that produces this value and which of its outputs it is.
   Node* producer() const { return producer_; }
@@ -74,6 +87,7 @@ class DeviceValue {
   DType dtype_;
   int64_t length_;
   std::shared_ptr<runtime::Buffer> buffer_;
+  std::shared_future<void> arrival_;  // set once, before other threads see the value
   Node* producer_ = nullptr;
   size_t output_index_ = 0;
   std::atomic<int> holders_{0};

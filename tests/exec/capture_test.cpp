@@ -2,7 +2,10 @@
 // storages, with write-backs, constants, fresh random states and abandoned captures.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "exec/capture.h"
 #include "exec/executor.h"
@@ -112,6 +115,52 @@ TEST(Capture, RandomStatesAreDrawnAgainOnEveryRun) {
     out.swap(graph->run({{x.get(), DType::kF32}}).at(0));
     EXPECT_EQ(contents(out), (std::vector<float>{expected, expected}));
   }
+}
+
+// Emits x + 1 once `go` is set (or after 10 s): shows whether the caller waited for the compile.
+Lowering add_one_after(const std::atomic<bool>& go, std::atomic<bool>& emitted) {
+  return [&go, &emitted](Builder& b, const std::vector<Value>& in) {
+    for (int i = 0; i < 1000 && !go; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    emitted = true;
+    Value one = b.constant(1.0, {DType::kF32, {3}});
+    return std::vector<Value>{b.binary(hlo::BinaryOp::kAdd, in[0], one)};
+  };
+}
+
+TEST(Capture, TheFirstRunCompilesWhileTheCallerGoesOn) {
+  auto x = storage_of({1, 2, 3});
+  BufferRef y(0, 3 * sizeof(float));
+  std::atomic<bool> go{false}, emitted{false};
+  begin_capture({{x.get(), DType::kF32}});
+  run({"add_one_after_go", add_one_after(go, emitted), {{x.get(), flat(3)}}, {{&y, flat(3)}}});
+  auto graph = end_capture({&y}, "waits for go", "");
+  EXPECT_FALSE(emitted);  // end_capture returned before the program was built
+  go = true;
+  EXPECT_EQ(contents(y), (std::vector<float>{2, 3, 4}));  // the read waits for the first run
+  EXPECT_TRUE(emitted);
+}
+
+TEST(Capture, AFailedFirstRunKeepsTheWrittenInputsAndTheNextSyncRaisesIt) {
+  auto x = storage_of({1, 2, 3}), w = storage_of({10, 10, 10});
+  BufferRef y(0, 3 * sizeof(float));
+  begin_capture({{x.get(), DType::kF32}, {w.get(), DType::kF32}});
+  record_step(*x, *w, y);
+  run({"broken",
+       [](Builder&, const std::vector<Value>&) -> std::vector<Value> {
+         throw std::runtime_error("broken has no program");
+       },
+       {{&y, flat(3)}},
+       {{&y, flat(3)}}});
+  auto graph = end_capture({&y}, "broken step", "");
+  try {
+    synchronize(0);
+    ADD_FAILURE() << "synchronize did not raise the failed first run";
+  } catch (const ExecutionFailed& e) {
+    EXPECT_NE(std::string(e.what()).find("broken step failed: broken has no program"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(contents(*w), (std::vector<float>{10, 10, 10}));  // not lost, and raised only once
+  EXPECT_THROW(contents(y), std::runtime_error);
+  EXPECT_THROW(graph->run({{x.get(), DType::kF32}, {w.get(), DType::kF32}}), std::runtime_error);
 }
 
 }  // namespace
