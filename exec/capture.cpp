@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -145,28 +146,26 @@ std::vector<std::pair<size_t, size_t>> donation_aliases(const CompiledGraph::Pla
   return aliases;
 }
 
-// Compiled graphs' first runs in flight on threads of their own, and the first failure among them
-// that no host sync has raised yet.
+// Compiled graphs' first runs, run one after another on a thread of their own (one compile at a
+// time beside the caller: on few cores, concurrent XLA compiles slow each other and the caller's
+// own small compiles), and the first failure among them that no host sync has raised yet. A run
+// waits only for values of runs queued before it.
 class FirstRuns;
 FirstRuns& first_runs();
 
 class FirstRuns {
  public:
   void start(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (running_++ == 0 && !exit_hook_) {
-        exit_hook_ = true;
-        running_compiles();  // makes the compile cache, whose exit hook must run after this one
-        std::atexit([] { first_runs().wait(); });
-      }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!worker_started_) {
+      worker_started_ = true;
+      running_compiles();  // makes the compile cache, whose exit hook must run after this one
+      std::atexit([] { first_runs().wait(); });
+      std::thread([this] { work(); }).detach();  // lives as long as the process
     }
-    std::thread([this, job = std::move(job)] {
-      never_interrupt_this_thread();
-      job();
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--running_ == 0) idle_.notify_all();
-    }).detach();
+    running_++;
+    queue_.push_back(std::move(job));
+    wakeup_.notify_one();
   }
   void wait() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -190,10 +189,28 @@ class FirstRuns {
   }
 
  private:
+  void work() {
+    never_interrupt_this_thread();
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wakeup_.wait(lock, [&] { return !queue_.empty(); });
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();  // catches its own errors
+      job = nullptr;  // drops what the run held before it counts as done
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--running_ == 0) idle_.notify_all();
+    }
+  }
+
   std::mutex mu_;
-  std::condition_variable idle_;
-  int running_ = 0;
-  bool exit_hook_ = false;
+  std::condition_variable wakeup_, idle_;
+  std::deque<std::function<void()>> queue_;
+  int running_ = 0;  // queued or running
+  bool worker_started_ = false;
   std::string failure_;
 };
 

@@ -304,6 +304,31 @@ def test_default_torch_compile_uses_tpu_backend():
     assert _counters()["compiled_graph_runs"] == before + 1
 
 
+def test_optimizer_tracing_does_not_import_inductor():
+    """Dynamo's optimizer tracing imports Inductor's CUDA-graph module for a hint about CUDA tensors
+    (1 s): on tpu it must not (compile/optimizer_tracing.py)."""
+    script = textwrap.dedent("""
+        import sys, torch, torchtpu
+        m = torch.nn.Linear(8, 2).to("tpu")
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+
+        @torch.compile(backend="tpu")
+        def step(x):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        losses = [step(torch.ones(4, 8, device="tpu")).item() for _ in range(3)]
+        assert losses[2] < losses[0], losses
+        print("IMPORTED", "torch._inductor.cudagraph_trees" in sys.modules)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "IMPORTED False" in r.stdout
+
+
 def test_second_process_compiles_nothing(tmp_path):
     script = textwrap.dedent("""
         import torch, torchtpu

@@ -21,7 +21,10 @@ def compile_options(*, buckets=None) -> None:
 
 def backend(gm: torch.fx.GraphModule, example_inputs):
     """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
+    from . import optimizer_tracing
     from .dynamo import backend as compile_graph
+
+    optimizer_tracing.install()  # before Dynamo meets an optimizer step
 
     return compile_graph(gm, example_inputs)
 
