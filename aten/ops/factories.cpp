@@ -3,11 +3,13 @@
 #include <ATen/EmptyTensor.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "aten/device.h"
 #include "aten/origin.h"
 #include "aten/tensor_operand.h"
+#include "exec/capture.h"
 #include "exec/executor.h"
 
 namespace torchtpu::aten {
@@ -32,8 +34,19 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                                            dtype.value_or(c10::get_default_dtype_as_scalartype()));
 }
 
+// Whether `value` is stored as all-zero bytes in any dtype (not -0.0).
+bool zero_bytes(const c10::Scalar& value) {
+  if (value.isIntegral(/*includeBool=*/true)) return value.isBoolean() ? !value.toBool() : value.toLong() == 0;
+  c10::complex<double> v = value.toComplexDouble();
+  return v.real() == 0 && v.imag() == 0 && !std::signbit(v.real()) && !std::signbit(v.imag());
+}
+
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   exec::Operand out = operand(self);
+  // A storage never written already reads as zeros (exec/op_record.cpp): zeroing it runs and
+  // compiles nothing (torch.zeros, an optimizer's state: one program per shape otherwise). A
+  // capture records the op, so that the program makes the zeros.
+  if (!out.storage->value() && zero_bytes(value) && !exec::capturing()) return self;
   hlo::TensorType type{out.view.dtype, out.view.sizes};
   exec::Lowering lower;
   std::string key;
