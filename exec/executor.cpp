@@ -183,14 +183,31 @@ void execute(const Window& w, runtime::Executable& exe, const std::string& what,
   for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
 }
 
+// Zeros uploaded as the node's one result (graph::Node::zero_bytes).
+void upload_zeros(const Window& w) {
+  const ValuePtr& v = w.results().at(0);
+  std::vector<char> zeros(v->length() * element_size(v->dtype()), 0);
+  runtime::Buffer b;
+  try {
+    b = client().to_device(zeros.data(), v->dtype(), {v->length()}, exec::device(v->device()));
+  } catch (const runtime::PjrtError& e) {
+    rethrow_memory_error(e, v->device(), zeros.size(), "zeros");
+  }
+  counters().bytes_to_device += static_cast<int64_t>(zeros.size());
+  v->materialize(std::make_shared<runtime::Buffer>(std::move(b)));
+}
+
 // One node as its own program, from the single-op cache. `kind` tells a profiler why it runs alone.
 void execute_single(const NodePtr& node, const char* kind = "op") {
   Window w({node}, Window::Keep::kAlive);
   if (w.results().empty()) return;
   TraceCause cause(node->origin.get());  // a compile it needs names the op's line
   std::string what = op_of(*node);
-  auto exe = cached_executable(w.key(), [&] { return w.program_text(); },
-                               [&] { return ProgramNames{what, identity_of({node})}; });
+  auto text = [&] { return w.program_text(); };
+  auto names = [&] { return ProgramNames{what, identity_of({node})}; };
+  auto exe = node->zero_bytes ? cached_executable_or_compile_async(w.key(), text, names)
+                              : cached_executable(w.key(), text, names);
+  if (!exe) return upload_zeros(w);  // nobody waits for a compile to make zeros
   execute(w, *exe, what, {kind, node.get(), node.get()});
 }
 

@@ -33,6 +33,7 @@ struct OpCall {
   std::vector<Operand> inputs;
   std::vector<Operand> outputs;
   std::shared_ptr<const graph::Origin> origin;  // for errors and metrics; may be null
+  bool zero_bytes = false;  // it writes all-zero bytes (a zero fill): see graph::Node::zero_bytes
 };
 
 }  // namespace torchtpu::exec

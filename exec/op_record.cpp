@@ -135,6 +135,7 @@ graph::NodePtr record_op(OpCall&& call) {
   auto node = std::make_shared<graph::Node>();
   node->key = plan.key(call);
   node->origin = call.origin;
+  node->zero_bytes = call.zero_bytes && plan.slots.size() == 1 && !plan.slots[0].read;
   int device = plan.slots.empty() ? 0 : plan.slots[0].storage->device();
   for (const Slot& s : plan.slots) {
     if (s.storage->device() != device)

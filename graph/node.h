@@ -30,6 +30,9 @@ struct Node {
   // Outputs are not owned: a value nobody holds or reads any more needs not be produced.
   std::vector<std::weak_ptr<DeviceValue>> outputs;
   std::shared_ptr<const Origin> origin;
+  // Its one output replaces a whole storage with all-zero bytes (torch.zeros, an optimizer's
+  // state): run alone, a compile miss uploads zeros and compiles the program in the background.
+  bool zero_bytes = false;
 };
 
 using NodePtr = std::shared_ptr<Node>;

@@ -9,7 +9,6 @@
 #include "aten/device.h"
 #include "aten/origin.h"
 #include "aten/tensor_operand.h"
-#include "exec/capture.h"
 #include "exec/executor.h"
 
 namespace torchtpu::aten {
@@ -43,10 +42,6 @@ bool zero_bytes(const c10::Scalar& value) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   exec::Operand out = operand(self);
-  // A storage never written already reads as zeros (exec/op_record.cpp): zeroing it runs and
-  // compiles nothing (torch.zeros, an optimizer's state: one program per shape otherwise). A
-  // capture records the op, so that the program makes the zeros.
-  if (!out.storage->value() && zero_bytes(value) && !exec::capturing()) return self;
   hlo::TensorType type{out.view.dtype, out.view.sizes};
   exec::Lowering lower;
   std::string key;
@@ -85,7 +80,9 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
       return std::vector<hlo::Value>{b.constant(v, type)};
     };
   }
-  run_on_device({key, lower, {}, {out}, origin_of("aten::fill_")});
+  exec::OpCall call{key, lower, {}, {out}, origin_of("aten::fill_")};
+  call.zero_bytes = zero_bytes(value);
+  run_on_device(std::move(call));
   return self;
 }
 

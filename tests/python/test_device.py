@@ -223,26 +223,30 @@ def test_printing_formats_on_the_host_and_compiles_nothing():
     assert text == repr(torch.nn.Parameter(x)).replace("dtype=torch.float64", "device='tpu:0', dtype=torch.float64")
 
 
-@pytest.mark.parametrize("mode", ["strict", "fused", "lazy"])
-def test_zeroing_a_never_written_tensor_runs_nothing(mode):
-    """A fresh storage reads as zeros, so torch.zeros and an optimizer's zeros_like states run and
-    compile nothing; fills that are not all-zero bytes (-0.0) and zeroing written data still run."""
-    with torchtpu.eager_mode(mode):
-        before = torchtpu.metrics.counters()
-        made = [torch.zeros(3, 5, device="tpu"), torch.zeros(7, dtype=torch.bool, device="tpu"),
-                torch.zeros(2, dtype=torch.complex64, device="tpu"), torch.zeros_like(torch.empty(11, device="tpu"))]
-        part = torch.empty(6, device="tpu")
-        part[2:4].zero_()
-        after = torchtpu.metrics.counters()
-        assert after["compiles"] == before["compiles"] and after["executions"] == before["executions"]
-        for t in made + [part]:
-            assert torch.equal(t.cpu(), torch.zeros(t.shape, dtype=t.dtype))
-        negative = torch.empty(4, device="tpu").fill_(-0.0).cpu()
-        assert torch.signbit(negative).all()
-        written = torch.arange(5.0, device="tpu")
-        written[1:3].zero_()
-        assert written.cpu().tolist() == [0.0, 0.0, 0.0, 3.0, 4.0]
-        assert (torch.zeros(4, device="tpu") + 2).cpu().tolist() == [2.0] * 4
+def test_zero_fills_never_wait_for_a_compile():
+    """torch.zeros of a shape the single-op cache lacks uploads zeros and compiles its program in
+    the background; once compiled, zeros of that shape run the program. Other fills (-0.0 is not
+    all-zero bytes), partial zero fills and every mode give CPU's values."""
+    counters = torchtpu.metrics.counters
+    torchtpu.cache.wait_for_background_compiles()
+    before = counters()["executions"]
+    fresh = torch.zeros(3, 5, 7, 11, device="tpu")  # a shape no other test uses
+    assert counters()["executions"] == before  # uploaded, not run
+    torchtpu.cache.wait_for_background_compiles()
+    again = torch.zeros(3, 5, 7, 11, device="tpu")
+    assert counters()["executions"] == before + 1
+    for t in (fresh, again):
+        assert torch.equal(t.cpu(), torch.zeros(3, 5, 7, 11))
+    for mode in ("strict", "fused", "lazy"):
+        with torchtpu.eager_mode(mode):
+            made = [torch.zeros(7, dtype=torch.bool, device="tpu"), torch.zeros(2, dtype=torch.complex64, device="tpu"),
+                    torch.zeros_like(torch.ones(13, device="tpu"))]
+            for t in made:
+                assert torch.equal(t.cpu(), torch.zeros(t.shape, dtype=t.dtype))
+            assert torch.signbit(torch.empty(4, device="tpu").fill_(-0.0).cpu()).all()
+            written = torch.arange(5.0, device="tpu")
+            written[1:3].zero_()
+            assert written.cpu().tolist() == [0.0, 0.0, 0.0, 3.0, 4.0]
 
 
 def _python(code, **env):
