@@ -48,5 +48,6 @@ def clear() -> None:
 
 
 def wait_for_background_compiles() -> None:
-    """Blocks until the fused mode's background compiles have finished."""
+    """Blocks until the background compiles have finished: fused mode's windows, zero fills', and
+    the first runs of torch.compile graphs."""
     _C._wait_for_background_compiles()
