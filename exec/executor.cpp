@@ -183,18 +183,26 @@ void execute(const Window& w, runtime::Executable& exe, const std::string& what,
   for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
 }
 
+// Host data as the contents of `value` (counted, and traced for a profiler).
+void materialize_from_host(graph::DeviceValue& value, const void* data) {
+  size_t bytes = value.length() * element_size(value.dtype());
+  runtime::Buffer b;
+  int64_t start = tracing() ? trace_clock_ns() : 0;
+  try {
+    b = client().to_device(data, value.dtype(), {value.length()}, exec::device(value.device()));
+  } catch (const runtime::PjrtError& e) {
+    rethrow_memory_error(e, value.device(), bytes, "a host-to-device copy");
+  }
+  if (start) trace_copy(TraceEvent::Kind::kCopyToDevice, value.device(), start, bytes);
+  counters().bytes_to_device += static_cast<int64_t>(bytes);
+  value.materialize(std::make_shared<runtime::Buffer>(std::move(b)));
+}
+
 // Zeros uploaded as the node's one result (graph::Node::zero_bytes).
 void upload_zeros(const Window& w) {
-  const ValuePtr& v = w.results().at(0);
-  std::vector<char> zeros(v->length() * element_size(v->dtype()), 0);
-  runtime::Buffer b;
-  try {
-    b = client().to_device(zeros.data(), v->dtype(), {v->length()}, exec::device(v->device()));
-  } catch (const runtime::PjrtError& e) {
-    rethrow_memory_error(e, v->device(), zeros.size(), "zeros");
-  }
-  counters().bytes_to_device += static_cast<int64_t>(zeros.size());
-  v->materialize(std::make_shared<runtime::Buffer>(std::move(b)));
+  graph::DeviceValue& v = *w.results().at(0);
+  std::vector<char> zeros(v.length() * element_size(v.dtype()), 0);
+  materialize_from_host(v, zeros.data());
 }
 
 // One node as its own program, from the single-op cache. `kind` tells a profiler why it runs alone.
@@ -423,17 +431,8 @@ void raise_if_failed(const graph::DeviceValue& value) {
 
 void upload(BufferRef& storage, const void* data, DType dtype) {
   int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
-  runtime::Buffer b;
-  int64_t start = tracing() ? trace_clock_ns() : 0;
-  try {
-    b = client().to_device(data, dtype, {length}, exec::device(storage.device()));
-  } catch (const runtime::PjrtError& e) {
-    rethrow_memory_error(e, storage.device(), storage.nbytes(), "a host-to-device copy");
-  }
-  if (start) trace_copy(TraceEvent::Kind::kCopyToDevice, storage.device(), start, storage.nbytes());
-  counters().bytes_to_device += storage.nbytes();
   auto value = std::make_shared<graph::DeviceValue>(storage.device(), dtype, length);
-  value->materialize(std::make_shared<runtime::Buffer>(std::move(b)));
+  materialize_from_host(*value, data);
   storage.swap(std::move(value));
 }
 
