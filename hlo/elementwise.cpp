@@ -75,7 +75,8 @@ Value Builder::select(const Value& pred, const Value& on_true, const Value& on_f
                                              " vs " + on_false.type.str());
   require(pred.type.dtype == DType::kBool, "select predicate must be i1");
   require(pred.type.dims.empty() || pred.type.dims == on_true.type.dims,
-          "select predicate shape must be scalar or match the branches");
+          "select predicate shape must be scalar or match the branches: " + pred.type.str() + " vs " +
+              on_true.type.str());
   return emit1("stablehlo.select", {pred, on_true, on_false}, on_true.type);
 }
 

@@ -21,6 +21,8 @@ Value reflector(Builder& b, const Value& a, const Value& i) {
                            b.constant(0, column.type)));
 }
 
+}  // namespace
+
 // H c = c - tau v (v^H c) (from the left) or c H = c - tau (c v) v^H (from the right).
 Value reflect(Math& m, const Value& c, const Value& v, const Value& tau, bool left) {
   int64_t rank = c.type.rank();
@@ -30,8 +32,6 @@ Value reflect(Math& m, const Value& c, const Value& v, const Value& tau, bool le
   Value outer = m.mul(left ? v_full : v_conj, spread(w, left ? rank - 1 : rank - 2));
   return m.sub(c, m.mul(per_matrix(m.b, tau, c.type.dims), outer));
 }
-
-}  // namespace
 
 Value apply_q(Math& m, const Value& reflectors, const Value& tau, Value c, bool left, bool transpose) {
   int64_t k = tau.type.dims.back();
@@ -45,9 +45,21 @@ Value apply_q(Math& m, const Value& reflectors, const Value& tau, Value c, bool 
   })[0];
 }
 
-// LAPACK's dlarfg (zlarfg) per column: beta = -sign(Re alpha) |(alpha, x)|, real,
-// tau = (beta - alpha) / beta, v = x / (alpha - beta); tau = 0 (H = I) when x is zero and alpha
-// real. Each H_j^H is applied to the columns right of j.
+Reflector larfg(Math& m, const Value& alpha, const Value& x_norm_squared) {
+  Builder& b = m.b;
+  Value norm = b.unary(UnaryOp::kSqrt, m.add(abs_squared(b, alpha), x_norm_squared));
+  Value alpha_re = real_part(b, alpha);
+  Value beta = real_as(b, b.select(b.compare(Compare::kGE, alpha_re, m.k(0, alpha_re)), b.unary(UnaryOp::kNegate, norm), norm), alpha);
+  Value trivial = b.compare(Compare::kEQ, x_norm_squared, m.k(0, x_norm_squared));
+  if (is_complex(alpha.type.dtype)) {
+    Value alpha_im = b.unary(UnaryOp::kImag, alpha);
+    trivial = b.binary(BinaryOp::kAnd, trivial, b.compare(Compare::kEQ, alpha_im, m.k(0, alpha_im)));
+  }
+  return {b.select(trivial, alpha, beta), b.select(trivial, m.k(0, beta), m.div(m.sub(beta, alpha), beta)),
+          b.select(trivial, m.k(0, beta), m.div(m.k(1, beta), m.sub(alpha, beta)))};
+}
+
+// One reflector per column (larfg); each H_j^H is applied to the columns right of j.
 Qr geqrf(Math& m, Value a) {
   int64_t rank = a.type.rank(), k = std::min(a.type.dims[rank - 2], a.type.dims[rank - 1]);
   std::vector<int64_t> tau_dims = batch_of(a.type);
@@ -59,20 +71,10 @@ Qr geqrf(Math& m, Value a) {
     Value below = positions(b, column.type.dims, rank - 2, Compare::kGT, j);
     Value at_j = positions(b, column.type.dims, rank - 2, Compare::kEQ, j);
     Value x = b.select(below, column, lm.k(0, column));
-    Value xnorm2 = lm.sum(abs_squared(b, x), {rank - 2});
-    Value norm = b.unary(UnaryOp::kSqrt, lm.add(abs_squared(b, alpha), xnorm2));
-    Value alpha_re = real_part(b, alpha);
-    Value beta = real_as(b, b.select(b.compare(Compare::kGE, alpha_re, lm.k(0, alpha_re)), b.unary(UnaryOp::kNegate, norm), norm), alpha);
-    Value trivial = b.compare(Compare::kEQ, xnorm2, lm.k(0, xnorm2));
-    if (is_complex(alpha.type.dtype)) {
-      Value alpha_im = b.unary(UnaryOp::kImag, alpha);
-      trivial = b.binary(BinaryOp::kAnd, trivial, b.compare(Compare::kEQ, alpha_im, lm.k(0, alpha_im)));
-    }
-    Value tau = b.select(trivial, lm.k(0, beta), lm.div(lm.sub(beta, alpha), beta));
-    Value scale = b.select(trivial, lm.k(0, beta), lm.div(lm.k(1, beta), lm.sub(alpha, beta)));
+    auto [beta, tau, scale] = larfg(lm, alpha, lm.sum(abs_squared(b, x), {rank - 2}));
     Value v_below = lm.mul(x, per_matrix(b, scale, column.type.dims));
     Value reflected = reflect(lm, a, b.select(at_j, lm.k(1, column), v_below), conj(b, tau), true);
-    Value new_column = b.select(at_j, per_matrix(b, b.select(trivial, alpha, beta), column.type.dims),
+    Value new_column = b.select(at_j, per_matrix(b, beta, column.type.dims),
                                 b.select(below, v_below, column));
     std::vector<int64_t> map;
     for (int64_t d = 0; d < rank - 1; ++d) map.push_back(d);
