@@ -9,6 +9,7 @@
 // are per matrix. A matrix the iteration does not converge on gets NaN results (LAPACK's info > 0).
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "aten/ops/householder.h"
 
@@ -612,16 +613,21 @@ struct Schur {
     return b.dot_general(x, y, {{}, {}, {1}, {0}}, x.type.dtype, Builder::Precision::kHighest);
   }
 
-  // (eigenvalues [n], eigenvectors [n, n]), complex; NaN where the iteration did not converge.
-  std::pair<Value, Value> eig(const Value& a, DType complex_t) {
+  // (eigenvalues [n], eigenvectors [n, n] or none), complex; NaN where the iteration did not converge.
+  std::pair<Value, std::optional<Value>> eig(const Value& a, DType complex_t, bool vectors) {
     auto [balanced, scale] = balance(a);
     auto [h, q] = hessenberg(balanced);
     Decomposition d = schur(padded(h, 1), padded(q, 0));
-    Value w, t, z;
+    Value nan = b.constant(NAN, {component_dtype(complex_t), {}}), nan_c = b.binary(BinaryOp::kComplex, nan, nan);
+    auto or_nan = [&](const Value& x) {
+      return b.select(b.broadcast_in_dim(d.converged, x.type.dims, {}), x, b.broadcast_in_dim(nan_c, x.type.dims, {}));
+    };
+    Value w = complex() ? d.wr : b.binary(BinaryOp::kComplex, d.wr, d.wi);
+    if (!vectors) return {or_nan(w), std::nullopt};
+    Value t, z;
     if (complex()) {
-      w = d.wr, t = triangle(b, d.t, false), z = d.z;
+      t = triangle(b, d.t, false), z = d.z;
     } else {
-      w = b.binary(BinaryOp::kComplex, d.wr, d.wi);
       Value u = complex_schur_basis(d.t, d.wi, complex_t);
       Value tc = matmul(matmul(adjoint(b, u), b.convert(d.t, complex_t)), u);
       t = triangle(b, tc, false);
@@ -636,20 +642,18 @@ struct Schur {
       v = b.select(real_value, real_as(b, b.unary(UnaryOp::kReal, v), v), v);
     }
     v = c.normalized(c.m.mul(v, b.broadcast_in_dim(real_as(b, scale, v), {n, n}, {0})));
-    Value nan = b.constant(NAN, {component_dtype(complex_t), {}});
-    Value nan_c = b.binary(BinaryOp::kComplex, nan, nan);
-    return {b.select(b.broadcast_in_dim(d.converged, {n}, {}), w, b.broadcast_in_dim(nan_c, {n}, {})),
-            b.select(b.broadcast_in_dim(d.converged, {n, n}, {}), v, b.broadcast_in_dim(nan_c, {n, n}, {}))};
+    return {or_nan(w), or_nan(v)};
   }
 };
 
-// linalg_eig(A) -> (eigenvalues, eigenvectors), complex.
+// linalg_eig(A) -> (eigenvalues, eigenvectors) and _linalg_eigvals(A) -> eigenvalues, complex.
 V linalg_eig(LoweringContext& c) {
   Builder& b = c.b;
   Value a = c.raw(0);
+  bool vectors = c.num_outputs() == 2;
   int64_t rank = a.type.rank(), n = a.type.dims.back(), count = 1;
   for (int64_t d = 0; d + 2 < rank; ++d) count *= a.type.dims[d];
-  if (n == 0 || count == 0) return {b.constant(0, c.out(0)), b.constant(0, c.out(1))};
+  if (n == 0 || count == 0) return vectors ? V{b.constant(0, c.out(0)), b.constant(0, c.out(1))} : V{b.constant(0, c.out(0))};
   std::vector<int64_t> all;
   for (int64_t d = 0; d < rank; ++d) all.push_back(d);
   Math m{b};
@@ -658,16 +662,20 @@ V linalg_eig(LoweringContext& c) {
     finite = b.binary(BinaryOp::kAnd, finite, b.unary(UnaryOp::kIsFinite, b.unary(UnaryOp::kImag, a)));
   c.check_on_device(m.reduce(finite, all, BinaryOp::kAnd, 1));
   DType complex_t = c.out(0).dtype;
-  Value flat = b.reshape(a, {count, n, n});
-  V out = counted_loop(b, count, {flat, b.constant(0, {complex_t, {count, n}}), b.constant(0, {complex_t, {count, n, n}})},
-                       [&](Builder& lb, const Value& j, const V& s) {
-                         Schur solver{lb, n, a.type.dtype};
-                         auto [w, v] = solver.eig(slice_at(lb, s[0], 0, j), complex_t);
-                         Value zero = lb.constant_int(0, kIndex);
-                         return V{s[0], lb.dynamic_update_slice(s[1], lb.reshape(w, {1, n}), {j, zero}),
-                                  lb.dynamic_update_slice(s[2], lb.reshape(v, {1, n, n}), {j, zero, zero})};
-                       });
-  return {b.reshape(out[1], c.out(0).dims), b.reshape(out[2], c.out(1).dims)};
+  V results = {b.constant(0, {complex_t, {count, n}})};
+  if (vectors) results.push_back(b.constant(0, {complex_t, {count, n, n}}));
+  V start = {b.reshape(a, {count, n, n})};
+  start.insert(start.end(), results.begin(), results.end());
+  V out = counted_loop(b, count, start, [&](Builder& lb, const Value& j, const V& s) {
+    auto [w, v] = Schur{lb, n, a.type.dtype}.eig(slice_at(lb, s[0], 0, j), complex_t, vectors);
+    Value zero = lb.constant_int(0, kIndex);
+    V next = {s[0], lb.dynamic_update_slice(s[1], lb.reshape(w, {1, n}), {j, zero})};
+    if (v) next.push_back(lb.dynamic_update_slice(s[2], lb.reshape(*v, {1, n, n}), {j, zero, zero}));
+    return next;
+  });
+  V r = {b.reshape(out[1], c.out(0).dims)};
+  if (vectors) r.push_back(b.reshape(out[2], c.out(1).dims));
+  return r;
 }
 
 LoweringOptions eig_options() {
@@ -679,7 +687,7 @@ LoweringOptions eig_options() {
 }  // namespace
 
 TORCHTPU_LOWERINGS(eig) {
-  register_lowering({"linalg_eig", "linalg_eig.out"}, linalg_eig, eig_options());
+  register_lowering({"linalg_eig", "linalg_eig.out", "_linalg_eigvals"}, linalg_eig, eig_options());
 }
 
 }  // namespace torchtpu::aten

@@ -202,6 +202,13 @@ CASES = {
     "eigh": (lambda a: (torch.linalg.eigvalsh(a), torch.linalg.eigh(a)[1].abs(), torch.linalg.eigh(a, UPLO="U")[0],
                         torch.linalg.pinv(a, hermitian=True), torch.linalg.matrix_rank(a.detach(), hermitian=True)),
              torch.randn(2, 5, 5, generator=g, dtype=torch.float64)),  # one triangle is read
+    # general eigenproblems: eigenvalues in CPU's (LAPACK's) order, eigenvectors by modulus (unique
+    # up to a phase); eigvals without autograd goes through its own op
+    "eig": (lambda a: (*(lambda w: (w.real, w.imag))(torch.linalg.eig(a)[0]), torch.linalg.eig(a)[1].abs(),
+                       torch.linalg.eigvals(a.detach()).real, torch.linalg.eigvals(a[0].detach().float()).imag),
+            torch.randn(2, 5, 5, generator=g, dtype=torch.float64)),
+    "eig_complex": (lambda a: (*torch.linalg.eig(a)[0:1], torch.linalg.eig(a)[1].abs(), torch.linalg.eigvals(a.to(torch.complex64))),
+                    torch.randn(2, 4, 4, generator=g, dtype=torch.complex128)),
     "matrix_exp": (lambda a: (torch.linalg.matrix_exp(a), torch.linalg.matrix_exp(a * 20), torch.linalg.matrix_exp(a[0] * 0)),
                    torch.randn(3, 4, 4, generator=g, dtype=torch.float64)),  # scaled 0 to 6 times
     # every driver's solution; rank, singular values and residuals where CPU gives them (a
@@ -406,6 +413,51 @@ def test_transformer_fast_path_mask_check_on_device(no_fallbacks):
     kept = torch.tensor([[True, True, False], [True, False, False]])
     assert torch._nested_tensor_from_mask_left_aligned(x45.to("tpu"), kept.to("tpu"))
     assert not torch._nested_tensor_from_mask_left_aligned(x45.to("tpu"), kept.flip(1).to("tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128, torch.float32, torch.complex64])
+def test_eig_eigenvalues_in_cpu_order(dtype, no_fallbacks):
+    """linalg.eig follows LAPACK's geev step by step (balancing, Hessenberg form, lahqr's shifts and
+    deflations), so eigenvalues come in CPU's order, badly scaled matrices (D A D^-1) and conjugate
+    pairs included; eigenvectors are unit columns with the largest component real."""
+    gen = torch.Generator().manual_seed(1)
+    for n in (3, 6):
+        a = torch.randn(8, n, n, generator=gen, dtype=dtype)
+        scale = torch.logspace(-4, 4, n, dtype=torch.float64).to(dtype)
+        a[4:] = scale[:, None] * a[4:] / scale  # needs balancing
+        w, v = torch.linalg.eig(a.to("tpu"))
+        w_cpu, v_cpu = torch.linalg.eig(a)
+        tol = {"rtol": 1e-4, "atol": 1e-4} if dtype in (torch.float32, torch.complex64) else {"rtol": 1e-9, "atol": 1e-9}
+        torch.testing.assert_close(w.cpu(), w_cpu, **tol)
+        torch.testing.assert_close(v.cpu().abs()[:4], v_cpu.abs()[:4], **tol)
+        v = v.cpu()
+        torch.testing.assert_close(torch.linalg.vector_norm(v, dim=-2), torch.ones(8, n, dtype=w.real.dtype))
+        largest = v.gather(-2, v.abs().argmax(-2, keepdim=True))
+        assert (largest.imag.abs() <= 1e-6 * largest.real).all() and (largest.real > 0).all()
+
+
+def test_eig_special_matrices(no_fallbacks):
+    """Repeated, zero, defective and unit-circle eigenvalues: CPU's eigenvalues in CPU's order, and
+    A V = V diag(w) where the eigenvectors are well defined."""
+    n = 5
+    cases = {"identity": torch.eye(n), "zeros": torch.zeros(n, n), "diagonal": torch.diag(torch.tensor([3.0, -1, 2, 2, 0.5])),
+             "upper": torch.triu(torch.arange(1.0, n * n + 1).reshape(n, n)), "cyclic": torch.roll(torch.eye(n), 1, 0),
+             "jordan": 2 * torch.eye(n) + torch.diag(torch.ones(n - 1), 1),
+             "skew": (lambda a: a - a.T)(torch.arange(n * n, dtype=torch.float32).reshape(n, n).sin())}
+    for name, a in cases.items():
+        a = a.double()
+        w, v = (x.cpu() for x in torch.linalg.eig(a.to("tpu")))
+        torch.testing.assert_close(w, torch.linalg.eigvals(a), atol=1e-7, rtol=1e-7, msg=name)
+        if name != "jordan":
+            torch.testing.assert_close(a.to(v.dtype) @ v, v * w, atol=1e-12, rtol=0, msg=name)
+
+
+def test_eig_of_non_finite_input_raises_as_cpu():
+    bad = torch.tensor([[1.0, float("nan")], [0.0, 1.0]])
+    with pytest.raises(RuntimeError, match="should not contain infs or NaNs"):
+        torch.linalg.eig(bad)
+    with pytest.raises(RuntimeError, match="should not contain infs or NaNs"):
+        torch.linalg.eigvals(bad.to("tpu")).cpu()
 
 
 def test_cholesky_ex_reports_failure_in_info(no_fallbacks):
