@@ -3,7 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
-ctest --test-dir build --output-on-failure -j2 || status=1
+ctest --test-dir build --output-on-failure -j2 --timeout 300 || status=1
 # Two worker processes (pytest-xdist), each taking whole files: most tests wait on one thread
 # (imports, tracing, XLA's compiles), so two at a time use both cores. The longest files go
 # first, so that the workers finish together (xdist's default order, most tests first, left the

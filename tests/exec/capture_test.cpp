@@ -21,6 +21,16 @@ using hlo::Value;
 using testing::contents;
 using testing::storage_of;
 
+// A capture's first run compiles on a background thread. The process must not exit under it: the
+// XLA plugin's lazily made statics (made by that compile, so destroyed before the executor's exit
+// hook waits) would go while it runs. Python waits at interpreter shutdown; here each test's
+// process waits when its tests end.
+class WaitForFirstRuns : public ::testing::Environment {
+ public:
+  void TearDown() override { wait_for_first_runs(); }
+};
+const auto* const wait_at_exit = ::testing::AddGlobalTestEnvironment(new WaitForFirstRuns);
+
 View flat(int64_t n) { return {DType::kF32, {n}, {1}, 0}; }
 
 Lowering binary(hlo::BinaryOp op) {
