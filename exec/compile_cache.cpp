@@ -162,6 +162,16 @@ class Cache {
     return compile_on_a_thread(std::move(job));
   }
 
+  ExecutablePtr loaded(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ExecutablePtr exe = memory_.find(key);
+    if (exe) {
+      stats_.requests++;
+      memory_hits_++;
+    }
+    return exe;
+  }
+
   void wait_for_background() {
     std::unique_lock<std::mutex> lock(mu_);
     wait_interruptibly(lock, idle_, [&] { return queue_.empty() && !worker_busy_ && waited_compiles_ == 0; });
@@ -446,6 +456,8 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
                                                                         const NameProgram& names) {
   return cache().get(key, program, names, /*wait=*/false);
 }
+
+std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key) { return cache().loaded(key); }
 
 void start_prefetching() { cache().start_prefetching(); }
 void wait_for_background_compiles() { cache().wait_for_background(); }

@@ -52,6 +52,10 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
                                                                         const ProgramText& program,
                                                                         const NameProgram& names);
 
+// The executable for `key` if it is loaded in memory (counted as a hit), else null, counting
+// nothing: the caller then goes the long way (cached_executable).
+std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key);
+
 // Starts loading, on background threads, the executables this command used when it last ran
 // (exec/prefetch.h). Once per process; the client calls it when it starts.
 void start_prefetching();

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "exec/compile_cache.h"
 #include "exec/executor.h"
 #include "exec/view_program.h"
 #include "graph/key_text.h"
@@ -117,6 +118,29 @@ graph::ValuePtr current_value(BufferRef& storage, DType dtype) {
   return storage.value();
 }
 
+// The storages' device; throws when they are on different ones.
+int device_of(const OpCall& call, const SlotPlan& plan) {
+  int device = plan.slots.empty() ? 0 : plan.slots[0].storage->device();
+  for (const Slot& s : plan.slots)
+    if (s.storage->device() != device)
+      throw std::invalid_argument(call.key.substr(0, call.key.find('|')) + ": operands are on different devices (tpu:" +
+                                  std::to_string(device) + " and tpu:" + std::to_string(s.storage->device()) + ")");
+  return device;
+}
+
+// New values for the written slots, carrying `inherited`, swapped into their storages.
+std::vector<graph::ValuePtr> swap_in_results(const SlotPlan& plan, int device, const std::vector<graph::CheckPtr>& inherited) {
+  std::vector<graph::ValuePtr> results;
+  for (const Slot& s : plan.slots)
+    if (s.written) {
+      auto value = std::make_shared<graph::DeviceValue>(device, s.flat_dtype, s.flat_length);
+      for (const graph::CheckPtr& c : inherited) value->depend_on(c);
+      results.push_back(value);
+      s.storage->swap(std::move(value));
+    }
+  return results;
+}
+
 }  // namespace
 
 std::vector<graph::CheckPtr> unsettled_checks(const std::vector<graph::ValuePtr>& inputs) {
@@ -136,13 +160,9 @@ graph::NodePtr record_op(OpCall&& call) {
   node->key = plan.key(call);
   node->origin = call.origin;
   node->zero_bytes = call.zero_bytes && plan.slots.size() == 1 && !plan.slots[0].read;
-  int device = plan.slots.empty() ? 0 : plan.slots[0].storage->device();
-  for (const Slot& s : plan.slots) {
-    if (s.storage->device() != device)
-      throw std::invalid_argument(call.key.substr(0, call.key.find('|')) + ": operands are on different devices (tpu:" +
-                                  std::to_string(device) + " and tpu:" + std::to_string(s.storage->device()) + ")");
+  int device = device_of(call, plan);
+  for (const Slot& s : plan.slots)
     if (s.read) node->inputs.push_back(current_value(*s.storage, s.flat_dtype));
-  }
   std::vector<graph::CheckPtr> inherited = unsettled_checks(node->inputs);
   Fragment fragment{node->key, std::move(call.lower), plan.slots, std::move(plan.input_slot),
                     std::move(plan.output_slot), {}, {}};
@@ -152,14 +172,45 @@ graph::NodePtr record_op(OpCall&& call) {
   for (Operand& out : call.outputs) fragment.output_views.push_back(std::move(out.view));
   for (Slot& s : fragment.slots) s.storage = nullptr;  // the fragment must not reach storages later
   node->emit = std::move(fragment);
+  for (const graph::ValuePtr& v : swap_in_results(plan, device, inherited)) node->outputs.push_back(v);
+  return node;
+}
+
+std::optional<BoundOp> bind_loaded(const OpCall& call) {
+  SlotPlan plan(call);
+  int device = device_of(call, plan);
+  std::vector<graph::ValuePtr> inputs, parameters;
+  for (const Slot& s : plan.slots)
+    if (s.read) {
+      inputs.push_back(current_value(*s.storage, s.flat_dtype));
+      if (!inputs.back()->is_materialized()) return std::nullopt;  // the long way says what went wrong
+    }
+  // The key graph::Window gives this op's node alone (Keep::kAlive: every output is held).
+  std::string node_key = plan.key(call), key;
+  key.reserve(node_key.size() + 16 + 4 * plan.slots.size());
+  graph::append_number(key, node_key.size());
+  key += ':';
+  key += node_key;
+  key += '<';
+  for (const graph::ValuePtr& in : inputs) {
+    size_t p = std::find(parameters.begin(), parameters.end(), in) - parameters.begin();
+    if (p == parameters.size()) parameters.push_back(in);
+    key += 'p';
+    graph::append_number(key, p);
+    key += ',';
+  }
+  key += ">=>";
+  int64_t written = 0;
   for (const Slot& s : plan.slots)
     if (s.written) {
-      auto value = std::make_shared<graph::DeviceValue>(device, s.flat_dtype, s.flat_length);
-      for (const graph::CheckPtr& c : inherited) value->depend_on(c);
-      node->outputs.push_back(value);
-      s.storage->swap(std::move(value));
+      key += "0.";
+      graph::append_number(key, written++);
+      key += ',';
     }
-  return node;
+  std::shared_ptr<runtime::Executable> exe = loaded_executable(key);
+  if (!exe) return std::nullopt;
+  std::vector<graph::ValuePtr> results = swap_in_results(plan, device, unsettled_checks(inputs));
+  return BoundOp{std::move(exe), std::move(parameters), std::move(results), device};
 }
 
 }  // namespace torchtpu::exec
