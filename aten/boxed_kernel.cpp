@@ -423,6 +423,13 @@ std::vector<c10::IValue> lowering_args(const std::vector<c10::IValue>& args, con
   return kept;
 }
 
+// What a failed device check raises: the op's message, or the one its arguments give.
+std::string check_message(const LoweringOptions& options, const std::vector<c10::IValue>& args) {
+  int arg = options.device_check_message_arg;
+  if (arg >= 0 && args.at(arg).isString() && !args.at(arg).toStringRef().empty()) return args.at(arg).toStringRef();
+  return options.device_check;
+}
+
 // One program: inputs read through their views, the lowering, results cast and broadcast into
 // the destinations (plus the device-check flag, for ops that have one).
 void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta,
@@ -493,7 +500,7 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
     std::vector<graph::ValuePtr> results;
     for (const exec::Operand& out : outputs)
       if (out.storage != ok.get()) results.push_back(out.storage->value());
-    std::string message = std::string(entry.options.device_check) + " (" + origin->describe() +
+    std::string message = check_message(entry.options, args) + " (" + origin->describe() +
                           " on tpu, detected on the device)";
     translating_errors([&] { exec::defer_check(ok, message, results, !entry.options.device_check_runtime_error); },
                        name);  // debug mode raises here

@@ -125,6 +125,8 @@ struct LoweringOptions {
   // gather and scatter). Asynchronous, like CUDA's device-side asserts.
   const char* device_check = nullptr;
   bool device_check_runtime_error = false;
+  // A str argument that, when not empty, is the check's message instead (_assert_async.msg).
+  int device_check_message_arg = -1;
   // The output shape depends on Scalar values (arange): they join the output-metadata cache key
   // but stay runtime inputs of the program.
   bool shape_from_scalars = false;

@@ -29,7 +29,12 @@ struct Capture {
   graph::PendingGraph recorded;  // the recorded ops (taken as `nodes` when the capture ends)
   std::vector<NodePtr> nodes;
   std::unordered_map<const graph::DeviceValue*, RandomDraw> random_states;
-  std::vector<std::pair<ValuePtr, std::string>> checks;
+  struct Check {
+    ValuePtr ok;
+    std::string message;
+    bool index_error;
+  };
+  std::vector<Check> checks;
 };
 
 // Thread-local: autograd's worker thread captures a backward graph while other threads keep
@@ -371,10 +376,10 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
   for (const auto& [input, source] : plan_.writebacks) inputs[input].storage->swap(value_of(source, inputs, results));
   std::vector<ValuePtr> produced = outputs;  // what a failed check makes unreadable
   for (const auto& [input, source] : plan_.writebacks) produced.push_back(inputs[input].storage->value());
-  for (const auto& [result, message] : plan_.checks) {
+  for (const auto& [result, message, index_error] : plan_.checks) {
     auto ok = std::make_shared<BufferRef>(plan_.device, 1);
     ok->swap(results[result]);
-    defer_check(std::move(ok), message, produced);
+    defer_check(std::move(ok), message, produced, index_error);
   }
   return outputs;
 }
@@ -398,7 +403,9 @@ void capture_random_state(const ValuePtr& state, RandomDraw draw) {
   current().random_states.emplace(state.get(), std::move(draw));
 }
 
-void capture_check(const ValuePtr& ok, const std::string& message) { current().checks.emplace_back(ok, message); }
+void capture_check(const ValuePtr& ok, const std::string& message, bool index_error) {
+  current().checks.push_back({ok, message, index_error});
+}
 
 void abort_capture() {
   if (!active) return;
@@ -432,8 +439,8 @@ std::shared_ptr<CompiledGraph> end_capture(const std::vector<BufferRef*>& output
     if (!o->value()) throw std::logic_error(what + ": an output storage was never written");
     plan.outputs.push_back(sources.of(o->value()));
   }
-  for (const auto& [ok, message] : c->checks)
-    if (auto r = sources.result(ok)) plan.checks.emplace_back(*r, message);
+  for (const auto& [ok, message, index_error] : c->checks)
+    if (auto r = sources.result(ok)) plan.checks.push_back({*r, message, index_error});
   std::vector<std::pair<size_t, size_t>> aliases = donation_aliases(plan, *w);
   for (const auto& alias : aliases) plan.donatable.push_back(alias.first);
   plan.signature = std::move(c->signature);

@@ -45,7 +45,12 @@ class CompiledGraph {
     std::vector<int64_t> result_lengths;
     std::vector<std::pair<size_t, ValueSource>> writebacks;  // (input, its new contents)
     std::vector<ValueSource> outputs;
-    std::vector<std::pair<size_t, std::string>> checks;  // (result, message) device-side checks
+    struct Check {
+      size_t result;
+      std::string message;
+      bool index_error;  // IndexError, or RuntimeError (graph::DeviceCheck)
+    };
+    std::vector<Check> checks;  // device-side checks
     std::vector<std::string> signature;                  // per input, see mismatch()
     // Parameters whose buffer the program may reuse for the input's new contents: donated on a
     // run when nothing but the input's storage still holds them.
@@ -107,7 +112,7 @@ void abort_capture();
 
 // Hooks for the recording side: a random op's generator state, and a device-side check.
 void capture_random_state(const graph::ValuePtr& state, RandomDraw draw);
-void capture_check(const graph::ValuePtr& ok, const std::string& message);
+void capture_check(const graph::ValuePtr& ok, const std::string& message, bool index_error);
 // Records a node into this thread's capture (the executor calls it instead of running the node).
 void capture_node(graph::NodePtr node);
 

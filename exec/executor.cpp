@@ -429,7 +429,7 @@ void synchronize(int device, const std::string& reason) {
 
 void defer_check(std::shared_ptr<BufferRef> ok, std::string message, const std::vector<ValuePtr>& guarded,
                  bool index_error) {
-  if (capturing()) capture_check(ok->value(), message);
+  if (capturing()) capture_check(ok->value(), message, index_error);
   auto check = std::make_shared<graph::DeviceCheck>(std::move(message), index_error);
   for (const ValuePtr& v : guarded)
     if (v) v->depend_on(check);

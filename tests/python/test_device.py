@@ -150,6 +150,41 @@ def test_cpu_fallback_is_counted_and_can_be_an_error(monkeypatch):
         torch.fake_quantize_per_tensor_affine(x, 0.1, 0, 0, 255)
 
 
+def _assert_error(device, *args):
+    """What torch._assert_async raises (its type and message's first part), or None."""
+    try:
+        torch._assert_async(*(a.to(device) if isinstance(a, torch.Tensor) else a for a in args))
+        if device == "tpu":
+            torch.tpu.synchronize()  # a device-side assert raises at the next sync, as on CUDA
+    except RuntimeError as e:
+        return type(e), str(e).split(" (aten::")[0]
+    return None
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused", "lazy"])
+def test_assert_async_checks_on_the_device_like_cpu(mode, monkeypatch):
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")  # checked on the device, not on the CPU
+    cases = [(torch.tensor(2.5),), (torch.tensor([True]),), (torch.tensor(-1), "fine"),
+             (torch.tensor(0),), (torch.tensor(0.0),), (torch.tensor([False]), "x must be positive"),
+             (torch.tensor(False), ""), (torch.zeros(2),), (torch.zeros(0),)]
+    with torchtpu.eager_mode(mode):
+        for args in cases:
+            assert _assert_error("tpu", *args) == _assert_error("cpu", *args), args
+    assert _assert_error("cpu", *cases[5]) == (RuntimeError, "x must be positive")  # the cases raise
+
+
+def test_assert_async_in_a_compiled_function_raises_cpus_error():
+    @torch.compile(backend="tpu")
+    def double_positive(x):
+        torch._assert_async((x > 0).all(), "x must be positive")
+        return x * 2
+
+    torch.testing.assert_close(double_positive(torch.ones(3, device="tpu")).cpu(), torch.full((3,), 2.0))
+    with pytest.raises(RuntimeError, match="x must be positive") as error:
+        double_positive(-torch.ones(3, device="tpu")).cpu()
+    assert error.type is RuntimeError  # not the IndexError of an index check
+
+
 def test_torch_tpu_module_and_memory_accounting():
     assert torch.tpu.is_available() and torch.tpu.device_count() >= 1
     assert torch.tpu.current_device() == 0
