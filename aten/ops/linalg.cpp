@@ -97,6 +97,9 @@ TORCHTPU_LOWERINGS(linalg) {
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
   }, same_dtype_matmul(0));
+  register_lowering({"_int_mm", "_int_mm.out"}, [](LoweringContext& c) {  // int8 operands, summed exactly in int32
+    return V{matmul(c, c.in(0), c.in(1), 0, 0)};
+  });
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 1, 1)};
   }, same_dtype_matmul(0, true));

@@ -1,5 +1,5 @@
 // Random numbers on the device from rng_bit_generator: uniform_, normal_, random_, bernoulli,
-// exponential_, dropout, randperm. Reproducible under torch.manual_seed (see aten/generator.h).
+// exponential_, dropout, randperm, rrelu. Reproducible under torch.manual_seed (see aten/generator.h).
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -164,6 +164,26 @@ V dropout(LoweringContext& c) {  // (input, p, train?) -> (output, mask)
   return {c.b.select(keep, scaled, m.k(0, x)), keep};
 }
 
+// rrelu_with_noise(self, noise!, lower, upper, training, generator): written noise, then the
+// result (rrelu_with_noise_: self, then noise). Training scales each negative element by its own
+// uniform draw in [lower, upper), which noise keeps for the backward (1 where x >= 0); otherwise
+// it is leaky_relu with slope (lower + upper) / 2, and noise stays as it was.
+V rrelu_with_noise(LoweringContext& c, bool in_place) {
+  Math m{c.b};
+  Value x = c.in(0);
+  Value negative = c.b.compare(Compare::kLT, x, m.k(0, x));
+  auto written = [&](const Value& out, const Value& noise) { return in_place ? V{out, noise} : V{noise, out}; };
+  if (!c.arg(4).toBool()) {
+    Value slope = m.mul(m.add(c.in_b(2), c.in_b(3)), m.k(0.5, x));
+    return written(c.b.select(negative, m.mul(x, slope), x), c.raw(1));
+  }
+  Value u = uniforms(c, 1)[0];
+  Value lower = cast(c.b, c.in_b(2), u.type.dtype), upper = cast(c.b, c.in_b(3), u.type.dtype);
+  Value r = cast(c.b, m.add(lower, m.mul(u, m.sub(upper, lower))), x.type.dtype);
+  Value noise = c.b.select(negative, r, m.k(1, x));
+  return written(m.mul(x, noise), noise);
+}
+
 V randperm(LoweringContext& c) {  // (n, dtype, layout, device, pin_memory)
   int64_t n = c.arg(0).toInt();
   if (n == 0) return {c.b.constant(0, c.out())};
@@ -197,6 +217,9 @@ TORCHTPU_LOWERINGS(random) {
     return V{m.mul(kept, m.k(c.arg(2).toDouble(), kept))};
   });
   register_lowering({"randperm", "randperm.out"}, randperm, random_op());
+  register_lowering({"rrelu_with_noise", "rrelu_with_noise.out"}, [](LoweringContext& c) { return rrelu_with_noise(c, false); },
+                    random_op());
+  register_lowering({"rrelu_with_noise_"}, [](LoweringContext& c) { return rrelu_with_noise(c, true); }, random_op());
 }
 
 }  // namespace torchtpu::aten

@@ -629,3 +629,45 @@ def test_low_precision_adaptive_avg_pool3d_folds_as_cpu(dtype, no_fallbacks):
         x = torch.randn(*shape, generator=g).to(dtype)
         expected = F.adaptive_avg_pool3d(x, size)
         torch.testing.assert_close(F.adaptive_avg_pool3d(x.to("tpu"), size).cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rrelu_draws_a_slope_per_negative_element_and_trains(dtype, no_fallbacks):
+    """nn.RReLU: in training, each negative x is scaled by its own slope in [lower, upper), the
+    gradient is that slope; in eval it is CPU's leaky_relu with the mean slope."""
+    lower, upper = 0.1, 0.3
+    x = torch.linspace(-3, 3, 4096, dtype=torch.float64).to(dtype)
+    x_dev = x.to("tpu").requires_grad_()
+    torch.manual_seed(0)
+    y = F.rrelu(x_dev, lower, upper, training=True)
+    y.sum().backward()
+    y, grad = y.detach().cpu(), x_dev.grad.cpu()
+    negative = x < 0
+    slope = (y[negative].double() / x[negative].double())
+    assert slope.min() >= lower - 1e-2 and slope.max() <= upper + 1e-2
+    assert abs(slope.mean().item() - (lower + upper) / 2) < 0.01  # uniform: the mean slope
+    assert slope.std() > 0.05  # one draw per element, not one slope for all
+    torch.testing.assert_close(y[~negative], x[~negative])
+    torch.testing.assert_close(grad[negative].double(), slope, atol=1e-2, rtol=1e-2)
+    assert (grad[~negative] == 1).all()
+    torch.manual_seed(0)
+    torch.testing.assert_close(F.rrelu(x.to("tpu"), lower, upper, training=True).cpu(), y, atol=0, rtol=0)
+
+    eval_dev = F.rrelu(x.to("tpu"), lower, upper, training=False).cpu()
+    torch.testing.assert_close(eval_dev, F.rrelu(x, lower, upper, training=False))
+    in_place = x.to("tpu")
+    F.rrelu(in_place, lower, upper, training=True, inplace=True)
+    assert ((in_place.cpu()[negative] / x[negative]) <= upper + 1e-2).all()
+
+
+def test_int8_matmul_sums_exactly_in_int32(no_fallbacks):
+    """torch._int_mm (int8 x int8 -> int32, what int8 weight quantization calls): exact, as on CPU."""
+    g = torch.Generator().manual_seed(0)
+    for m, k, n in [(17, 32, 8), (32, 64, 48)]:
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=g)
+        got = torch._int_mm(a.to("tpu"), b.to("tpu")).cpu()
+        assert got.dtype == torch.int32
+        assert torch.equal(got, torch._int_mm(a, b))
+    with pytest.raises(RuntimeError):
+        torch._int_mm(a.to("tpu"), a.to("tpu"))  # [32, 64] @ [32, 64]: CPU's shape error
