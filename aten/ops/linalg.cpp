@@ -100,6 +100,13 @@ TORCHTPU_LOWERINGS(linalg) {
   register_lowering({"_int_mm", "_int_mm.out"}, [](LoweringContext& c) {  // int8 operands, summed exactly in int32
     return V{matmul(c, c.in(0), c.in(1), 0, 0)};
   });
+  // int8 weight-only quantization: self [m, k] @ int8 mat2 [n, k]^T times per-row scales [n], in
+  // float32 and rounded once, as CPU's kernel does.
+  register_lowering({"_weight_int8pack_mm"}, [](LoweringContext& c) {
+    DType acc = accumulator(c.out().dtype);
+    Value product = matmul(c, c.in_as(0, acc), c.in_as(1, acc), 0, 1);
+    return V{c.b.binary(BinaryOp::kMultiply, product, c.bcast(c.in_as(2, acc)))};
+  });
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 1, 1)};
   }, same_dtype_matmul(0, true));

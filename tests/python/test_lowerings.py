@@ -671,3 +671,16 @@ def test_int8_matmul_sums_exactly_in_int32(no_fallbacks):
         assert torch.equal(got, torch._int_mm(a, b))
     with pytest.raises(RuntimeError):
         torch._int_mm(a.to("tpu"), a.to("tpu"))  # [32, 64] @ [32, 64]: CPU's shape error
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_int8_weight_only_matmul_matches_cpu(dtype, no_fallbacks):
+    """torch._weight_int8pack_mm (int8 weight-only quantized linear layers): x @ w.T * scales."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 64, generator=g).to(dtype)
+    w = torch.randint(-128, 128, (24, 64), dtype=torch.int8, generator=g)
+    scales = (torch.rand(24, generator=g) / 64).to(dtype)
+    want = torch._weight_int8pack_mm(x, w, scales)
+    got = torch._weight_int8pack_mm(x.to("tpu"), w.to("tpu"), scales.to("tpu")).cpu()
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want)
