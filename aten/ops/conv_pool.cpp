@@ -224,6 +224,66 @@ V adaptive_max_pool(LoweringContext& c) {  // (self, output_size) -> (out, indic
   return {r[0], r[1]};
 }
 
+// Where fractional max pooling's windows start along one pooled dim, per plane ([planes, out],
+// s64): int((o + u) * alpha) - int(u * alpha) with alpha = (in - k) / (out - 1) and u the plane's
+// sample, the last window ending at the input's end; in the samples' dtype, each step rounded to
+// it as CPU's scalar_t arithmetic is.
+Value fractional_starts(hlo::Builder& b, const Value& u, int64_t in, int64_t out, int64_t k) {
+  int64_t planes = u.type.dims[0];
+  Value last = b.constant_int(in - k, {DType::kS64, {planes, 1}});
+  if (out == 1) return last;
+  DType t = u.type.dtype, acc = accumulator(t);
+  Math m{b, low_precision(t)};
+  Value uu = cast(b, u, acc), alpha = m.rounded(b.constant(static_cast<double>(in - k) / static_cast<double>(out - 1), {acc, {}}));
+  Value o = b.iota({acc, {planes, out - 1}}, 1);
+  Value at = b.convert(m.mul(m.add(o, b.broadcast_in_dim(uu, o.type.dims, {0})), b.broadcast_in_dim(alpha, o.type.dims, {})),
+                       DType::kS64);
+  Value base = b.broadcast_in_dim(b.convert(m.mul(uu, b.broadcast_in_dim(alpha, uu.type.dims, {})), DType::kS64), at.type.dims, {0});
+  return b.concatenate({b.binary(BinaryOp::kSubtract, at, base), last}, 1);
+}
+
+// fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples) -> (out, indices).
+// Samples are [batch, channels, n]: for 2-d pooling [.., 0] is the width's and [.., 1] the
+// height's, for 3-d they follow the dims. Each plane's windows are gathered into
+// [planes, out0, k0, out1, k1, ...] and reduced with CPU's max-with-index.
+V fractional_max_pool(LoweringContext& c, size_t n) {
+  hlo::Builder& b = c.b;
+  Value x = c.in(0);
+  auto k = c.int_list(1), out = c.int_list(2);
+  int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n), planes = 1;
+  for (int64_t d = 0; d < lead; ++d) planes *= x.type.dims[d];
+  std::vector<int64_t> flat = {planes}, gathered = {planes}, window_dims;
+  for (size_t i = 0; i < n; ++i) {
+    flat.push_back(x.type.dims[lead + i]);
+    gathered.push_back(out[i]);
+    gathered.push_back(k[i]);
+    window_dims.push_back(2 + 2 * static_cast<int64_t>(i));
+  }
+  Value samples = b.reshape(c.raw(3), {planes, static_cast<int64_t>(n)});
+  std::vector<Value> coords = {b.broadcast_in_dim(b.iota({DType::kS64, {planes}}, 0), gathered, {0})};
+  Value index = b.constant_int(0, {DType::kS64, gathered});
+  int64_t stride = 1;
+  for (size_t i = n; i-- > 0;) {
+    int64_t column = n == 2 ? 1 - static_cast<int64_t>(i) : static_cast<int64_t>(i);
+    Value u = b.reshape(b.slice(samples, {0, column}, {planes, column + 1}, {1, 1}), {planes});
+    Value starts = fractional_starts(b, u, flat[i + 1], out[i], k[i]);
+    int64_t od = 1 + 2 * static_cast<int64_t>(i);
+    Value rows = b.binary(BinaryOp::kAdd, b.broadcast_in_dim(starts, gathered, {0, od}),
+                          b.iota({DType::kS64, gathered}, od + 1));
+    coords.insert(coords.begin() + 1, rows);
+    index = b.binary(BinaryOp::kAdd, index, b.binary(BinaryOp::kMultiply, rows, b.constant_int(stride, rows.type)));
+    stride *= flat[i + 1];
+  }
+  std::vector<int64_t> with_vector = gathered, all, ones(n + 1, 1);
+  with_vector.push_back(1);
+  for (Value& v : coords) v = b.reshape(v, with_vector);
+  for (size_t d = 0; d <= n; ++d) all.push_back(static_cast<int64_t>(d));
+  Value values = b.gather(b.reshape(x, flat), b.concatenate(coords, static_cast<int64_t>(gathered.size())),
+                          {{}, all, all, static_cast<int64_t>(gathered.size())}, ones, gathered);
+  auto r = b.reduce({values, index}, max_init(b, x.type.dtype), window_dims, extreme_with_index(true, x.type.dtype));
+  return {b.reshape(r[0], c.out(0).dims), b.reshape(r[1], c.out(1).dims)};
+}
+
 // The gradient of a pooling that reports indices: grad_output added at its index in the plane.
 Value scatter_to_plane(hlo::Builder& b, const Value& g, const Value& x, const Value& idx, size_t n) {
   int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n);
@@ -525,6 +585,13 @@ TORCHTPU_LOWERINGS(conv_pool) {
     std::string amp = "adaptive_max_pool" + d, ampo = amp + ".out", ampb = amp + "_backward", ampbo = ampb + ".grad_input";
     register_lowering({amp.c_str(), ampo.c_str()}, adaptive_max_pool);
     register_lowering({ampb.c_str(), ampbo.c_str()}, with_n(adaptive_max_pool_backward));
+    std::string fmp = "fractional_max_pool" + d, fmpo = fmp + ".output", fmpb = fmp + "_backward",
+                fmpbo = fmpb + ".grad_input";
+    register_lowering({fmp.c_str(), fmpo.c_str()}, with_n(fractional_max_pool));
+    register_lowering({fmpb.c_str(), fmpbo.c_str()}, [n](LoweringContext& c) {
+      // (grad_output, self, kernel_size, output_size, indices) -> grad_input
+      return V{scatter_to_plane(c.b, c.in(0), c.in(1), c.raw(4), n)};
+    }, with_meta(shaped_like(1)));
   }
   register_lowering({"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool3d",
                      "_adaptive_avg_pool3d.out"}, adaptive_avg_pool);

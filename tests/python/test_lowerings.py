@@ -684,3 +684,30 @@ def test_int8_weight_only_matmul_matches_cpu(dtype, no_fallbacks):
     got = torch._weight_int8pack_mm(x.to("tpu"), w.to("tpu"), scales.to("tpu")).cpu()
     assert got.dtype == dtype
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_fractional_max_pool_matches_cpu_for_the_same_samples(dims, dtype, no_fallbacks):
+    """nn.FractionalMaxPool2d/3d: given the same random samples, CPU's windows (its scalar_t
+    arithmetic), values, indices (first of tied maxima) and gradients."""
+    pool = {2: F.fractional_max_pool2d, 3: F.fractional_max_pool3d}[dims]
+    cases = {2: [((2, 3, 9, 11), (2, 3), (4, 5)), ((3, 10, 10), 2, (5, 5)), ((2, 1, 13, 7), 2, (1, 6))],
+             3: [((2, 3, 6, 7, 8), (2, 2, 3), (3, 4, 5)), ((2, 5, 5, 5), 2, (2, 3, 3))]}[dims]
+    g = torch.Generator().manual_seed(0)
+    for shape, kernel, out in cases:
+        x = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+        x.view(-1)[::7] = x.view(-1)[1::7]  # ties: the first maximum's index
+        batch = 1 if x.dim() == dims + 1 else x.size(0)
+        samples = torch.rand(batch, x.size(-dims - 1), dims, generator=g, dtype=dtype)
+        x_cpu, x_dev = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+        want, want_index = pool(x_cpu, kernel, output_size=out, return_indices=True, _random_samples=samples)
+        got, got_index = pool(x_dev, kernel, output_size=out, return_indices=True, _random_samples=samples.to("tpu"))
+        assert torch.equal(got_index.cpu(), want_index)
+        assert torch.equal(got.detach().cpu(), want)
+        grad = torch.randn(want.shape, generator=g, dtype=torch.float64).to(dtype)
+        want.backward(grad)
+        got.backward(grad.to("tpu"))
+        torch.testing.assert_close(x_dev.grad.cpu(), x_cpu.grad)
+    module = torch.nn.FractionalMaxPool2d(2, output_ratio=0.5) if dims == 2 else torch.nn.FractionalMaxPool3d(2, output_ratio=0.5)
+    assert module(torch.randn((2, 3) + (8,) * dims, device="tpu", dtype=dtype)).shape == (2, 3) + (4,) * dims
