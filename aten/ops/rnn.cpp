@@ -84,7 +84,22 @@ V gru_cell_backward(LoweringContext& c) {
 
 // Shapes from the arguments: PyTorch has no meta kernels for the GRU pair, and its LSTM one
 // fails when the biases are None (nn.LSTM(bias=False)).
+// A fused cell's sizes, as CUDA checks them (input_gates, hidden_gates, state, input_bias?,
+// hidden_bias?): the lowering would otherwise get shapes it cannot combine.
+void check_cell(const char* op, const std::vector<c10::IValue>& a, int64_t gates) {
+  const at::Tensor &in = a[0].toTensor(), &hidden = a[1].toTensor(), &state = a[2].toTensor();
+  TORCH_CHECK(state.dim() == 2 && in.dim() == 2 && in.sizes() == hidden.sizes() && in.size(0) == state.size(0) &&
+                  in.size(1) == gates * state.size(1),
+              op, ": expected input_gates and hidden_gates of size [B, ", gates, " * H] for a state of size [B, H], got ",
+              in.sizes(), ", ", hidden.sizes(), " and ", state.sizes());
+  for (size_t i : {3, 4})
+    if (a[i].isTensor() && a[i].toTensor().defined())
+      TORCH_CHECK(a[i].toTensor().sizes() == c10::IntArrayRef{gates * state.size(1)}, op, ": expected biases of size [",
+                  gates * state.size(1), "], got ", a[i].toTensor().sizes());
+}
+
 std::vector<c10::IValue> lstm_cell_meta(const c10::FunctionSchema&, const std::vector<c10::IValue>& a) {
+  check_cell("_thnn_fused_lstm_cell", a, 4);
   const at::Tensor& cx = a[2].toTensor();
   return {cx.new_empty(cx.sizes()), cx.new_empty(cx.sizes()), cx.new_empty({cx.size(0), 4 * cx.size(1)})};
 }
@@ -97,6 +112,7 @@ std::vector<c10::IValue> lstm_cell_backward_meta(const c10::FunctionSchema&, con
 }
 
 std::vector<c10::IValue> gru_cell_meta(const c10::FunctionSchema&, const std::vector<c10::IValue>& a) {
+  check_cell("_thnn_fused_gru_cell", a, 3);
   const at::Tensor& hx = a[2].toTensor();
   return {hx.new_empty(hx.sizes()), hx.new_empty({hx.size(0), 5 * hx.size(1)})};
 }

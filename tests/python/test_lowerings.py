@@ -711,3 +711,14 @@ def test_fractional_max_pool_matches_cpu_for_the_same_samples(dims, dtype, no_fa
         torch.testing.assert_close(x_dev.grad.cpu(), x_cpu.grad)
     module = torch.nn.FractionalMaxPool2d(2, output_ratio=0.5) if dims == 2 else torch.nn.FractionalMaxPool3d(2, output_ratio=0.5)
     assert module(torch.randn((2, 3) + (8,) * dims, device="tpu", dtype=dtype)).shape == (2, 3) + (4,) * dims
+
+
+def test_fused_rnn_cells_reject_mismatched_sizes_by_name():
+    """PyTorch calls _thnn_fused_{lstm,gru}_cell on tpu (nn.LSTMCell, nn.GRUCell); sizes that do not
+    fit are an error naming the op and the sizes (as CUDA's), not a failed program."""
+    x = torch.randn(4, 4, device="tpu")
+    with pytest.raises(RuntimeError, match=r"_thnn_fused_gru_cell: expected input_gates .* got \[4, 4\]"):
+        torch.ops.aten._thnn_fused_gru_cell(x, x, x)
+    with pytest.raises(RuntimeError, match=r"_thnn_fused_lstm_cell: expected biases of size \[8\], got \[5\]"):
+        gates = torch.randn(4, 8, device="tpu")
+        torch.ops.aten._thnn_fused_lstm_cell(gates, gates, torch.randn(4, 2, device="tpu"), torch.randn(5, device="tpu"))
