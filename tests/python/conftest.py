@@ -9,3 +9,17 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ["TORCHTPU_CACHE_DIR"] = os.path.join(os.environ["TORCHTPU_CACHE_DIR"],
                                                     os.environ["PYTEST_XDIST_WORKER"])
     os.makedirs(os.environ["TORCHTPU_CACHE_DIR"], exist_ok=True)
+
+import torch  # noqa: E402  (after the cache directory is set)
+
+
+# An op with only a CPU kernel, as a user's custom op often has: on tpu it can only run through the
+# CPU fallback. The fallback tests use it instead of an ATen op that happens not to be lowered yet.
+@torch.library.custom_op("torchtpu_test::cpu_only", mutates_args=(), device_types="cpu")
+def cpu_only(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+@cpu_only.register_fake
+def _(x):
+    return torch.empty_like(x)

@@ -143,11 +143,11 @@ def test_index_out_of_range_is_detected_on_device():
 def test_cpu_fallback_is_counted_and_can_be_an_error(monkeypatch):
     torchtpu.metrics.reset()
     x = tpu(torch.randn(4, 4))
-    torch.fake_quantize_per_tensor_affine(x, 0.1, 0, 0, 255)  # quantization-aware training: not lowered yet
-    assert any("fake_quantize" in op for op in torchtpu.metrics.cpu_fallbacks())
+    torch.ops.torchtpu_test.cpu_only(x)  # a CPU-only custom op (conftest.py)
+    assert torchtpu.metrics.cpu_fallbacks() == {"torchtpu_test::cpu_only": 1}
     monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
     with pytest.raises(NotImplementedError, match="TORCHTPU_FALLBACK=error"):
-        torch.fake_quantize_per_tensor_affine(x, 0.1, 0, 0, 255)
+        torch.ops.torchtpu_test.cpu_only(x)
 
 
 def _assert_error(device, *args):

@@ -85,7 +85,7 @@ ERRORS = {
     "shape mismatch": (lambda h: h @ torch.ones(3, 5, device="tpu"), RuntimeError),
     "index out of range": (lambda h: h[torch.tensor([0, 4], device="tpu")].sum().cpu(), IndexError),
     "user exception": (_raise_user_error, _UserError),
-    "op that fails": (lambda h: torch.fake_quantize_per_tensor_affine(h, 0.1, 0, 0, 255), NotImplementedError),  # not lowered yet
+    "op that fails": (lambda h: torch.ops.torchtpu_test.cpu_only(h), NotImplementedError),  # CPU-only (conftest.py)
 }
 
 
@@ -109,7 +109,7 @@ def _step_that_fails(acc, error):
 @pytest.mark.parametrize("error", ERRORS)
 @pytest.mark.parametrize("mode", MODES)
 def test_an_error_in_the_middle_of_a_computation_leaks_nothing(mode, error, monkeypatch):
-    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")  # fake quantization raises instead of running on the CPU
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")  # the CPU-only op raises instead of running on the CPU
     acc = torch.zeros(4, 16, device="tpu")
     with torchtpu.eager_mode(mode):
         assert _leaked(lambda: _step_that_fails(acc, error)) == [0, 0, 0]

@@ -111,10 +111,10 @@ def test_nothing_is_recorded_without_a_device_profiler():
 def test_cpu_fallback_is_traced_on_the_host_thread(tmp_path):
     t = torch.tensor([[1.0, 2], [1, 2], [3, 4]], device="tpu")
     with profile(activities=ACTIVITIES) as prof:
-        torch.fake_quantize_per_tensor_affine(t[:2], 0.1, 0, 0, 255)  # runs on the CPU (no lowering yet)
+        torch.ops.torchtpu_test.cpu_only(t[:2])  # runs on the CPU (a CPU-only custom op, conftest.py)
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
-    fallbacks = [e for e in device_events(path) if e["name"].startswith("cpu fallback (aten::fake_quantize_per_tensor_affine")]
+    fallbacks = [e for e in device_events(path) if e["name"].startswith("cpu fallback (torchtpu_test::cpu_only")]
     assert len(fallbacks) == 1
     assert fallbacks[0]["pid"] == os.getpid() and THIS_FILE in fallbacks[0]["args"]["user line"]
 

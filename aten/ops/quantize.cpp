@@ -1,0 +1,82 @@
+// Fake quantization (quantization-aware training: torch.ao's FakeQuantize and
+// torch.fake_quantize_per_{tensor,channel}_affine), with CPU's arithmetic: q = zero_point + nearbyint(x * (1 / scale)) with 1 / scale rounded to float,
+// out = (clamp(q, quant_min, quant_max) - zero_point) * scale, and the mask quant_min <= q <= quant_max
+// that the backward multiplies the gradient by.
+#include "aten/ops/lowering_util.h"
+#include "aten/ops/math.h"
+
+namespace torchtpu::aten {
+namespace {
+
+// scale and zero_point broadcast to x's shape; computed in `acc`: CPU's per-tensor kernels compute
+// in float for every dtype, its per-channel ones in double for float64.
+V fake_quantize(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax, DType acc) {
+  hlo::Builder& b = c.b;
+  Value x = cast(b, c.raw(0), acc);
+  Value inv = cast(b, b.binary(BinaryOp::kDivide, b.constant(1, {DType::kF32, scale.type.dims}), cast(b, scale, DType::kF32)), acc);
+  Value zp = cast(b, zero_point, acc), sc = cast(b, scale, acc);
+  Value q = b.binary(BinaryOp::kAdd, zp, b.unary(UnaryOp::kRoundNearestEven, b.binary(BinaryOp::kMultiply, x, inv)));
+  Value lo = b.constant(static_cast<double>(qmin), q.type), hi = b.constant(static_cast<double>(qmax), q.type);
+  Value clamped = b.binary(BinaryOp::kMinimum, b.binary(BinaryOp::kMaximum, q, lo), hi);
+  Value out = b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kSubtract, clamped, zp), sc);
+  Value mask = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, q, lo), b.compare(Compare::kLE, q, hi));
+  return {out, mask};
+}
+
+Value broadcast_scalar(LoweringContext& c, const Value& v) {
+  return c.b.broadcast_in_dim(c.b.reshape(v, {}), c.out(0).dims, {});
+}
+
+// Output and mask shaped like self; CPU's argument checks first.
+std::vector<c10::IValue> fake_quantize_meta(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& a) {
+  size_t bounds = schema.name() == "aten::fake_quantize_per_tensor_affine_cachemask" ? 3 : 4;
+  int64_t qmin = a[bounds].toInt(), qmax = a[bounds + 1].toInt();
+  TORCH_CHECK(qmin <= qmax, "`quant_min` should be less than or equal to `quant_max`.");
+  const at::Tensor& self = a[0].toTensor();
+  if (bounds == 3)
+    TORCH_CHECK(qmin <= a[2].toInt() && a[2].toInt() <= qmax, "`zero_point` must be between `quant_min` and `quant_max`.");
+  if (schema.name() == "aten::fake_quantize_per_channel_affine_cachemask") {
+    const at::Tensor &scale = a[1].toTensor(), &zero_point = a[2].toTensor();
+    int64_t axis = a[3].toInt();
+    TORCH_CHECK(scale.dim() == 1, "scale should be a 1-D tensor");
+    TORCH_CHECK(zero_point.dim() == 1, "zero point should be a 1-D tensor");
+    TORCH_CHECK(scale.numel() == zero_point.numel(), "scale and zero-point need to have the same dimensions");
+    TORCH_CHECK(axis >= 0 && axis < self.dim(), "`axis` must be between 0 and number of dimensions of input");
+    TORCH_CHECK(scale.numel() == self.size(axis), "dimensions of scale and zero-point are not consistent with input tensor");
+  }
+  return {self.new_empty(self.sizes()), self.new_empty(self.sizes(), self.options().dtype(at::kBool))};
+}
+
+// Per-channel zero points in float (not an integer type) follow another formula: on the CPU.
+bool float_zero_points(const std::vector<c10::IValue>& a) { return at::isFloatingType(a[2].toTensor().scalar_type()); }
+
+}  // namespace
+
+TORCHTPU_LOWERINGS(quantize) {
+  // (self, scale: float, zero_point: int, quant_min, quant_max)
+  register_lowering({"fake_quantize_per_tensor_affine_cachemask"}, [](LoweringContext& c) {
+    hlo::Builder& b = c.b;
+    Value scale = b.constant(c.arg(1).toDouble(), {DType::kF64, c.out(0).dims});
+    Value zp = b.constant(static_cast<double>(c.arg(2).toInt()), {DType::kF64, c.out(0).dims});
+    return fake_quantize(c, scale, zp, c.arg(3).toInt(), c.arg(4).toInt(), DType::kF32);
+  }, with_meta(fake_quantize_meta));
+  // (self, scale, zero_point, fake_quant_enabled, quant_min, quant_max): off, the input and a full mask
+  register_lowering({"_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"}, [](LoweringContext& c) {
+    hlo::Builder& b = c.b;
+    V on = fake_quantize(c, broadcast_scalar(c, c.raw(1)), broadcast_scalar(c, c.raw(2)), c.arg(4).toInt(), c.arg(5).toInt(),
+                         DType::kF32);
+    Value enabled = broadcast_scalar(c, b.compare(Compare::kGE, cast(b, c.raw(3), DType::kF32), b.constant(1, {DType::kF32, c.raw(3).type.dims})));
+    Value x = cast(b, c.raw(0), on[0].type.dtype);
+    return V{b.select(enabled, on[0], x), b.select(enabled, on[1], b.constant(1, on[1].type))};
+  }, with_meta(fake_quantize_meta));
+  // (self, scale [n], zero_point [n], axis, quant_min, quant_max)
+  LoweringOptions per_channel = with_meta(fake_quantize_meta);
+  per_channel.cpu_when = float_zero_points;
+  register_lowering({"fake_quantize_per_channel_affine_cachemask"}, [](LoweringContext& c) {
+    auto along = [&](const Value& v) { return c.b.broadcast_in_dim(v, c.out(0).dims, {c.arg(3).toInt()}); };
+    return fake_quantize(c, along(c.raw(1)), along(c.raw(2)), c.arg(4).toInt(), c.arg(5).toInt(),
+                         accumulator(c.out(0).dtype));
+  }, per_channel);
+}
+
+}  // namespace torchtpu::aten
