@@ -1,7 +1,8 @@
 // Fake quantization (quantization-aware training: torch.ao's FakeQuantize and
-// torch.fake_quantize_per_{tensor,channel}_affine), with CPU's arithmetic: q = zero_point + nearbyint(x * (1 / scale)) with 1 / scale rounded to float,
-// out = (clamp(q, quant_min, quant_max) - zero_point) * scale, and the mask quant_min <= q <= quant_max
-// that the backward multiplies the gradient by.
+// torch.fake_quantize_per_{tensor,channel}_affine), with CPU's arithmetic:
+// q = zero_point + nearbyint(x * (1 / scale)), 1 / scale rounded to float;
+// out = (clamp(q, quant_min, quant_max) - zero_point) * scale; and the mask
+// quant_min <= q <= quant_max that the backward multiplies the gradient by.
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
 
@@ -23,6 +24,7 @@ V fake_quantize(LoweringContext& c, const Value& scale, const Value& zero_point,
   return {out, mask};
 }
 
+// A one-element tensor (a qparam) broadcast to the output's shape.
 Value broadcast_scalar(LoweringContext& c, const Value& v) {
   return c.b.broadcast_in_dim(c.b.reshape(v, {}), c.out(0).dims, {});
 }

@@ -82,8 +82,6 @@ V gru_cell_backward(LoweringContext& c) {
   return {grad_in, grad_hid, m.mul(go, z), m.sum(grad_in, {0}), m.sum(grad_hid, {0})};
 }
 
-// Shapes from the arguments: PyTorch has no meta kernels for the GRU pair, and its LSTM one
-// fails when the biases are None (nn.LSTM(bias=False)).
 // A fused cell's sizes, as CUDA checks them (input_gates, hidden_gates, state, input_bias?,
 // hidden_bias?): the lowering would otherwise get shapes it cannot combine.
 void check_cell(const char* op, const std::vector<c10::IValue>& a, int64_t gates) {
@@ -98,6 +96,8 @@ void check_cell(const char* op, const std::vector<c10::IValue>& a, int64_t gates
                   gates * state.size(1), "], got ", a[i].toTensor().sizes());
 }
 
+// Shapes from the arguments: PyTorch has no meta kernels for the GRU pair, and its LSTM one
+// fails when the biases are None (nn.LSTM(bias=False)).
 std::vector<c10::IValue> lstm_cell_meta(const c10::FunctionSchema&, const std::vector<c10::IValue>& a) {
   check_cell("_thnn_fused_lstm_cell", a, 4);
   const at::Tensor& cx = a[2].toTensor();

@@ -7,6 +7,7 @@
 #include "exec/compile_cache.h"
 #include "exec/executor.h"
 #include "exec/metrics.h"
+#include "exec/op_record.h"
 #include "tests/exec/storage_util.h"
 
 namespace torchtpu::exec {
@@ -93,6 +94,31 @@ TEST(Executor, SameGeometryHitsTheCache) {
   BufferRef out2(0, 2 * sizeof(float));
   run({"add_one", add_one(), {{&c, contiguous({2})}}, {{&out2, contiguous({2})}}});
   EXPECT_EQ(counters().compiles, compiles + 1);
+}
+
+// Strict mode's shortcut (exec::bind_loaded) must build the key the one-op window gives, or it
+// never finds the program: nothing is bound before the first run compiled it, then it is (an input
+// read twice is one parameter), and runs bound to it compute the same.
+TEST(Executor, AStrictOpIsBoundToTheProgramItsFirstRunLoaded) {
+  auto x = storage_of({1, 2, 3});
+  BufferRef y(0, 3 * sizeof(float));
+  Lowering add = [](Builder& b, const std::vector<Value>& in) {
+    return std::vector<Value>{b.binary(hlo::BinaryOp::kAdd, in[0], in[1])};
+  };
+  auto call = [&]() -> OpCall {
+    return {"add_self", add, {{x.get(), contiguous({3})}, {x.get(), contiguous({3})}}, {{&y, contiguous({3})}}};
+  };
+  EXPECT_FALSE(bind_loaded(call()).has_value());
+  run(call());
+  std::optional<BoundOp> bound = bind_loaded(call());
+  ASSERT_TRUE(bound.has_value());
+  EXPECT_EQ(bound->parameters.size(), 1u);
+  EXPECT_EQ(bound->results.size(), 1u);
+  bound.reset();  // its unexecuted result in y is replaced by the next run's
+  int64_t compiles = counters().compiles;
+  run(call());
+  EXPECT_EQ(counters().compiles, compiles);
+  EXPECT_EQ(contents(y), (std::vector<float>{2, 4, 6}));
 }
 
 TEST(Executor, TracksBytesHeldByStorages) {
