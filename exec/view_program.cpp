@@ -112,6 +112,24 @@ std::optional<Value> read_strided_box(Builder& b, const Value& flat, const View&
   return b.broadcast_in_dim(ordered, view.sizes, moving_dims);
 }
 
+// The dimension order in which a view's elements lie in memory, when the view is a permutation
+// of a contiguous block (a transpose or permute of a whole tensor, or of a contiguous part of one,
+// as an op's output that keeps its input's strides): size-1 dimensions first, then the others by
+// decreasing stride. Returns nothing for any other view (gaps, overlaps, broadcasts).
+std::optional<std::vector<int64_t>> dense_permutation(const View& view) {
+  std::vector<int64_t> ones, moving;
+  for (size_t d = 0; d < view.sizes.size(); ++d)
+    (view.sizes[d] == 1 ? ones : moving).push_back(static_cast<int64_t>(d));
+  std::sort(moving.begin(), moving.end(), [&](int64_t a, int64_t c) { return view.strides[a] > view.strides[c]; });
+  int64_t expected = 1;
+  for (size_t i = moving.size(); i-- > 0;) {
+    if (view.strides[moving[i]] != expected) return std::nullopt;
+    expected *= view.sizes[moving[i]];
+  }
+  ones.insert(ones.end(), moving.begin(), moving.end());
+  return ones;
+}
+
 }  // namespace
 
 Value read_view(Builder& b, const Value& flat, const View& view) {
@@ -135,9 +153,14 @@ Value write_view(Builder& b, const Value& flat, const View& view, const Value& v
     Value as_view_type = as_dtype(b, flat, view.dtype);
     return as_dtype(b, write_view(b, as_view_type, view, value), flat.type.dtype);
   }
-  Value elems = as_dtype(b, b.reshape(value, {numel}), flat.type.dtype);
-  if (covers_whole(view, flat)) return elems;
-  if (view.is_contiguous()) {
+  // A permuted dense view is written as a contiguous one once its value is transposed into
+  // memory order (an op's output that keeps a transposed input's strides).
+  std::optional<std::vector<int64_t>> order;
+  if (!view.is_contiguous()) order = dense_permutation(view);
+  Value in_memory_order = order ? b.transpose(b.reshape(value, view.sizes), *order) : value;
+  Value elems = as_dtype(b, b.reshape(in_memory_order, {numel}), flat.type.dtype);
+  if (view.is_contiguous() || order) {
+    if (view.offset == 0 && numel == flat_length(flat)) return elems;
     Value start = b.constant(static_cast<double>(view.offset), {DType::kS64, {}});
     return b.dynamic_update_slice(flat, elems, {start});
   }

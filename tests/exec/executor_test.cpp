@@ -8,6 +8,7 @@
 #include "exec/executor.h"
 #include "exec/metrics.h"
 #include "exec/op_record.h"
+#include "exec/view_program.h"
 #include "tests/exec/storage_util.h"
 
 namespace torchtpu::exec {
@@ -175,6 +176,41 @@ TEST(Executor, ReadsEveryStridedGeometry) {
       {DType::kF32, {2, 2}, {1, 1}, 0},           // overlapping: falls back to a gather
   };
   for (const View& v : views) EXPECT_EQ(read(*s, v), expected_view(data, v));
+}
+
+// Writes 0..n-1 through a view into a storage of 60 elements holding -1: a transpose plus a
+// contiguous write for permuted dense views, a scatter for the rest, the same contents either way.
+TEST(Executor, WritesEveryStridedGeometry) {
+  struct Case {
+    View view;
+    bool scatters;
+  };
+  std::vector<Case> cases = {
+      {{DType::kF32, {5, 4, 3}, {1, 5, 20}, 0}, false},   // full permute (an op's output keeping its input's strides)
+      {{DType::kF32, {4, 1, 3}, {1, 9, 4}, 0}, false},    // transpose with a size-1 dimension, part of the storage
+      {{DType::kF32, {2, 3}, {1, 2}, 7}, false},          // transpose of a contiguous part at an offset
+      {{DType::kF32, {3, 2, 5}, {20, 10, 1}, 0}, true},   // step slice: gaps
+  };
+  for (const auto& [v, scatters] : cases) {
+    std::vector<float> values(v.numel());
+    std::iota(values.begin(), values.end(), 0.0f);
+    auto src = storage_of(values);
+    auto dst = storage_of(std::vector<float>(60, -1.0f));
+    run({"copy", identity(), {{src.get(), contiguous(v.sizes)}}, {{dst.get(), v}}});
+    std::vector<float> expected(60, -1.0f);
+    std::vector<int64_t> index(v.sizes.size(), 0);
+    for (float x : values) {
+      int64_t at = v.offset;
+      for (size_t d = 0; d < index.size(); ++d) at += index[d] * v.strides[d];
+      expected[at] = x;
+      for (size_t d = index.size(); d-- > 0 && ++index[d] == v.sizes[d];) index[d] = 0;
+    }
+    EXPECT_EQ(contents(*dst), expected);
+    Builder b;
+    Value flat = b.parameter({DType::kF32, {60}});
+    b.results({write_view(b, flat, v, b.parameter({DType::kF32, v.sizes}))});
+    EXPECT_EQ(b.module_text().find("stablehlo.scatter") != std::string::npos, scatters);
+  }
 }
 
 }  // namespace
