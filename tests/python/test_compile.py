@@ -327,6 +327,28 @@ def test_optimizer_tracing_does_not_import_inductor():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "IMPORTED False" in r.stdout
+    # The optimizer step as the first frame Dynamo compiles (no backend call before it).
+    alone = script.replace("@torch.compile(backend=\"tpu\")\n", "").replace(
+        "opt.step()", "torch.compile(opt.step, backend=\"tpu\")()")
+    assert alone.count("torch.compile(") == 1 and "torch.compile(opt.step" in alone
+    r = subprocess.run([sys.executable, "-c", alone], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "IMPORTED False" in r.stdout
+
+
+def test_guards_on_parameters_copy_nothing_to_the_host():
+    """Dynamo formats each tensor it guards on by identity (parameters, optimizer states) into
+    the guard's description: for tpu tensors that is "..." (tensor_repr.py), not a host copy that
+    waits for the backward pass writing the gradients; a print in compiled code still shows values."""
+    model = torch.nn.Linear(16, 16).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 16, device="tpu")).sum().backward()
+    torch.tpu.synchronize()
+    before = torchtpu.metrics.as_dict()["bytes_to_host"]
+    torch.compile(opt.step, backend="tpu")()
+    torch.tpu.synchronize()
+    assert torchtpu.metrics.as_dict()["bytes_to_host"] == before
+    assert "..." not in repr(model.weight) and f"{model.weight[0, 0].item():.4f}" in repr(model.weight)
 
 
 def test_second_process_compiles_nothing(tmp_path):

@@ -21,10 +21,7 @@ def compile_options(*, buckets=None) -> None:
 
 def backend(gm: torch.fx.GraphModule, example_inputs):
     """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
-    from . import optimizer_tracing
     from .dynamo import backend as compile_graph
-
-    optimizer_tracing.install()  # before Dynamo meets an optimizer step
 
     return compile_graph(gm, example_inputs)
 
@@ -50,12 +47,15 @@ def route_default_backend() -> None:
     wrapper.__call__ = __call__
 
 
-def install_fake_kernels() -> None:
+def install_tracing_patches() -> None:
     """Dynamo traces with fake tensors before any backend runs: their shape functions for tpu
-    tensors are installed when torchtpu is imported (fake_kernels.py)."""
+    tensors are installed when torchtpu is imported (fake_kernels.py), and its optimizer tracing is
+    patched when Dynamo is imported (optimizer_tracing.py)."""
+    from . import optimizer_tracing
     from .fake_kernels import install
 
     install()
+    optimizer_tracing.install_when_dynamo_is_imported()
 
 
 __all__ = ["backend", "compile_options"]
