@@ -115,7 +115,7 @@ py::dict cache_stats() {
   out["background_pending"] = s.background_pending;
   out["prefetched"] = s.prefetched;
   py::list compiles;
-  for (const auto& c : s.compiles) compiles.append(py::make_tuple(c.what, c.seconds));
+  for (const auto& c : s.compiles) compiles.append(py::make_tuple(c.what, c.seconds, c.temp_bytes));
   out["compiles"] = compiles;
   out["dir"] = exec::cache_dir();
   out["shared_dir"] = exec::shared_cache_dir();

@@ -1,5 +1,7 @@
 #include "exec/compile_cache.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -81,6 +83,25 @@ DiskCacheOptions tier_options(bool local) {
 std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
 
 // The node keys of a window key ("<len>:<node key><wiring>..." per node, see graph/window.cpp).
+// XLA's compiler frees what it allocated (LLVM modules, passes' state), but glibc keeps freed
+// pages in the arena of the thread that freed them, so a process's resident memory grew with every
+// compile on a worker thread: after a GPT training step's compiles ~175 MB (strict mode) to ~340 MB
+// (fused mode) of its RSS were free heap (docs/benchmarks.md). A trim hands those pages back; it
+// takes ~10 ms, so it follows the compiles of large programs (windows, compiled graphs), which
+// free the most, and not every small op's.
+constexpr double kTrimAfterCompileSeconds = 0.1;
+
+void return_freed_heap_to_the_system() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+int64_t temp_bytes(const runtime::Executable& exe) {
+  std::optional<runtime::ProgramMemory> stats = exe.planned_memory();
+  return stats ? stats->temp_bytes : -1;
+}
+
 std::vector<std::string> node_keys(const std::string& key) {
   std::vector<std::string> nodes;
   size_t at = 0;
@@ -338,10 +359,11 @@ class Cache {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.misses++;
-      stats_.compiles.push_back({what, seconds});
+      stats_.compiles.push_back({what, seconds, temp_bytes(*exe)});
       if (stats_.compiles.size() > 1000) stats_.compiles.erase(stats_.compiles.begin());
     }
     if (!local_.dir().empty() || !shared_.dir().empty()) store(pkey, exe->serialize(), /*shared_too=*/true);
+    if (seconds >= kTrimAfterCompileSeconds) return_freed_heap_to_the_system();
     return exe;
   }
 

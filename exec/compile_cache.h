@@ -26,6 +26,7 @@ struct CacheStats {
   struct Compile {
     std::string what;  // the op or window, with the user's line
     double seconds;
+    int64_t temp_bytes;  // one run's intermediates as XLA planned them (-1: not reported)
   };
   std::vector<Compile> compiles;  // the most recent ones
 };

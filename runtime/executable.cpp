@@ -77,6 +77,19 @@ std::string Executable::serialize() const {
   return bytes;
 }
 
+std::optional<ProgramMemory> Executable::planned_memory() const {
+  if (!api_->PJRT_Executable_GetCompiledMemoryStats) return std::nullopt;
+  PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args, args);
+  args.executable = executable_;
+  try {
+    check(api_, api_->PJRT_Executable_GetCompiledMemoryStats(&args), "PJRT_Executable_GetCompiledMemoryStats");
+  } catch (const PjrtError&) {
+    return std::nullopt;  // unimplemented by this plugin
+  }
+  return ProgramMemory{args.generated_code_size_in_bytes, args.argument_size_in_bytes, args.output_size_in_bytes,
+                     args.alias_size_in_bytes, args.temp_size_in_bytes};
+}
+
 ExecuteResult Executable::execute(const std::vector<std::vector<const Buffer*>>& args) const {
   return run(args.data(), args.size(), nullptr);
 }

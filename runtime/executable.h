@@ -1,6 +1,8 @@
 // A compiled, loaded executable, owned.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,13 @@
 #include "runtime/event.h"
 
 namespace torchtpu::runtime {
+
+// What XLA planned for the program's device memory (xla::CompiledMemoryStats): its code, its
+// arguments and outputs, the argument bytes its outputs reuse, and one run's temporaries (every
+// intermediate the program keeps in a buffer, after XLA's buffer reuse).
+struct ProgramMemory {
+  int64_t code_bytes = 0, argument_bytes = 0, output_bytes = 0, alias_bytes = 0, temp_bytes = 0;
+};
 
 struct ExecuteResult {
   std::vector<std::vector<Buffer>> outputs;  // outputs[device][i]
@@ -30,6 +39,8 @@ class Executable {
   std::vector<PJRT_Device*> devices() const;
   // Bytes that DeserializeAndLoad turns back into an equivalent executable.
   std::string serialize() const;
+  // Nothing when the plugin does not report them.
+  std::optional<ProgramMemory> planned_memory() const;
 
   // Runs on every device it was compiled for: args[d] is the argument list of devices()[d].
   // Asynchronous: returns once dispatched; outputs become ready as the devices finish.

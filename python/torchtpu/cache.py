@@ -34,7 +34,9 @@ def stats() -> dict:
     """``requests``, ``hits`` per tier (memory, disk, shared), ``misses`` (compiled), the pending
     background compiles, ``prefetched`` (disk hits that a background thread had loaded before they
     were needed: the executables this command used when it last ran, see docs/design.md), and
-    ``compiles``: ``(what, seconds)`` for the most recent compiles."""
+    ``compiles``: ``(what, seconds, temp_bytes)`` for the most recent compiles, ``temp_bytes``
+    being the memory one run of the program needs for its intermediates as XLA planned it (-1
+    when the plugin does not say)."""
     return dict(_C._cache_stats())
 
 

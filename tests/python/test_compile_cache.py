@@ -251,3 +251,25 @@ def test_a_damaged_manifest_or_missing_entries_only_cost_the_prefetch(tmp_path):
     assert out["cache"]["prefetched"] == len(keys) - 1 and out["cache"]["misses"] == 1
     assert "Warning" not in stderr
     torch.testing.assert_close(torch.tensor(out["y"]), expected())
+
+
+def test_each_compile_reports_the_memory_its_intermediates_need():
+    """``stats()["compiles"]`` gives each recent compile's name, seconds and temporary bytes as XLA
+    planned them: a fused window whose matrix product feeds a reduction keeps the product (256 KiB)
+    in a temporary buffer."""
+    script = textwrap.dedent("""
+        import torch, torchtpu
+        torchtpu.set_eager_mode("fused")
+        x = torch.randn(256, 256, device="tpu")
+        print(((x @ x.t()) * 2).sum().item())
+        torchtpu.cache.wait_for_background_compiles()  # a fused window's first compile
+        for what, seconds, temp_bytes in torchtpu.cache.stats()["compiles"]:
+            print("COMPILE", temp_bytes, seconds >= 0, what)
+    """)
+    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, TORCHTPU_CACHE_DIR=""),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    compiles = [line.split(" ", 3) for line in p.stdout.splitlines() if line.startswith("COMPILE")]
+    window = [c for c in compiles if "fused window" in c[3]]
+    assert window and all(c[2] == "True" for c in compiles), p.stdout
+    assert int(window[-1][1]) >= 256 * 256 * 4, p.stdout
