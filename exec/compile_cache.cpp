@@ -82,13 +82,11 @@ DiskCacheOptions tier_options(bool local) {
 // key names one program's entry only.
 std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
 
-// The node keys of a window key ("<len>:<node key><wiring>..." per node, see graph/window.cpp).
 // XLA's compiler frees what it allocated (LLVM modules, passes' state), but glibc keeps freed
-// pages in the arena of the thread that freed them, so a process's resident memory grew with every
-// compile on a worker thread: after a GPT training step's compiles ~175 MB (strict mode) to ~340 MB
-// (fused mode) of its RSS were free heap (docs/benchmarks.md). A trim hands those pages back; it
-// takes ~10 ms, so it follows the compiles of large programs (windows, compiled graphs), which
-// free the most, and not every small op's.
+// pages in the arena of the thread that freed them, so a process's resident memory grew with its
+// compiles on worker threads: trimming after them took a fused-mode GPT training step's steady RSS
+// from ~1,230 to ~1,080 MB (docs/benchmarks.md). A trim takes ~10 ms, so it follows the compiles
+// of large programs (windows, compiled graphs), which free the most, not every small op's.
 constexpr double kTrimAfterCompileSeconds = 0.1;
 
 void return_freed_heap_to_the_system() {
@@ -102,6 +100,7 @@ int64_t temp_bytes(const runtime::Executable& exe) {
   return stats ? stats->temp_bytes : -1;
 }
 
+// The node keys of a window key ("<len>:<node key><wiring>..." per node, see graph/window.cpp).
 std::vector<std::string> node_keys(const std::string& key) {
   std::vector<std::string> nodes;
   size_t at = 0;

@@ -1,5 +1,6 @@
 #include "runtime/executable.h"
 
+#include <cstddef>
 #include <stdexcept>
 
 #include "runtime/error.h"
@@ -78,7 +79,10 @@ std::string Executable::serialize() const {
 }
 
 std::optional<ProgramMemory> Executable::planned_memory() const {
-  if (!api_->PJRT_Executable_GetCompiledMemoryStats) return std::nullopt;
+  // A plugin built against an older C API has no such entry (its table ends before it).
+  if (api_->struct_size <= offsetof(PJRT_Api, PJRT_Executable_GetCompiledMemoryStats) ||
+      !api_->PJRT_Executable_GetCompiledMemoryStats)
+    return std::nullopt;
   PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args, args);
   args.executable = executable_;
   try {
