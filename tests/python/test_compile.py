@@ -348,7 +348,8 @@ def test_guards_on_parameters_copy_nothing_to_the_host():
     torch.compile(opt.step, backend="tpu")()
     torch.tpu.synchronize()
     assert torchtpu.metrics.as_dict()["bytes_to_host"] == before
-    assert "..." not in repr(model.weight) and f"{model.weight[0, 0].item():.4f}" in repr(model.weight)
+    on_cpu = torch.nn.Parameter(model.weight.detach().cpu())
+    assert repr(model.weight).replace("device='tpu:0', ", "") == repr(on_cpu)  # values, outside a compile
 
 
 def test_second_process_compiles_nothing(tmp_path):
