@@ -1,6 +1,7 @@
 // Fake quantization (quantization-aware training: torch.ao's FakeQuantize and
 // torch.fake_quantize_per_{tensor,channel}_affine), with CPU's arithmetic:
-// q = zero_point + nearbyint(x * (1 / scale)), 1 / scale rounded to float;
+// q = zero_point + nearbyint(x * (1 / scale)), 1 / scale rounded to float (integer zero points),
+// q = nearbyint(x * (1 / scale) + zero_point) (floating-point per-channel zero points);
 // out = (clamp(q, quant_min, quant_max) - zero_point) * scale; and the mask
 // quant_min <= q <= quant_max that the backward multiplies the gradient by.
 #include "aten/ops/lowering_util.h"
@@ -20,6 +21,24 @@ V fake_quantize(LoweringContext& c, const Value& scale, const Value& zero_point,
   Value lo = b.constant(static_cast<double>(qmin), q.type), hi = b.constant(static_cast<double>(qmax), q.type);
   Value clamped = b.binary(BinaryOp::kMinimum, b.binary(BinaryOp::kMaximum, q, lo), hi);
   Value out = b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kSubtract, clamped, zp), sc);
+  Value mask = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, q, lo), b.compare(Compare::kLE, q, hi));
+  return {out, mask};
+}
+
+// Floating-point zero points (per channel): the zero point joins before rounding, in float (double
+// for float64 input); CPU's kernel then dequantizes in double (its clamp is std::fmin/fmax of an
+// integer) and stores through float.
+V fake_quantize_float_zero_point(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax) {
+  hlo::Builder& b = c.b;
+  DType in = c.raw(0).type.dtype, work = in == DType::kF64 ? DType::kF64 : DType::kF32;
+  Value inv = cast(b, b.binary(BinaryOp::kDivide, b.constant(1, {DType::kF32, scale.type.dims}), cast(b, scale, DType::kF32)), work);
+  Value scaled = b.binary(BinaryOp::kMultiply, cast(b, c.raw(0), work), inv);
+  Value q = b.unary(UnaryOp::kRoundNearestEven, b.binary(BinaryOp::kAdd, scaled, cast(b, zero_point, work)));
+  Value lo = b.constant(static_cast<double>(qmin), q.type), hi = b.constant(static_cast<double>(qmax), q.type);
+  Value clamped = cast(b, b.binary(BinaryOp::kMinimum, b.binary(BinaryOp::kMaximum, q, lo), hi), DType::kF64);
+  Value dequantized = b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kSubtract, clamped, cast(b, zero_point, DType::kF64)),
+                               cast(b, scale, DType::kF64));
+  Value out = in == DType::kF64 ? dequantized : cast(b, cast(b, dequantized, DType::kF32), in);
   Value mask = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, q, lo), b.compare(Compare::kLE, q, hi));
   return {out, mask};
 }
@@ -49,9 +68,6 @@ std::vector<c10::IValue> fake_quantize_meta(const c10::FunctionSchema& schema, c
   return {self.new_empty(self.sizes()), self.new_empty(self.sizes(), self.options().dtype(at::kBool))};
 }
 
-// Per-channel zero points in float (not an integer type) follow another formula: on the CPU.
-bool float_zero_points(const std::vector<c10::IValue>& a) { return at::isFloatingType(a[2].toTensor().scalar_type()); }
-
 }  // namespace
 
 TORCHTPU_LOWERINGS(quantize) {
@@ -72,13 +88,13 @@ TORCHTPU_LOWERINGS(quantize) {
     return V{b.select(enabled, on[0], x), b.select(enabled, on[1], b.constant(1, on[1].type))};
   }, with_meta(fake_quantize_meta));
   // (self, scale [n], zero_point [n], axis, quant_min, quant_max)
-  LoweringOptions per_channel = with_meta(fake_quantize_meta);
-  per_channel.cpu_when = float_zero_points;
   register_lowering({"fake_quantize_per_channel_affine_cachemask"}, [](LoweringContext& c) {
     auto along = [&](const Value& v) { return c.b.broadcast_in_dim(v, c.out(0).dims, {c.arg(3).toInt()}); };
-    return fake_quantize(c, along(c.raw(1)), along(c.raw(2)), c.arg(4).toInt(), c.arg(5).toInt(),
-                         accumulator(c.out(0).dtype));
-  }, per_channel);
+    Value scale = along(c.raw(1)), zero_point = along(c.raw(2));
+    int64_t qmin = c.arg(4).toInt(), qmax = c.arg(5).toInt();
+    if (is_floating(zero_point.type.dtype)) return fake_quantize_float_zero_point(c, scale, zero_point, qmin, qmax);
+    return fake_quantize(c, scale, zero_point, qmin, qmax, accumulator(c.out(0).dtype));
+  }, with_meta(fake_quantize_meta));
 }
 
 }  // namespace torchtpu::aten

@@ -727,18 +727,23 @@ def test_fused_rnn_cells_reject_mismatched_sizes_by_name():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_fake_quantization_matches_cpu_bit_for_bit(dtype, no_fallbacks):
     """Quantization-aware training: per-tensor (scale as a number or as tensors, as FakeQuantize
-    passes them) and per-channel fake quantization, forward and the masked gradient, exactly as CPU
-    (halves round to even; values beyond the range clamp and get no gradient)."""
+    passes them) and per-channel fake quantization (integer and floating-point zero points), forward
+    and the masked gradient, exactly as CPU (halves round to even; values beyond the range clamp and
+    get no gradient)."""
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(6, 5, 7, generator=g, dtype=torch.float64) * 3).to(dtype)
     x.view(-1)[:8] = torch.tensor([0.05, 0.15, -0.25, 0.35, 12.7, -13.0, 0.0, 0.45], dtype=dtype)
     scales = torch.rand(5, generator=g) / 5 + 0.01
     zero_points = torch.randint(-5, 5, (5,), generator=g, dtype=torch.int32)
+    float_zero_points = torch.rand(5, generator=g) * 9 + 0.5  # in range for both cases below
     cases = [
         lambda t, d: torch.fake_quantize_per_tensor_affine(t, 0.1, 3, 0, 255),
         lambda t, d: torch.fake_quantize_per_tensor_affine(
             t, torch.tensor(0.1, device=d), torch.tensor(3, dtype=torch.int32, device=d), -128, 127),
         lambda t, d: torch.fake_quantize_per_channel_affine(t, scales.to(d), zero_points.to(d), 1, -128, 127),
+        # floating-point zero points (torch.ao's float-qparams observers): another formula
+        lambda t, d: torch.fake_quantize_per_channel_affine(t, scales.to(d), float_zero_points.to(d), 1, -128, 127),
+        lambda t, d: torch.fake_quantize_per_channel_affine(t, scales.to(d), float_zero_points.half().to(d), 1, 0, 15),
     ]
     for quantize in cases:
         x_cpu, x_dev = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
