@@ -43,6 +43,16 @@ V fake_quantize_float_zero_point(LoweringContext& c, const Value& scale, const V
   return {out, mask};
 }
 
+// CPU reads integer per-channel zero points to the host to check they lie in [quant_min,
+// quant_max] (floating-point ones it does not check); the program checks them on the device
+// instead (an error at the next host sync).
+void check_zero_points(LoweringContext& c, const Value& zero_point, int64_t qmin, int64_t qmax) {
+  hlo::Builder& b = c.b;
+  Value in_range = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, zero_point, b.constant(static_cast<double>(qmin), zero_point.type)),
+                            b.compare(Compare::kLE, zero_point, b.constant(static_cast<double>(qmax), zero_point.type)));
+  c.check_on_device(b.reduce({in_range}, {b.constant(1, {DType::kBool, {}})}, {0}, combine_with(BinaryOp::kAnd))[0]);
+}
+
 // A one-element tensor (a qparam) broadcast to the output's shape.
 Value broadcast_scalar(LoweringContext& c, const Value& v) {
   return c.b.broadcast_in_dim(c.b.reshape(v, {}), c.out(0).dims, {});
@@ -88,13 +98,17 @@ TORCHTPU_LOWERINGS(quantize) {
     return V{b.select(enabled, on[0], x), b.select(enabled, on[1], b.constant(1, on[1].type))};
   }, with_meta(fake_quantize_meta));
   // (self, scale [n], zero_point [n], axis, quant_min, quant_max)
+  LoweringOptions per_channel = with_meta(fake_quantize_meta);
+  per_channel.device_check = "`zero_point` must be between `quant_min` and `quant_max`.";
+  per_channel.device_check_runtime_error = true;
   register_lowering({"fake_quantize_per_channel_affine_cachemask"}, [](LoweringContext& c) {
     auto along = [&](const Value& v) { return c.b.broadcast_in_dim(v, c.out(0).dims, {c.arg(3).toInt()}); };
     Value scale = along(c.raw(1)), zero_point = along(c.raw(2));
     int64_t qmin = c.arg(4).toInt(), qmax = c.arg(5).toInt();
     if (is_floating(zero_point.type.dtype)) return fake_quantize_float_zero_point(c, scale, zero_point, qmin, qmax);
+    check_zero_points(c, c.raw(2), qmin, qmax);
     return fake_quantize(c, scale, zero_point, qmin, qmax, accumulator(c.out(0).dtype));
-  }, with_meta(fake_quantize_meta));
+  }, per_channel);
 }
 
 }  // namespace torchtpu::aten

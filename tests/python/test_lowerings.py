@@ -758,3 +758,21 @@ def test_fake_quantization_matches_cpu_bit_for_bit(dtype, no_fallbacks):
     fake_quantize = torch.ao.quantization.FakeQuantize()  # observes, then quantizes with tensor qparams
     data = torch.randn(4, 8, generator=g)
     assert torch.equal(fake_quantize.to("tpu")(data.to("tpu")).cpu(), torch.ao.quantization.FakeQuantize()(data))
+
+
+def test_fake_quantization_checks_per_channel_zero_points_on_the_device(no_fallbacks):
+    """CPU reads integer per-channel zero points to the host to check their range; tpu checks them
+    in the program and raises CPU's RuntimeError at the next host sync. Floating-point zero points
+    out of range are not an error on CPU, nor on tpu."""
+    x, scales = torch.randn(3, 4), torch.full((4,), 0.1)
+    zero_points = torch.tensor([0, 3, 300, 2], dtype=torch.int32)  # 300 > quant_max
+    message = "`zero_point` must be between `quant_min` and `quant_max`."
+    with pytest.raises(RuntimeError, match=message):
+        torch.fake_quantize_per_channel_affine(x, scales, zero_points, 1, 0, 255)
+    out = torch.fake_quantize_per_channel_affine(x.to("tpu"), scales.to("tpu"), zero_points.to("tpu"), 1, 0, 255)
+    with pytest.raises(RuntimeError, match=message):
+        out.cpu()
+    float_zero_points = zero_points.float()
+    want = torch.fake_quantize_per_channel_affine(x, scales, float_zero_points, 1, 0, 255)
+    got = torch.fake_quantize_per_channel_affine(x.to("tpu"), scales.to("tpu"), float_zero_points.to("tpu"), 1, 0, 255)
+    assert torch.equal(got.cpu(), want)
