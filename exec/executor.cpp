@@ -177,11 +177,16 @@ class DiscardUnmaterialized {
   const std::vector<NodePtr>& nodes_;
 };
 
+// Bytes the values hold once produced (what an out-of-memory error names).
+size_t bytes_of(const std::vector<ValuePtr>& values) {
+  size_t bytes = 0;
+  for (const ValuePtr& v : values) bytes += v->length() * element_size(v->dtype());
+  return bytes;
+}
+
 void execute(const Window& w, runtime::Executable& exe, const std::string& what, const RunInfo& info) {
   int device = w.results().empty() ? 0 : w.results()[0]->device();
-  size_t output_bytes = 0;
-  for (const ValuePtr& r : w.results()) output_bytes += r->length() * element_size(r->dtype());
-  auto produced = execute_program(exe, device, w.parameters(), output_bytes, what, {}, info);
+  auto produced = execute_program(exe, device, w.parameters(), bytes_of(w.results()), what, {}, info);
   for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
 }
 
@@ -224,9 +229,7 @@ void execute_single(const NodePtr& node, const char* kind = "op") {
 // Strict mode's shortcut (exec/op_record.h): a loaded one-op program run without a node.
 void run_bound(const BoundOp& op, const OpCall& call) {
   counters().strict_ops++;
-  size_t output_bytes = 0;
-  for (const ValuePtr& r : op.results) output_bytes += r->length() * element_size(r->dtype());
-  auto produced = execute_program(*op.exe, op.device, op.parameters, output_bytes, op_of(call));
+  auto produced = execute_program(*op.exe, op.device, op.parameters, bytes_of(op.results), op_of(call));
   for (size_t i = 0; i < produced.size(); ++i) op.results[i]->materialize(std::move(produced[i]));
 }
 

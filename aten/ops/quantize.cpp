@@ -10,19 +10,31 @@
 namespace torchtpu::aten {
 namespace {
 
+// 1 / scale, rounded to float as CPU's kernels compute it, in `t`.
+Value inverse_scale(hlo::Builder& b, const Value& scale, DType t) {
+  return cast(b, b.binary(BinaryOp::kDivide, b.constant(1, {DType::kF32, scale.type.dims}), cast(b, scale, DType::kF32)), t);
+}
+
+// quant_min <= v <= quant_max, elementwise.
+Value within(hlo::Builder& b, const Value& v, int64_t qmin, int64_t qmax) {
+  return b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, v, b.constant(static_cast<double>(qmin), v.type)),
+                  b.compare(Compare::kLE, v, b.constant(static_cast<double>(qmax), v.type)));
+}
+
+Value clamp(hlo::Builder& b, const Value& q, int64_t qmin, int64_t qmax) {
+  return b.binary(BinaryOp::kMinimum, b.binary(BinaryOp::kMaximum, q, b.constant(static_cast<double>(qmin), q.type)),
+                  b.constant(static_cast<double>(qmax), q.type));
+}
+
 // scale and zero_point broadcast to x's shape; computed in `acc`: CPU's per-tensor kernels compute
 // in float for every dtype, its per-channel ones in double for float64.
 V fake_quantize(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax, DType acc) {
   hlo::Builder& b = c.b;
-  Value x = cast(b, c.raw(0), acc);
-  Value inv = cast(b, b.binary(BinaryOp::kDivide, b.constant(1, {DType::kF32, scale.type.dims}), cast(b, scale, DType::kF32)), acc);
-  Value zp = cast(b, zero_point, acc), sc = cast(b, scale, acc);
-  Value q = b.binary(BinaryOp::kAdd, zp, b.unary(UnaryOp::kRoundNearestEven, b.binary(BinaryOp::kMultiply, x, inv)));
-  Value lo = b.constant(static_cast<double>(qmin), q.type), hi = b.constant(static_cast<double>(qmax), q.type);
-  Value clamped = b.binary(BinaryOp::kMinimum, b.binary(BinaryOp::kMaximum, q, lo), hi);
-  Value out = b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kSubtract, clamped, zp), sc);
-  Value mask = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, q, lo), b.compare(Compare::kLE, q, hi));
-  return {out, mask};
+  Value zp = cast(b, zero_point, acc);
+  Value scaled = b.binary(BinaryOp::kMultiply, cast(b, c.raw(0), acc), inverse_scale(b, scale, acc));
+  Value q = b.binary(BinaryOp::kAdd, zp, b.unary(UnaryOp::kRoundNearestEven, scaled));
+  Value out = b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kSubtract, clamp(b, q, qmin, qmax), zp), cast(b, scale, acc));
+  return {out, within(b, q, qmin, qmax)};
 }
 
 // Floating-point zero points (per channel): the zero point joins before rounding, in float (double
@@ -31,16 +43,13 @@ V fake_quantize(LoweringContext& c, const Value& scale, const Value& zero_point,
 V fake_quantize_float_zero_point(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax) {
   hlo::Builder& b = c.b;
   DType in = c.raw(0).type.dtype, work = in == DType::kF64 ? DType::kF64 : DType::kF32;
-  Value inv = cast(b, b.binary(BinaryOp::kDivide, b.constant(1, {DType::kF32, scale.type.dims}), cast(b, scale, DType::kF32)), work);
-  Value scaled = b.binary(BinaryOp::kMultiply, cast(b, c.raw(0), work), inv);
+  Value scaled = b.binary(BinaryOp::kMultiply, cast(b, c.raw(0), work), inverse_scale(b, scale, work));
   Value q = b.unary(UnaryOp::kRoundNearestEven, b.binary(BinaryOp::kAdd, scaled, cast(b, zero_point, work)));
-  Value lo = b.constant(static_cast<double>(qmin), q.type), hi = b.constant(static_cast<double>(qmax), q.type);
-  Value clamped = cast(b, b.binary(BinaryOp::kMinimum, b.binary(BinaryOp::kMaximum, q, lo), hi), DType::kF64);
-  Value dequantized = b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kSubtract, clamped, cast(b, zero_point, DType::kF64)),
+  Value dequantized = b.binary(BinaryOp::kMultiply,
+                               b.binary(BinaryOp::kSubtract, cast(b, clamp(b, q, qmin, qmax), DType::kF64), cast(b, zero_point, DType::kF64)),
                                cast(b, scale, DType::kF64));
   Value out = in == DType::kF64 ? dequantized : cast(b, cast(b, dequantized, DType::kF32), in);
-  Value mask = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, q, lo), b.compare(Compare::kLE, q, hi));
-  return {out, mask};
+  return {out, within(b, q, qmin, qmax)};
 }
 
 // CPU reads integer per-channel zero points to the host to check they lie in [quant_min,
@@ -48,9 +57,8 @@ V fake_quantize_float_zero_point(LoweringContext& c, const Value& scale, const V
 // instead (an error at the next host sync).
 void check_zero_points(LoweringContext& c, const Value& zero_point, int64_t qmin, int64_t qmax) {
   hlo::Builder& b = c.b;
-  Value in_range = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, zero_point, b.constant(static_cast<double>(qmin), zero_point.type)),
-                            b.compare(Compare::kLE, zero_point, b.constant(static_cast<double>(qmax), zero_point.type)));
-  c.check_on_device(b.reduce({in_range}, {b.constant(1, {DType::kBool, {}})}, {0}, combine_with(BinaryOp::kAnd))[0]);
+  c.check_on_device(b.reduce({within(b, zero_point, qmin, qmax)}, {b.constant(1, {DType::kBool, {}})}, {0},
+                             combine_with(BinaryOp::kAnd))[0]);
 }
 
 // A one-element tensor (a qparam) broadcast to the output's shape.
