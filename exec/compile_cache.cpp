@@ -85,7 +85,7 @@ std::string persistent_key(const std::string& text) { return sha256_hex(text + '
 // XLA's compiler frees what it allocated (LLVM modules, passes' state), but glibc keeps freed
 // pages in the arena of the thread that freed them, so a process's resident memory grew with its
 // compiles on worker threads: trimming after them took a fused-mode GPT training step's steady RSS
-// from ~1,230 to ~1,080 MB (docs/benchmarks.md). A trim takes ~10 ms, so it follows the compiles
+// from ~1,220 to ~1,130 MB (benchmarks/mode_memory.py). A trim takes ~10 ms, so it follows the compiles
 // of large programs (windows, compiled graphs), which free the most, not every small op's.
 constexpr double kTrimAfterCompileSeconds = 0.1;
 
