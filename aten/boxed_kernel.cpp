@@ -430,6 +430,13 @@ std::string check_message(const LoweringOptions& options, const std::vector<c10:
   return options.device_check;
 }
 
+// Lowerings compute complex32 in complex64 (computed_as): its inputs are widened, its results
+// rounded back.
+std::vector<hlo::TensorType> computed_types(std::vector<hlo::TensorType> types) {
+  for (hlo::TensorType& t : types) t.dtype = computed_as(t.dtype);
+  return types;
+}
+
 // One program: inputs read through their views, the lowering, results cast and broadcast into
 // the destinations (plus the device-check flag, for ops that have one).
 void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta,
@@ -478,15 +485,22 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
     std::vector<std::vector<hlo::Value>> values(count.size());
     size_t next = 0;
     for (size_t i = 0; i < count.size(); ++i)
-      for (size_t k = 0; k < count[i]; ++k) values[i].push_back(flat[next++]);
-    LoweringContext ctx(b, std::move(values), largs, out_types);
+      for (size_t k = 0; k < count[i]; ++k) {
+        // CPU converts wider operands (a Scalar) to a complex32 result's type first (0.3 to 0.30005).
+        DType t = flat[next].type.dtype;
+        bool rounded = !out_types.empty() && out_types[0].dtype == DType::kC32 &&
+                       (t == DType::kF32 || t == DType::kF64 || t == DType::kC64 || t == DType::kC128);
+        values[i].push_back(widened(b, rounded ? cast(b, flat[next], DType::kC32) : flat[next]));
+        ++next;
+      }
+    LoweringContext ctx(b, std::move(values), largs, computed_types(out_types));
     ctx.set_precision(precision);
     std::vector<hlo::Value> results = entry->fn(ctx);
     TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), *name, ": lowering returned ",
                           results.size(), " values for ", out_types.size(), " outputs");
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < results.size(); ++i)
-      if (wanted[i]) written.push_back(ctx.to_out(results[i], i));
+      if (wanted[i]) written.push_back(b.convert(ctx.to_out(results[i], i), out_types[i].dtype));
     if (entry->options.device_check) written.push_back(ctx.device_ok());
     return written;
   };
@@ -612,7 +626,7 @@ DType LoweringContext::promoted(size_t i, size_t j) const {
                       : a.isTensor()               ? at::result_type(a.toTensor(), c.toScalar())
                       : c.isTensor()               ? at::result_type(a.toScalar(), c.toTensor())
                                                    : at::result_type(a.toScalar(), c.toScalar());
-  return to_dtype(t);
+  return computed_as(to_dtype(t));  // as the inputs are widened
 }
 
 hlo::Value LoweringContext::bcast(const hlo::Value& v) const {

@@ -240,6 +240,7 @@ DType to_dtype(c10::ScalarType t) {
     case c10::kDouble: return DType::kF64;
     case c10::kComplexFloat: return DType::kC64;
     case c10::kComplexDouble: return DType::kC128;
+    case c10::kComplexHalf: return DType::kC32;
     default:
       TORCH_CHECK_TYPE(false, "tpu tensors do not support dtype ", t);
   }

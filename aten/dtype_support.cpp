@@ -1,5 +1,6 @@
 #include "aten/dtype_support.h"
 
+#include <ATen/native/TypeProperties.h>
 #include <ATen/ops/result_type.h>
 #include <c10/util/Exception.h>
 
@@ -8,7 +9,8 @@
 namespace torchtpu::aten {
 namespace {
 
-enum class Kind { kBool, kComplex, kInteger };
+// kComplexHalf: the op's result type (all its tensor and Scalar arguments promoted) is complex32.
+enum class Kind { kBool, kComplex, kInteger, kComplexHalf };
 
 struct Refusal {
   Kind kind;
@@ -55,6 +57,15 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
       {"clamp_min", {Kind::kComplex, "maximum_cpu", nullptr, false, "Tensor"}},
       {"clamp_max", {Kind::kComplex, "minimum_cpu", nullptr, false, "Tensor"}},
+      // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
+      // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
+      // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
+      {"div", {Kind::kComplexHalf, "div_cpu"}},
+      {"pow", {Kind::kComplexHalf, "pow"}},
+      {"sum", {Kind::kComplexHalf, "sum_cpu"}},
+      {"exp", {Kind::kComplexHalf, "exp_vml_cpu"}},
+      {"mm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
+      {"addmm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
   };
   return table;
 }
@@ -64,25 +75,40 @@ bool is(Kind kind, c10::ScalarType t) {
     case Kind::kBool: return t == c10::kBool;
     case Kind::kComplex: return c10::isComplexType(t);
     case Kind::kInteger: return c10::isIntegralType(t, /*includeBool=*/false);
+    case Kind::kComplexHalf: return t == c10::kComplexHalf;
   }
   return false;
+}
+
+// The dtype PyTorch's promotion gives the op's tensor and Scalar arguments together.
+c10::ScalarType result_type(const std::vector<c10::IValue>& args) {
+  at::native::ResultTypeState state;
+  for (const c10::IValue& a : args) {
+    if (a.isTensor() && a.toTensor().defined()) state = at::native::update_result_type_state(a.toTensor(), state);
+    else if (a.isScalar()) state = at::native::update_result_type_state(a.toScalar(), state);
+  }
+  return at::native::result_type(state);
 }
 
 }  // namespace
 
 void check_cpu_dtype_support(const std::string& op, const std::string& overload,
                              const std::vector<c10::IValue>& args) {
-  if (args.empty() || !args[0].isTensor()) return;
   std::string name = op.substr(op.find("::") + 2);
   bool inplace = !name.empty() && name.back() == '_';
   if (inplace) name.pop_back();
+  auto [first, last] = refusals().equal_range(name);
+  if (first == last) return;
+  for (auto it = first; it != last; ++it)
+    if (it->second.kind == Kind::kComplexHalf && result_type(args) == c10::kComplexHalf)
+      TORCH_CHECK_NOT_IMPLEMENTED(false, '"', it->second.kernel, "\" not implemented for 'ComplexHalf'");
+  if (args.empty() || !args[0].isTensor()) return;
   const at::Tensor& self = args[0].toTensor();
   c10::ScalarType t = self.scalar_type();
   TORCH_CHECK(!(inplace && name == "abs" && c10::isComplexType(t)), "In-place abs is not supported for complex tensors.");
-  auto [first, last] = refusals().equal_range(name);
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
-    if (r.overload && overload != r.overload) continue;
+    if (r.kind == Kind::kComplexHalf || (r.overload && overload != r.overload)) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
     c10::ScalarType computed = t;
     for (size_t i = 1; r.scalars_promote && i < args.size(); ++i)

@@ -84,7 +84,31 @@ Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
   return emit1("stablehlo.clamp", {lo, x, hi}, x.type);
 }
 
+// complex32 words <-> complex64: the word's two float16 halves are the real and imaginary parts
+// (real first in memory, so in the low half: bitcast_convert's new last dimension is in memory order).
+Value Builder::complex32_to_complex64(const Value& words) {
+  std::vector<int64_t> dims = words.type.dims, start(dims.size() + 1, 0), limit = dims, step(dims.size() + 1, 1);
+  Value halves = bitcast_convert(words, DType::kF16);
+  limit.push_back(1);
+  Value re = reshape(slice(halves, start, limit, step), dims);
+  start.back() = 1;
+  limit.back() = 2;
+  Value im = reshape(slice(halves, start, limit, step), dims);
+  return binary(BinaryOp::kComplex, convert(re, DType::kF32), convert(im, DType::kF32));
+}
+
+Value Builder::complex64_to_complex32(const Value& x) {
+  std::vector<int64_t> pair = x.type.dims;
+  pair.push_back(1);
+  Value re = reshape(convert(unary(UnaryOp::kReal, x), DType::kF16), pair);
+  Value im = reshape(convert(unary(UnaryOp::kImag, x), DType::kF16), pair);
+  return bitcast_convert(concatenate({re, im}, static_cast<int64_t>(x.type.dims.size())), DType::kC32);
+}
+
 Value Builder::convert(const Value& x, DType to) {
+  if (x.type.dtype == to) return x;
+  if (x.type.dtype == DType::kC32) return convert(complex32_to_complex64(x), to);
+  if (to == DType::kC32) return complex64_to_complex32(convert(x, DType::kC64));
   if (x.type.dtype == DType::kBool && (is_floating(to) || is_complex(to))) {
     // Through an integer: XLA rewrites a multiply or divide of a converted predicate by a
     // broadcast scalar into a select, which loses IEEE's 0 * inf = NaN and 0 / 0 = NaN

@@ -21,6 +21,7 @@ constexpr TypePair kTypes[] = {
     {DType::kF16, PJRT_Buffer_Type_F16},   {DType::kBF16, PJRT_Buffer_Type_BF16},
     {DType::kF32, PJRT_Buffer_Type_F32},   {DType::kF64, PJRT_Buffer_Type_F64},
     {DType::kC64, PJRT_Buffer_Type_C64},   {DType::kC128, PJRT_Buffer_Type_C128},
+    {DType::kC32, PJRT_Buffer_Type_U32},  // float16 pairs in 32-bit words; from_pjrt finds kU32 first
 };
 
 }  // namespace

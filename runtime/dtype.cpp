@@ -20,6 +20,7 @@ constexpr DTypeInfo kInfo[] = {
     {2, "f16", "float16"},      {2, "bf16", "bfloat16"},
     {4, "f32", "float32"},      {8, "f64", "float64"},
     {8, "complex<f32>", "complex64"}, {16, "complex<f64>", "complex128"},
+    {4, "ui32", "complex32"},
 };
 
 const DTypeInfo& info(DType t) { return kInfo[static_cast<size_t>(t)]; }

@@ -10,6 +10,10 @@ namespace torchtpu {
 
 enum class DType : uint8_t {
   kBool, kS8, kS16, kS32, kS64, kU8, kU32, kU64, kF16, kBF16, kF32, kF64, kC64, kC128,
+  // complex32 (torch.chalf): XLA has no complex<f16>, so its elements are stored as 32-bit words
+  // holding the float16 real and imaginary parts (PyTorch's own layout). Programs see ui32 and
+  // convert (hlo::Builder::convert) to complex64 to compute; is_complex() is false for it.
+  kC32,
 };
 
 // Size of one element in bytes.

@@ -1,6 +1,7 @@
 // Element-wise ops of two or more operands: arithmetic, comparisons, logic, where, clamp, lerp.
 // Operands arrive cast to the output dtype (PyTorch's promotion, computed by the meta kernel)
 // and are broadcast here with in_b().
+#include <ATen/Version.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/result_type.h>
 
@@ -17,13 +18,52 @@ Value bin(LoweringContext& c, BinaryOp op, const Value& a, const Value& b) {
   return c.b.binary(op, a, b);
 }
 
+// Operand i of add/sub in opmath, rounded to the output dtype first: CPU's add kernel sees a
+// Scalar (x + 0.3 in float16) as a tensor of the output dtype, where mul and div keep its value.
+Value rounded_operand(LoweringContext& c, size_t i) {
+  return cast(c.b, c.in_b(i), accumulator(c.compute_dtype()));
+}
+
 // alpha * b (alpha is argument `alpha_index` when present), in opmath: CPU adds a + alpha * b of
 // bfloat16/float16 in float32 and rounds once.
 Value scaled(LoweringContext& c, size_t i, size_t alpha_index) {
-  Value v = opmath_b(c, i);
+  Value v = rounded_operand(c, i);
   if (!c.has(alpha_index)) return v;
   Value alpha = cast(c.b, c.in(alpha_index), v.type.dtype);  // rounded to the output dtype first, as CPU's
   return bin(c, BinaryOp::kMultiply, v, c.bcast(alpha));
+}
+
+// Whether CPU's element-wise loop over these operands is vectorized: each one contiguous with the
+// output's shape, or a single element (a Scalar, a 0-d tensor) broadcast to it.
+bool cpu_loop_vectorized(const LoweringContext& c, std::initializer_list<size_t> operands) {
+  for (size_t i : operands) {
+    const c10::IValue& a = c.arg(i);
+    if (!a.isTensor()) continue;
+    const at::Tensor& t = a.toTensor();
+    if (t.dim() == 0) continue;
+    if (t.sizes().vec() != c.out().dims || !t.is_contiguous()) return false;
+  }
+  return true;
+}
+
+// a op alpha * b for add/sub/rsub (op: kAdd or kSubtract). CPU's add kernel on bfloat16/float16
+// computes it two ways, alpha rounded to the dtype in both: its vectorized loop in float32,
+// rounding once (as CUDA); its scalar loop rounds alpha * b to the dtype first. On a contiguous
+// operation of n elements the scalar loop does the last n mod 32 (an AVX-512 vector of 16-bit
+// floats; 16 on other CPUs), so those elements can be an ulp apart. Reproduced where CPU's loop is known: contiguous
+// operands in one thread's chunk (fewer than 32,768 elements, at::internal::GRAIN_SIZE).
+Value add_scaled_by_alpha(LoweringContext& c, BinaryOp op, size_t a, size_t b) {
+  Value fused = bin(c, op, rounded_operand(c, a), scaled(c, b, 2));
+  std::optional<DType> low = low_precision(c.compute_dtype());
+  int64_t n = 1;
+  for (int64_t d : c.out().dims) n *= d;
+  if (!low || !c.has(2) || n >= 32768 || !cpu_loop_vectorized(c, {a, b})) return fused;
+  static const int64_t block = at::get_cpu_capability() == "AVX512" ? 32 : 16;
+  if (n % block == 0) return fused;
+  Value tail = bin(c, op, rounded_operand(c, a), rounded_to(c.b, scaled(c, b, 2), *low));
+  Value position = c.b.reshape(c.b.iota({DType::kS64, {n}}, 0), c.out().dims);
+  Value in_tail = c.b.compare(Compare::kGE, position, c.b.constant(static_cast<double>(n - n % block), position.type));
+  return c.b.select(in_tail, tail, fused);
 }
 
 // addcmul / addcdiv: self + value * t1 op t2, in CPU's order ((value * t1) op t2), in opmath.
@@ -297,13 +337,13 @@ V next_after(LoweringContext& c) {
 
 TORCHTPU_LOWERINGS(binary) {
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{bin(c, BinaryOp::kAdd, opmath_b(c, 0), scaled(c, 1, 2))};
+    return V{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
   });
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{bin(c, BinaryOp::kSubtract, opmath_b(c, 0), scaled(c, 1, 2))};
+    return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 0, 1)};
   }, with_meta(no_bool_subtraction()));
   register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{bin(c, BinaryOp::kSubtract, opmath_b(c, 1), scaled(c, 0, 2))};
+    return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
   }, with_meta(no_bool_subtraction()));
   register_with_variants("mul", {"Tensor", "Scalar"}, simple(BinaryOp::kMultiply));
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
@@ -391,7 +431,8 @@ TORCHTPU_LOWERINGS(binary) {
   });
   register_with_variants("nextafter", {""}, next_after);
   register_lowering({"complex", "complex.out"}, [](LoweringContext& c) {
-    return V{c.b.binary(BinaryOp::kComplex, c.bcast(c.raw(0)), c.bcast(c.raw(1)))};
+    DType part = component_dtype(c.out().dtype);  // float16 parts make complex32, computed in complex64
+    return V{c.b.binary(BinaryOp::kComplex, c.bcast(c.in_as(0, part)), c.bcast(c.in_as(1, part)))};
   });
   register_lowering({"polar", "polar.out"}, [](LoweringContext& c) {
     Value r = c.bcast(c.raw(0)), theta = c.bcast(c.raw(1));

@@ -38,8 +38,8 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
                     (dst_conj ? "c" : "") + (dst_neg ? "n" : "");
   run_on_device({key,
                  [=](hlo::Builder& b, const std::vector<hlo::Value>& in) {
-                   hlo::Value v = cast(b, apply_bits(b, in[0], src_conj, src_neg), to);
-                   return std::vector<hlo::Value>{broadcast_to(b, apply_bits(b, v, dst_conj, dst_neg), sizes)};
+                   hlo::Value v = cast(b, apply_bits(b, widened(b, in[0]), src_conj, src_neg), computed_as(to));
+                   return std::vector<hlo::Value>{cast(b, broadcast_to(b, apply_bits(b, v, dst_conj, dst_neg), sizes), to)};
                  },
                  {operand(src)}, {operand(dst)}, origin_of("aten::copy_")});
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "aten/device.h"
+#include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
@@ -42,7 +43,7 @@ bool zero_bytes(const c10::Scalar& value) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   exec::Operand out = operand(self);
-  hlo::TensorType type{out.view.dtype, out.view.sizes};
+  hlo::TensorType type{computed_as(out.view.dtype), out.view.sizes};
   exec::Lowering lower;
   std::string key;
   if (value.isIntegral(/*includeBool=*/true)) {
@@ -62,7 +63,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
     lower = [v, type](hlo::Builder& b, const std::vector<hlo::Value>&) {
       return std::vector<hlo::Value>{b.constant_int(v, type)};
     };
-  } else if (value.isComplex() && is_complex(out.view.dtype)) {
+  } else if (value.isComplex() && is_complex(type.dtype)) {
     c10::complex<double> v = value.toComplexDouble();
     char exact[80];
     std::snprintf(exact, sizeof exact, "fill|c%a,%a", v.real(), v.imag());
@@ -80,6 +81,10 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
       return std::vector<hlo::Value>{b.constant(v, type)};
     };
   }
+  if (type.dtype != out.view.dtype)
+    lower = [lower, stored = out.view.dtype](hlo::Builder& b, const std::vector<hlo::Value>& in) {
+      return std::vector<hlo::Value>{b.convert(lower(b, in).at(0), stored)};
+    };
   exec::OpCall call{key, lower, {}, {out}, origin_of("aten::fill_")};
   call.zero_bytes = zero_bytes(value);
   run_on_device(std::move(call));

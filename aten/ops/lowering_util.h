@@ -32,6 +32,12 @@ inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
   return v.type.dtype == to ? v : b.convert(v, to);
 }
 
+// complex32 (torch.chalf) is stored as float16 pairs (DType::kC32) and computed in complex64, as
+// PyTorch's kernels compute it in complex<float>: the dtype a value of type `t` is computed in,
+// and a stored value widened to it.
+inline DType computed_as(DType t) { return t == DType::kC32 ? DType::kC64 : t; }
+inline hlo::Value widened(hlo::Builder& b, const hlo::Value& v) { return cast(b, v, computed_as(v.type.dtype)); }
+
 // |x|^2, real for complex x.
 inline hlo::Value abs_squared(hlo::Builder& b, const hlo::Value& x) {
   using hlo::BinaryOp, hlo::UnaryOp;

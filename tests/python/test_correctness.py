@@ -956,3 +956,57 @@ def test_integer_fills_wrap_or_raise_as_cpu(no_fallbacks):
                 continue
             assert torch.equal(torch.full((3,), value, dtype=dtype, device="tpu").cpu(), expected), (dtype, value)
     assert torch.scalar_tensor(-5, dtype=torch.uint8, device="tpu").item() == 251
+
+
+def _bits(t):
+    """Exact comparison for every dtype, complex32 included (CPU cannot compare complex32)."""
+    return torch.view_as_real(t) if t.dtype == torch.complex32 else t
+
+
+def test_complex32_tensors_compute_as_cpu(no_fallbacks):
+    """complex32 (torch.chalf) was not a tpu dtype: x.chalf(), torch.complex of float16 parts and
+    float16 foreach ops with a complex Scalar raised TypeError. It is stored as float16 pairs and
+    computed in complex64, rounded as CPU rounds (a Scalar to complex32 first)."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(4, 5, dtype=torch.half, generator=g)
+    c = torch.complex(h, torch.randn(4, 5, dtype=torch.half, generator=g))
+    cases = [lambda c, h: h.chalf(), lambda c, h: torch.complex(h, 2 * h), lambda c, h: c + c,
+             lambda c, h: c * (2 - 1j), lambda c, h: c - (0.3 + 1j), lambda c, h: h + (0.3 + 1j),
+             lambda c, h: -c, lambda c, h: c.abs(), lambda c, h: c.conj().resolve_conj(),
+             lambda c, h: c.t().contiguous(), lambda c, h: torch.cat([c, c]), lambda c, h: c.clone().fill_(1 - 2j),
+             lambda c, h: torch.view_as_real(c).clone(), lambda c, h: c.to(torch.complex64), lambda c, h: c == c,
+             lambda c, h: torch.zeros(3, dtype=torch.chalf, device=h.device),
+             lambda c, h: torch._foreach_add([h, h], 0.3 + 2j)[1], lambda c, h: torch._foreach_mul([h], 2 + 1j)[0]]
+    for case in cases:
+        expected, got = case(c, h), case(c.to("tpu"), h.to("tpu"))
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(_bits(got.cpu()), _bits(expected), rtol=0, atol=0)
+    assert c.to("tpu")[1, 2].item() == c[1, 2].item()
+    for refused in (lambda c, h: c / 2, lambda c, h: torch._foreach_pow([h], 2 + 1j)):  # as CPU
+        with pytest.raises(NotImplementedError, match="ComplexHalf"):
+            refused(c, h)
+        with pytest.raises(NotImplementedError, match="ComplexHalf"):
+            refused(c.to("tpu"), h.to("tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_add_rounds_as_cpu(dtype, no_fallbacks):
+    """CPU's add kernel sees a Scalar as a tensor of the output dtype (x + 0.883 in float16 adds
+    0.8833: 160 of 400 elements were an ulp off), and with alpha its vectorized loop rounds
+    a + alpha * b once where its scalar loop (the last n mod 32 elements on AVX-512) rounds alpha * b
+    first; torchtpu rounded once everywhere. Bit for bit now, foreach ops (their element ops) too."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(7, 7), (19, 19), (20, 20), (100,), (3, 33)]
+    xs = [torch.randn(s, dtype=dtype, generator=g) for s in shapes]
+    ys = [torch.randn(s, dtype=dtype, generator=g) for s in shapes]
+    cases = [lambda x, y: x + 0.8831494822540025, lambda x, y: torch.add(x, y, alpha=3.14),
+             lambda x, y: torch.sub(x, y, alpha=-3.125), lambda x, y: torch.rsub(x, y, alpha=0.3),
+             lambda x, y: x.clone().add_(y, alpha=1.7)]
+    for case in cases:
+        for x, y in zip(xs, ys):
+            torch.testing.assert_close(case(x.to("tpu"), y.to("tpu")).cpu(), case(x, y), rtol=0, atol=0)
+    tpu = lambda ts: [t.to("tpu") for t in ts]
+    for got, expected in zip(torch._foreach_add(tpu(xs), tpu(ys), alpha=3.14), torch._foreach_add(xs, ys, alpha=3.14)):
+        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+    for got, expected in zip(torch._foreach_add(tpu(xs), [0.3, 0.7, 1.1, 2.9, 0.01]), torch._foreach_add(xs, [0.3, 0.7, 1.1, 2.9, 0.01])):
+        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
