@@ -5,6 +5,7 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/result_type.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -33,36 +34,77 @@ Value scaled(LoweringContext& c, size_t i, size_t alpha_index) {
   return bin(c, BinaryOp::kMultiply, v, c.bcast(alpha));
 }
 
-// Whether CPU's element-wise loop over these operands is vectorized: each one contiguous with the
-// output's shape, or a single element (a Scalar, a 0-d tensor) broadcast to it.
-bool cpu_loop_vectorized(const LoweringContext& c, std::initializer_list<size_t> operands) {
-  for (size_t i : operands) {
-    const c10::IValue& a = c.arg(i);
-    if (!a.isTensor()) continue;
-    const at::Tensor& t = a.toTensor();
-    if (t.dim() == 0) continue;
-    if (t.sizes().vec() != c.out().dims || !t.is_contiguous()) return false;
+// CPU's element-wise loop over these operands (broadcast to the output) as TensorIterator runs it:
+// an inner loop over the trailing dimensions that every operand steps through evenly (coalesced),
+// vectorized when each operand steps by one element (one may stay still: a Scalar). Unknown
+// (nullopt) where TensorIterator would reorder dimensions (an operand laid out in another order).
+struct CpuLoop {
+  int64_t length;
+  bool vectorized;
+};
+
+std::optional<CpuLoop> cpu_inner_loop(const LoweringContext& c, std::initializer_list<size_t> operands) {
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides(operands.size());  // per operand, over dimensions > 1
+  for (size_t d = 0; d < c.out().dims.size(); ++d) {
+    if (c.out().dims[d] == 1) continue;
+    sizes.push_back(c.out().dims[d]);
+    size_t k = 0;
+    for (size_t i : operands) {
+      const c10::IValue& a = c.arg(i);
+      strides[k++].push_back(a.isTensor() ? a.toTensor().expand(c.out().dims).stride(static_cast<int64_t>(d)) : 0);
+    }
   }
-  return true;
+  if (sizes.empty()) return CpuLoop{1, true};
+  auto row_major = [](const std::vector<int64_t>& s) {
+    for (size_t d = 0; d + 1 < s.size(); ++d)
+      if (s[d] != 0 && s[d] < s[d + 1]) return false;
+    return true;
+  };
+  if (!std::all_of(strides.begin(), strides.end(), row_major)) {
+    // Operands in different orders: whichever TensorIterator picks, one steps unevenly.
+    bool dense_row_major = std::any_of(strides.begin(), strides.end(), [&](const auto& s) {
+      return row_major(s) && std::find(s.begin(), s.end(), 0) == s.end();
+    });
+    if (dense_row_major) return CpuLoop{0, false};
+    return std::nullopt;
+  }
+  int64_t length = sizes.back();
+  for (size_t d = sizes.size() - 1; d > 0; --d) {
+    bool even = std::all_of(strides.begin(), strides.end(), [&](const auto& s) { return s[d - 1] == sizes[d] * s[d]; });
+    if (!even) break;
+    length *= sizes[d - 1];
+  }
+  int still = 0;
+  bool unit = true;
+  for (const std::vector<int64_t>& s : strides) {
+    still += s.back() == 0;
+    unit &= s.back() == 0 || s.back() == 1;
+  }
+  return CpuLoop{length, unit && still <= 1};
 }
 
 // a op alpha * b for add/sub/rsub (op: kAdd or kSubtract). CPU's add kernel on bfloat16/float16
 // computes it two ways, alpha rounded to the dtype in both: its vectorized loop in float32,
-// rounding once (as CUDA); its scalar loop rounds alpha * b to the dtype first. On a contiguous
-// operation of n elements the scalar loop does the last n mod 32 (an AVX-512 vector of 16-bit
-// floats; 16 on other CPUs), so those elements can be an ulp apart. Reproduced where CPU's loop is known: contiguous
-// operands in one thread's chunk (fewer than 32,768 elements, at::internal::GRAIN_SIZE).
+// rounding once (as CUDA); its scalar loop rounds alpha * b to the dtype first. The scalar loop
+// does the last L mod 32 elements of each vectorized inner loop of L elements (an AVX-512 vector
+// of 16-bit floats; 16 on other CPUs) and all of a strided one, so those can be an ulp apart.
+// Reproduced where CPU's loop is known: operands in row-major order and one thread's chunk (fewer
+// than 32,768 elements, at::internal::GRAIN_SIZE); elsewhere rounded once.
 Value add_scaled_by_alpha(LoweringContext& c, BinaryOp op, size_t a, size_t b) {
   Value fused = bin(c, op, rounded_operand(c, a), scaled(c, b, 2));
   std::optional<DType> low = low_precision(c.compute_dtype());
   int64_t n = 1;
   for (int64_t d : c.out().dims) n *= d;
-  if (!low || !c.has(2) || n >= 32768 || !cpu_loop_vectorized(c, {a, b})) return fused;
+  std::optional<CpuLoop> loop = low && c.has(2) && n < 32768 ? cpu_inner_loop(c, {a, b}) : std::nullopt;
   static const int64_t block = at::get_cpu_capability() == "AVX512" ? 32 : 16;
-  if (n % block == 0) return fused;
+  if (!loop || (loop->vectorized && loop->length % block == 0)) return fused;
   Value tail = bin(c, op, rounded_operand(c, a), rounded_to(c.b, scaled(c, b, 2), *low));
-  Value position = c.b.reshape(c.b.iota({DType::kS64, {n}}, 0), c.out().dims);
-  Value in_tail = c.b.compare(Compare::kGE, position, c.b.constant(static_cast<double>(n - n % block), position.type));
+  if (!loop->vectorized) return tail;
+  Value position = c.b.reshape(c.b.iota({DType::kS64, {n}}, 0), c.out().dims);  // row-major
+  auto k = [&](int64_t v) { return c.b.constant(static_cast<double>(v), position.type); };
+  Value within = c.b.binary(BinaryOp::kRemainder, position, k(loop->length));
+  Value in_tail = c.b.compare(Compare::kGE, within, k(loop->length - loop->length % block));
   return c.b.select(in_tail, tail, fused);
 }
 

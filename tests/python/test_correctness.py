@@ -1005,6 +1005,14 @@ def test_low_precision_add_rounds_as_cpu(dtype, no_fallbacks):
     for case in cases:
         for x, y in zip(xs, ys):
             torch.testing.assert_close(case(x.to("tpu"), y.to("tpu")).cpu(), case(x, y), rtol=0, atol=0)
+    # Layouts that change CPU's loop: a strided operand (all scalar loop), rows with gaps between
+    # them and a broadcast row (one vectorized loop per row, each with its tail).
+    big = torch.randn(38, 76, dtype=dtype, generator=g)
+    layouts = [lambda t: (t[:19, ::2], t[19:, :38]), lambda t: (t[::2, :35], t[1::2, 40:75]),
+               lambda t: (t[:, :70], t[0:1, :70]), lambda t: (t[:5, :5].t(), t[5:10, :5])]
+    for layout in layouts:
+        for case in cases[1:4]:
+            torch.testing.assert_close(case(*layout(big.to("tpu"))).cpu(), case(*layout(big)), rtol=0, atol=0)
     tpu = lambda ts: [t.to("tpu") for t in ts]
     for got, expected in zip(torch._foreach_add(tpu(xs), tpu(ys), alpha=3.14), torch._foreach_add(xs, ys, alpha=3.14)):
         torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
