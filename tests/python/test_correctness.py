@@ -1018,3 +1018,19 @@ def test_low_precision_add_rounds_as_cpu(dtype, no_fallbacks):
         torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
     for got, expected in zip(torch._foreach_add(tpu(xs), [0.3, 0.7, 1.1, 2.9, 0.01]), torch._foreach_add(xs, [0.3, 0.7, 1.1, 2.9, 0.01])):
         torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+
+
+def test_zero_gradients_are_made_on_the_device(no_fallbacks):
+    """Autograd makes a gradient it knows is zero (sgn of a real tensor) with
+    _efficientzerotensor, which ran on the CPU fallback: the last float32 OpInfo sample that
+    needed one. Zeros are now made on the device."""
+    for dtype in (torch.float32, torch.complex64):
+        x = torch.tensor([-1.5, 0.0, 2.0 + 1j if dtype.is_complex else 2.0], dtype=dtype)
+        grads = []
+        for device in ("cpu", "tpu"):
+            leaf = x.clone().to(device).requires_grad_()
+            out = leaf.sgn()
+            (torch.view_as_real(out) if dtype.is_complex else out).sum().backward()
+            grads.append(leaf.grad.cpu())
+        torch.testing.assert_close(grads[1], grads[0])
+    assert torch.ops.aten._efficientzerotensor([2, 3], device="tpu").cpu().eq(0).all()
