@@ -963,7 +963,8 @@ def _bits(t):
     return torch.view_as_real(t) if t.dtype == torch.complex32 else t
 
 
-def test_complex32_tensors_compute_as_cpu(no_fallbacks):
+@pytest.mark.parametrize("mode", ["strict", "fused", "lazy"])
+def test_complex32_tensors_compute_as_cpu(mode, no_fallbacks):
     """complex32 (torch.chalf) was not a tpu dtype: x.chalf(), torch.complex of float16 parts and
     float16 foreach ops with a complex Scalar raised TypeError. It is stored as float16 pairs and
     computed in complex64, rounded as CPU rounds (a Scalar to complex32 first)."""
@@ -977,11 +978,12 @@ def test_complex32_tensors_compute_as_cpu(no_fallbacks):
              lambda c, h: torch.view_as_real(c).clone(), lambda c, h: c.to(torch.complex64), lambda c, h: c == c,
              lambda c, h: torch.zeros(3, dtype=torch.chalf, device=h.device),
              lambda c, h: torch._foreach_add([h, h], 0.3 + 2j)[1], lambda c, h: torch._foreach_mul([h], 2 + 1j)[0]]
-    for case in cases:
-        expected, got = case(c, h), case(c.to("tpu"), h.to("tpu"))
-        assert got.dtype == expected.dtype
-        torch.testing.assert_close(_bits(got.cpu()), _bits(expected), rtol=0, atol=0)
-    assert c.to("tpu")[1, 2].item() == c[1, 2].item()
+    with torchtpu.eager_mode(mode):
+        for case in cases:
+            expected, got = case(c, h), case(c.to("tpu"), h.to("tpu"))
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(_bits(got.cpu()), _bits(expected), rtol=0, atol=0)
+        assert c.to("tpu")[1, 2].item() == c[1, 2].item()
     for refused in (lambda c, h: c / 2, lambda c, h: torch._foreach_pow([h], 2 + 1j)):  # as CPU
         with pytest.raises(NotImplementedError, match="ComplexHalf"):
             refused(c, h)
@@ -989,8 +991,9 @@ def test_complex32_tensors_compute_as_cpu(no_fallbacks):
             refused(c.to("tpu"), h.to("tpu"))
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_low_precision_add_rounds_as_cpu(dtype, no_fallbacks):
+def test_low_precision_add_rounds_as_cpu(dtype, mode, no_fallbacks):
     """CPU's add kernel sees a Scalar as a tensor of the output dtype (x + 0.883 in float16 adds
     0.8833: 160 of 400 elements were an ulp off), and with alpha its vectorized loop rounds
     a + alpha * b once where its scalar loop (the last n mod 32 elements on AVX-512) rounds alpha * b
@@ -1002,22 +1005,23 @@ def test_low_precision_add_rounds_as_cpu(dtype, no_fallbacks):
     cases = [lambda x, y: x + 0.8831494822540025, lambda x, y: torch.add(x, y, alpha=3.14),
              lambda x, y: torch.sub(x, y, alpha=-3.125), lambda x, y: torch.rsub(x, y, alpha=0.3),
              lambda x, y: x.clone().add_(y, alpha=1.7)]
-    for case in cases:
-        for x, y in zip(xs, ys):
-            torch.testing.assert_close(case(x.to("tpu"), y.to("tpu")).cpu(), case(x, y), rtol=0, atol=0)
-    # Layouts that change CPU's loop: a strided operand (all scalar loop), rows with gaps between
-    # them and a broadcast row (one vectorized loop per row, each with its tail).
-    big = torch.randn(38, 76, dtype=dtype, generator=g)
-    layouts = [lambda t: (t[:19, ::2], t[19:, :38]), lambda t: (t[::2, :35], t[1::2, 40:75]),
-               lambda t: (t[:, :70], t[0:1, :70]), lambda t: (t[:5, :5].t(), t[5:10, :5])]
-    for layout in layouts:
-        for case in cases[1:4]:
-            torch.testing.assert_close(case(*layout(big.to("tpu"))).cpu(), case(*layout(big)), rtol=0, atol=0)
-    tpu = lambda ts: [t.to("tpu") for t in ts]
-    for got, expected in zip(torch._foreach_add(tpu(xs), tpu(ys), alpha=3.14), torch._foreach_add(xs, ys, alpha=3.14)):
-        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
-    for got, expected in zip(torch._foreach_add(tpu(xs), [0.3, 0.7, 1.1, 2.9, 0.01]), torch._foreach_add(xs, [0.3, 0.7, 1.1, 2.9, 0.01])):
-        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+    with torchtpu.eager_mode(mode):
+        for case in cases:
+            for x, y in zip(xs, ys):
+                torch.testing.assert_close(case(x.to("tpu"), y.to("tpu")).cpu(), case(x, y), rtol=0, atol=0)
+        # Layouts that change CPU's loop: a strided operand (all scalar loop), rows with gaps between
+        # them and a broadcast row (one vectorized loop per row, each with its tail).
+        big = torch.randn(38, 76, dtype=dtype, generator=g)
+        layouts = [lambda t: (t[:19, ::2], t[19:, :38]), lambda t: (t[::2, :35], t[1::2, 40:75]),
+                   lambda t: (t[:, :70], t[0:1, :70]), lambda t: (t[:5, :5].t(), t[5:10, :5])]
+        for layout in layouts:
+            for case in cases[1:4]:
+                torch.testing.assert_close(case(*layout(big.to("tpu"))).cpu(), case(*layout(big)), rtol=0, atol=0)
+        tpu = lambda ts: [t.to("tpu") for t in ts]
+        for got, expected in zip(torch._foreach_add(tpu(xs), tpu(ys), alpha=3.14), torch._foreach_add(xs, ys, alpha=3.14)):
+            torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+        for got, expected in zip(torch._foreach_add(tpu(xs), [0.3, 0.7, 1.1, 2.9, 0.01]), torch._foreach_add(xs, [0.3, 0.7, 1.1, 2.9, 0.01])):
+            torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
 
 
 def test_zero_gradients_are_made_on_the_device(no_fallbacks):
