@@ -99,8 +99,6 @@ class Builder {
   // Also to and from complex32 (stored as 32-bit words of two float16 parts: see DType::kC32).
   Value convert(const Value& x, DType to);
   Value bitcast_convert(const Value& x, DType to);
-  Value complex32_to_complex64(const Value& words);
-  Value complex64_to_complex32(const Value& x);
 
   // Shape.
   Value broadcast_in_dim(const Value& x, const std::vector<int64_t>& dims,

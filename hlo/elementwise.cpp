@@ -84,31 +84,35 @@ Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
   return emit1("stablehlo.clamp", {lo, x, hi}, x.type);
 }
 
+namespace {
+
 // complex32 words <-> complex64: the word's two float16 halves are the real and imaginary parts
 // (real first in memory, so in the low half: bitcast_convert's new last dimension is in memory order).
-Value Builder::complex32_to_complex64(const Value& words) {
+Value complex32_to_complex64(Builder& b, const Value& words) {
   std::vector<int64_t> dims = words.type.dims, start(dims.size() + 1, 0), limit = dims, step(dims.size() + 1, 1);
-  Value halves = bitcast_convert(words, DType::kF16);
+  Value halves = b.bitcast_convert(words, DType::kF16);
   limit.push_back(1);
-  Value re = reshape(slice(halves, start, limit, step), dims);
+  Value re = b.reshape(b.slice(halves, start, limit, step), dims);
   start.back() = 1;
   limit.back() = 2;
-  Value im = reshape(slice(halves, start, limit, step), dims);
-  return binary(BinaryOp::kComplex, convert(re, DType::kF32), convert(im, DType::kF32));
+  Value im = b.reshape(b.slice(halves, start, limit, step), dims);
+  return b.binary(BinaryOp::kComplex, b.convert(re, DType::kF32), b.convert(im, DType::kF32));
 }
 
-Value Builder::complex64_to_complex32(const Value& x) {
+Value complex64_to_complex32(Builder& b, const Value& x) {
   std::vector<int64_t> pair = x.type.dims;
   pair.push_back(1);
-  Value re = reshape(convert(unary(UnaryOp::kReal, x), DType::kF16), pair);
-  Value im = reshape(convert(unary(UnaryOp::kImag, x), DType::kF16), pair);
-  return bitcast_convert(concatenate({re, im}, static_cast<int64_t>(x.type.dims.size())), DType::kC32);
+  Value re = b.reshape(b.convert(b.unary(UnaryOp::kReal, x), DType::kF16), pair);
+  Value im = b.reshape(b.convert(b.unary(UnaryOp::kImag, x), DType::kF16), pair);
+  return b.bitcast_convert(b.concatenate({re, im}, static_cast<int64_t>(x.type.dims.size())), DType::kC32);
 }
+
+}  // namespace
 
 Value Builder::convert(const Value& x, DType to) {
   if (x.type.dtype == to) return x;
-  if (x.type.dtype == DType::kC32) return convert(complex32_to_complex64(x), to);
-  if (to == DType::kC32) return complex64_to_complex32(convert(x, DType::kC64));
+  if (x.type.dtype == DType::kC32) return convert(complex32_to_complex64(*this, x), to);
+  if (to == DType::kC32) return complex64_to_complex32(*this, convert(x, DType::kC64));
   if (x.type.dtype == DType::kBool && (is_floating(to) || is_complex(to))) {
     // Through an integer: XLA rewrites a multiply or divide of a converted predicate by a
     // broadcast scalar into a select, which loses IEEE's 0 * inf = NaN and 0 / 0 = NaN

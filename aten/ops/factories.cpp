@@ -94,7 +94,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
 at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
 
 // Autograd makes "efficient" zero tensors (a dispatch key, no storage) for gradients known to be
-// zero (sgn's complex backward). A tpu one is an ordinary tensor of zeros: the key only saves
+// zero (sgn's backward of a real tensor). A tpu one is an ordinary tensor of zeros: the key only saves
 // memory, and every tpu kernel would otherwise need a storage-less case.
 at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                  std::optional<c10::Layout> layout, std::optional<c10::Device> device,

@@ -141,6 +141,35 @@ TEST(Executor, LoweringArityMismatchIsAnError) {
                std::logic_error);
 }
 
+// complex32 storages hold 32-bit words of two float16 parts, real first in memory (PyTorch's
+// layout); convert() reads them as complex64 and writes complex64 back rounded to them.
+TEST(Executor, Complex32WordsConvertToAndFromComplex64) {
+  const std::vector<uint16_t> halves = {0x3E00, 0xC000, 0x3400, 0x4200};  // 1.5 - 2i, 0.25 + 3i
+  BufferRef words(0, halves.size() * sizeof(uint16_t));
+  upload(words, halves.data(), DType::kC32);
+  View two{DType::kC32, {2}, {1}, 0};
+  BufferRef parts(0, 4 * sizeof(float));
+  run({"c32->f32", [](Builder& b, const std::vector<Value>& in) {
+         Value z = b.convert(in[0], DType::kC64);
+         Value re = b.reshape(b.unary(hlo::UnaryOp::kReal, z), {2, 1});
+         Value im = b.reshape(b.unary(hlo::UnaryOp::kImag, z), {2, 1});
+         return std::vector<Value>{b.reshape(b.concatenate({re, im}, 1), {4})};
+       },
+       {{&words, two}}, {{&parts, contiguous({4})}}});
+  EXPECT_EQ(contents(parts), (std::vector<float>{1.5f, -2.0f, 0.25f, 3.0f}));
+  BufferRef back(0, halves.size() * sizeof(uint16_t));
+  run({"f32->c32", [](Builder& b, const std::vector<Value>& in) {
+         Value pairs = b.reshape(in[0], {2, 2});
+         Value re = b.reshape(b.slice(pairs, {0, 0}, {2, 1}, {1, 1}), {2});
+         Value im = b.reshape(b.slice(pairs, {0, 1}, {2, 2}, {1, 1}), {2});
+         return std::vector<Value>{b.convert(b.binary(hlo::BinaryOp::kComplex, re, im), DType::kC32)};
+       },
+       {{&parts, contiguous({4})}}, {{&back, two}}});
+  std::vector<uint16_t> written(halves.size());
+  download(back, written.data());
+  EXPECT_EQ(written, halves);
+}
+
 }  // namespace
 }  // namespace torchtpu::exec
 
