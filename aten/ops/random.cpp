@@ -1,5 +1,5 @@
 // Random numbers on the device from rng_bit_generator: uniform_, normal_, random_, bernoulli,
-// exponential_, dropout, randperm, rrelu. Reproducible under torch.manual_seed (see aten/generator.h).
+// exponential_, dropout, randperm, rrelu, multinomial. Reproducible under torch.manual_seed (see aten/generator.h).
 #include <cmath>
 
 #include "aten/lowering.h"
@@ -195,6 +195,44 @@ V randperm(LoweringContext& c) {  // (n, dtype, layout, device, pin_memory)
   return {sorted[1]};
 }
 
+// Every probability finite and >= 0, and every row's sum > 0 (CPU's checks, made on the device).
+Value valid_distribution(LoweringContext& c, const Value& p) {
+  Math m{c.b};
+  Value fine = c.b.binary(BinaryOp::kAnd, c.b.unary(UnaryOp::kIsFinite, p), c.b.compare(Compare::kGE, p, m.k(0, p)));
+  Value sums = m.sum(p, {1});
+  Value positive = c.b.compare(Compare::kGT, sums, m.k(0, sums));
+  return c.b.binary(BinaryOp::kAnd, m.reduce(fine, {0, 1}, BinaryOp::kAnd, 1), m.reduce(positive, {0}, BinaryOp::kAnd, 1));
+}
+
+// multinomial(self, num_samples, replacement, generator): categories drawn in proportion to each
+// row of self by the Gumbel-max trick, key_j = log p_j + G_j with G_j standard Gumbel. Without
+// replacement the num_samples largest keys of one draw (PyTorch samples it the same way: the top
+// of p / Exp(1), these keys exponentiated); with replacement the largest key of each of
+// num_samples draws. A zero probability has key -inf: never drawn while a positive one remains.
+V multinomial(LoweringContext& c) {
+  Math m{c.b};
+  Value p = c.in_as(0, accumulator(c.raw(0).type.dtype));
+  int64_t n = p.type.dims.back(), rows = p.type.rank() == 2 ? p.type.dims[0] : 1;
+  int64_t k = c.arg(1).toInt();
+  bool replacement = c.arg(2).toBool();
+  int64_t draws = replacement ? k : 1;
+  DType t = p.type.dtype;
+  c.check_on_device(valid_distribution(c, c.b.reshape(p, {rows, n})));
+  Value u = uniform01_from(c, draw(c, bits_of(c, t == DType::kF64 ? DType::kU64 : DType::kU32, {rows, draws, n}), 0), digits(t));
+  auto minus_log = [&](const Value& x) { return c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kLog, x)); };
+  Value gumbel = minus_log(minus_log(u));
+  Value log_p = c.b.unary(UnaryOp::kLog, c.b.reshape(p, {rows, n}));
+  Value keys = m.add(c.b.broadcast_in_dim(log_p, {rows, draws, n}, {0, 2}), gumbel);
+  Value index = c.b.iota({DType::kS64, {rows, draws, n}}, 2);
+  if (replacement) {
+    V best = c.b.reduce({keys, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(0, {DType::kS64, {}})}, {2},
+                        extreme_with_index(true, t));
+    return {c.b.reshape(best[1], c.out().dims)};
+  }
+  V sorted = c.b.sort({keys, index}, 2, true, [](hlo::Builder& b, const V& a) { return V{b.compare(Compare::kGT, a[0], a[1])}; });
+  return {c.b.reshape(c.b.slice(sorted[1], {0, 0, 0}, {rows, 1, k}, {1, 1, 1}), c.out().dims)};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(random) {
@@ -217,6 +255,16 @@ TORCHTPU_LOWERINGS(random) {
     return V{m.mul(kept, m.k(c.arg(2).toDouble(), kept))};
   });
   register_lowering({"randperm", "randperm.out"}, randperm, random_op());
+  LoweringOptions sampled = random_op();
+  sampled.device_check = "probability tensor contains either `inf`, `nan` or element < 0, or a row sums to 0 "
+                         "(invalid multinomial distribution)";
+  sampled.device_check_runtime_error = true;
+  sampled.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+    const at::Tensor& p = args[0].toTensor();
+    TORCH_CHECK(args[2].toBool() || p.dim() == 0 || args[1].toInt() <= p.size(-1),
+                "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  });
+  register_lowering({"multinomial", "multinomial.out"}, multinomial, sampled);
   register_lowering({"rrelu_with_noise", "rrelu_with_noise.out"}, [](LoweringContext& c) { return rrelu_with_noise(c, false); },
                     random_op());
   register_lowering({"rrelu_with_noise_"}, [](LoweringContext& c) { return rrelu_with_noise(c, true); }, random_op());

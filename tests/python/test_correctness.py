@@ -265,12 +265,31 @@ def test_random_bool_and_randperm(no_fallbacks):
         assert sorted(torch.randperm(n, device="tpu").cpu().tolist()) == list(range(n))
 
 
-def test_multinomial_statistics():
-    probs = torch.tensor([0.1, 0.2, 0.7], device="tpu")
-    draws = torch.multinomial(probs, N, replacement=True).cpu()
-    freq = torch.bincount(draws, minlength=3).double() / N
-    torch.testing.assert_close(freq, probs.cpu().double(), atol=0.02, rtol=0)
-    assert sorted(torch.multinomial(probs, 3).cpu().tolist()) == [0, 1, 2]
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_multinomial_statistics(dtype, no_fallbacks):
+    """multinomial ran on the CPU fallback (and so did generate(do_sample=True)). On the device:
+    each row's draws follow its probabilities, with and without replacement, a zero probability
+    is never drawn, CPU's errors are raised."""
+    probs = torch.tensor([[0.1, 0.2, 0.7, 0.0], [0.5, 0.0, 0.25, 0.25]], dtype=dtype)
+    draws = torch.multinomial(probs.to("tpu"), N, replacement=True).cpu()
+    assert draws.dtype == torch.int64 and draws.shape == (2, N)
+    for row, p in zip(draws, probs):
+        freq = torch.bincount(row, minlength=4).double() / N
+        torch.testing.assert_close(freq, p.double(), atol=0.02, rtol=0)
+    # Without replacement, over many rows at once: distinct picks, the first one in proportion
+    # to p and the second as CPU's (P(second = 0) = 0.2 * 0.1 / 0.8 + 0.7 * 0.1 / 0.3 = 0.258).
+    many = probs[0, :3].expand(N, 3)
+    picks = torch.multinomial(many.to("tpu"), 2).cpu()
+    reference = torch.multinomial(many, 2)
+    assert (picks[:, 0] != picks[:, 1]).all()
+    for column in range(2):
+        torch.testing.assert_close(torch.bincount(picks[:, column], minlength=3).double() / N,
+                                   torch.bincount(reference[:, column], minlength=3).double() / N, atol=0.03, rtol=0)
+    assert sorted(torch.multinomial(probs[0].to("tpu"), 3).cpu().tolist()) == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="without replacement"):
+        torch.multinomial(probs[0].to("tpu"), 5)
+    with pytest.raises(RuntimeError, match="invalid multinomial distribution"):  # at the next sync, as on CUDA
+        torch.multinomial(torch.zeros(3, dtype=dtype, device="tpu"), 1).cpu()
 
 
 # 5. Ops ordinary models use run on the device ---------------------------------------------------
