@@ -10,7 +10,7 @@ namespace torchtpu::aten {
 namespace {
 
 // kComplexHalf: the op's result type (all its tensor and Scalar arguments promoted) is complex32.
-enum class Kind { kBool, kComplex, kInteger, kComplexHalf };
+enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloating };
 
 struct Refusal {
   Kind kind;
@@ -57,6 +57,10 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
       {"clamp_min", {Kind::kComplex, "maximum_cpu", nullptr, false, "Tensor"}},
       {"clamp_max", {Kind::kComplex, "minimum_cpu", nullptr, false, "Tensor"}},
+      {"__lshift__", {Kind::kFloating, "lshift_cpu"}},
+      {"__ilshift__", {Kind::kFloating, "lshift_cpu"}},
+      {"__rshift__", {Kind::kFloating, "rshift_cpu"}},
+      {"__irshift__", {Kind::kFloating, "rshift_cpu"}},
       // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
       // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
       // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
@@ -76,6 +80,7 @@ bool is(Kind kind, c10::ScalarType t) {
     case Kind::kComplex: return c10::isComplexType(t);
     case Kind::kInteger: return c10::isIntegralType(t, /*includeBool=*/false);
     case Kind::kComplexHalf: return t == c10::kComplexHalf;
+    case Kind::kFloating: return c10::isFloatingType(t) || c10::isComplexType(t);
   }
   return false;
 }
@@ -95,7 +100,7 @@ c10::ScalarType result_type(const std::vector<c10::IValue>& args) {
 void check_cpu_dtype_support(const std::string& op, const std::string& overload,
                              const std::vector<c10::IValue>& args) {
   std::string name = op.substr(op.find("::") + 2);
-  bool inplace = !name.empty() && name.back() == '_';
+  bool inplace = name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_';  // not __lshift__
   if (inplace) name.pop_back();
   auto [first, last] = refusals().equal_range(name);
   if (first == last) return;

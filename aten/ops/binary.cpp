@@ -487,6 +487,11 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("bitwise_xor", {"Tensor", "Scalar"}, bitwise(BinaryOp::kXor));
   register_with_variants("bitwise_left_shift", {"Tensor"}, bitwise(BinaryOp::kShiftLeft));
   register_with_variants("bitwise_right_shift", {"Tensor"}, bitwise(BinaryOp::kShiftRightArithmetic));
+  // x << s, x >>= s (Python's operators)
+  register_lowering({"__lshift__.Tensor", "__lshift__.Scalar", "__lshift__.Tensor_out", "__lshift__.Scalar_out",
+                     "__ilshift__.Tensor", "__ilshift__.Scalar"}, bitwise(BinaryOp::kShiftLeft));
+  register_lowering({"__rshift__.Tensor", "__rshift__.Scalar", "__rshift__.Tensor_out", "__rshift__.Scalar_out",
+                     "__irshift__.Tensor", "__irshift__.Scalar"}, bitwise(BinaryOp::kShiftRightArithmetic));
   register_with_variants("logical_and", {""}, logical(BinaryOp::kAnd));
   register_with_variants("logical_or", {""}, logical(BinaryOp::kOr));
   register_with_variants("logical_xor", {""}, logical(BinaryOp::kXor));

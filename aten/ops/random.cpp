@@ -1,6 +1,7 @@
 // Random numbers on the device from rng_bit_generator: uniform_, normal_, random_, bernoulli,
 // exponential_, dropout, randperm, rrelu, multinomial. Reproducible under torch.manual_seed (see aten/generator.h).
 #include <cmath>
+#include <numeric>
 
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
@@ -92,6 +93,39 @@ V normal(LoweringContext& c) {  // (self, mean, std, generator)
   auto scaled = [&](const Value& z) { return m.add(m.k(mean, z), m.mul(z, m.k(std, z))); };
   if (!is_complex(c.out().dtype)) return {scaled(z1)};
   return {complex_of(c, scaled(z1), scaled(z2))};
+}
+
+// normal(mean, std), a tensor and a tensor or a float: mean + std * z, shaped as they broadcast.
+// CPU checks that every std is >= 0; so does the device.
+V normal_of_tensors(LoweringContext& c) {  // (mean, std, generator)
+  Math m{c.b};
+  auto operand = [&](size_t i) { return c.has(i) ? c.in_b(i) : c.b.constant(c.arg(i).toDouble(), c.out()); };
+  Value mean = operand(0), std = operand(1);
+  std::vector<int64_t> all(std.type.rank());
+  std::iota(all.begin(), all.end(), 0);
+  c.check_on_device(m.reduce(c.b.compare(Compare::kGE, std, m.k(0, std)), all, BinaryOp::kAnd, 1));
+  Value z = cast(c.b, standard_normals(c).first, mean.type.dtype);
+  return {m.add(mean, m.mul(std, z))};
+}
+
+V log_normal(LoweringContext& c) {  // (self, mean, std, generator)
+  return {c.b.unary(UnaryOp::kExponential, normal(c)[0])};
+}
+
+V cauchy(LoweringContext& c) {  // (self, median, sigma, generator)
+  Math m{c.b};
+  Value u = uniforms(c, 1)[0];
+  Value t = c.b.unary(UnaryOp::kTan, m.mul(m.k(M_PI, u), m.sub(u, m.k(0.5, u))));
+  return {m.add(m.k(c.arg(1).toDouble(), t), m.mul(t, m.k(c.arg(2).toDouble(), t)))};
+}
+
+// Trials until the first success: ceil(log(u) / log1p(-p)) for u in (0, 1], as CPU's.
+V geometric(LoweringContext& c) {  // (self, p, generator)
+  Math m{c.b};
+  Value u = uniforms(c, 1)[0];
+  Value u1 = m.sub(m.k(1, u), u);
+  Value trials = m.div(c.b.unary(UnaryOp::kLog, u1), m.k(std::log1p(-c.arg(1).toDouble()), u1));
+  return {c.b.unary(UnaryOp::kCeil, trials)};
 }
 
 // Integers in [from, from + range) (range 0 means the full non-negative s64 range).
@@ -247,6 +281,18 @@ TORCHTPU_LOWERINGS(random) {
   register_lowering({"bernoulli_.Tensor", "bernoulli.Tensor", "bernoulli.Tensor_out"},
                     [](LoweringContext& c) { return bernoulli_tensor(c, 1); }, random_op());
   register_lowering({"exponential_", "exponential", "exponential.out"}, exponential, random_op());
+  register_lowering({"log_normal_", "log_normal", "log_normal.out"}, log_normal, random_op());
+  register_lowering({"cauchy_", "cauchy", "cauchy.out"}, cauchy, random_op());
+  register_lowering({"geometric_", "geometric", "geometric.out"}, geometric, random_op());
+  LoweringOptions normal_checked = random_op();
+  normal_checked.device_check = "normal expects all elements of std >= 0.0";
+  normal_checked.device_check_runtime_error = true;
+  normal_checked.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+    TORCH_CHECK(args[1].isTensor() || args[1].toDouble() >= 0, "normal expects std >= 0.0, but found std ", args[1].toDouble());
+  });
+  register_lowering({"normal.Tensor_Tensor", "normal.Tensor_Tensor_out", "normal.Tensor_float", "normal.Tensor_float_out",
+                     "normal.float_Tensor", "normal.float_Tensor_out"},
+                    normal_of_tensors, normal_checked);
   register_lowering({"native_dropout", "native_dropout.out"}, dropout, random_op());
   register_lowering({"native_dropout_backward", "native_dropout_backward.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, mask, scale)

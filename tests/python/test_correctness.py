@@ -292,6 +292,38 @@ def test_multinomial_statistics(dtype, no_fallbacks):
         torch.multinomial(torch.zeros(3, dtype=dtype, device="tpu"), 1).cpu()
 
 
+def test_geometric_cauchy_log_normal_and_normal_of_tensors(no_fallbacks):
+    """These ran on the CPU fallback (torch.distributions' Geometric, Cauchy and LogNormal sample
+    them; normal(mean_tensor, std) is Normal.sample). On the device, with CPU's checks."""
+    g = torch.empty(N, device="tpu").geometric_(0.25).cpu()
+    assert g.min() == 1 and g.eq(g.round()).all() and abs(g.mean().item() - 4) < 0.15
+    assert abs(torch.empty(N, dtype=torch.int64, device="tpu").geometric_(0.5).cpu().double().mean().item() - 2) < 0.05
+    c = torch.empty(N, device="tpu").cauchy_(1.0, 2.0).cpu()
+    assert abs(c.median().item() - 1) < 0.1 and abs((c.quantile(0.75) - c.quantile(0.25)).item() / 2 - 2) < 0.15
+    logs = torch.empty(N, device="tpu").log_normal_(0.5, 0.3).cpu().log()
+    assert abs(logs.mean().item() - 0.5) < 0.01 and abs(logs.std().item() - 0.3) < 0.01
+    means, stds = torch.tensor([[0.0], [1.0], [2.0]]), torch.tensor([[1.0], [2.0], [0.5]])
+    z = torch.normal(means.expand(3, N).to("tpu"), stds.to("tpu")).cpu()
+    torch.testing.assert_close(z.mean(1, keepdim=True), means, atol=0.05, rtol=0)
+    torch.testing.assert_close(z.std(1, keepdim=True), stds, atol=0.05, rtol=0)
+    assert abs(torch.normal(torch.zeros(N, device="tpu"), 3.0).cpu().std().item() - 3) < 0.1
+    assert abs(torch.normal(2.0, torch.ones(N, device="tpu")).cpu().mean().item() - 2) < 0.05
+    with pytest.raises(RuntimeError, match="std >= 0.0"):
+        torch.normal(torch.zeros(2, device="tpu"), -1.0)
+    with pytest.raises(RuntimeError, match="all elements of std >= 0.0"):  # at the next sync, as on CUDA
+        torch.normal(torch.zeros(2, device="tpu"), torch.tensor([1.0, -1.0], device="tpu")).cpu()
+
+
+def test_shift_operators_as_cpu(no_fallbacks):
+    """x << s and x >> s (Python's operators: __lshift__, __irshift__, ...) ran on the CPU."""
+    x, s = torch.tensor([5, -5, 1, 7]), torch.tensor([2, 70, 0, -1])
+    for case in (lambda x, s: x << 2, lambda x, s: x >> 1, lambda x, s: x << s, lambda x, s: x >> s,
+                 lambda x, s: x.to(torch.uint8) << 9, lambda x, s: x.clone().__ilshift__(3).__irshift__(s)):
+        torch.testing.assert_close(case(x.to("tpu"), s.to("tpu")).cpu(), case(x, s), rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="lshift_cpu"):
+        torch.tensor([1.5], device="tpu") << 2
+
+
 # 5. Ops ordinary models use run on the device ---------------------------------------------------
 
 @pytest.mark.parametrize("fn", [nn.functional.hardswish, nn.functional.hardsigmoid])
