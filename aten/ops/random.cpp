@@ -1,7 +1,8 @@
 // Random numbers on the device from rng_bit_generator: uniform_, normal_, random_, bernoulli,
-// exponential_, dropout, randperm, rrelu, multinomial. Reproducible under torch.manual_seed (see aten/generator.h).
+// exponential_, dropout, randperm, rrelu, multinomial, gamma and Dirichlet samples. Reproducible under torch.manual_seed (see aten/generator.h).
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
@@ -75,13 +76,63 @@ V uniform(LoweringContext& c) {  // (self, from, to, generator)
 }
 
 // Box-Muller: two independent standard normals from one pair of uniforms.
-std::pair<Value, Value> standard_normals(LoweringContext& c) {
+std::pair<Value, Value> box_muller(LoweringContext& c, const Value& u0, const Value& u1) {
   Math m{c.b};
-  auto u = uniforms(c, 2);
-  Value u1 = m.sub(m.k(1, u[0]), u[0]);  // (0, 1]: log stays finite
-  Value radius = c.b.unary(UnaryOp::kSqrt, m.mul(m.k(-2, u1), c.b.unary(UnaryOp::kLog, u1)));
-  Value angle = m.mul(m.k(2 * M_PI, u[1]), u[1]);
+  Value positive = m.sub(m.k(1, u0), u0);  // (0, 1]: log stays finite
+  Value radius = c.b.unary(UnaryOp::kSqrt, m.mul(m.k(-2, positive), c.b.unary(UnaryOp::kLog, positive)));
+  Value angle = m.mul(m.k(2 * M_PI, u1), u1);
   return {m.mul(radius, c.b.unary(UnaryOp::kCosine, angle)), m.mul(radius, c.b.unary(UnaryOp::kSine, angle))};
+}
+
+std::pair<Value, Value> standard_normals(LoweringContext& c) {
+  auto u = uniforms(c, 2);
+  return box_muller(c, u[0], u[1]);
+}
+
+// Gamma(alpha, 1) samples shaped like alpha, by Marsaglia and Tsang's method (as CPU's): for
+// alpha >= 1, d v with d = alpha - 1/3, v = (1 + x / sqrt(9 d))^3, x standard normal, accepted when
+// v > 0 and log u < x^2 / 2 + d - d v + d log v; for alpha < 1, a Gamma(alpha + 1) sample times
+// u^(1 / alpha). Each sample gets kRounds candidates at once and keeps the first accepted (each is
+// accepted with probability > 0.95, so all are rejected with probability < 1e-10; then the last
+// one is kept). Results are at least the dtype's smallest normal number, as CPU clamps them.
+Value standard_gamma_of(LoweringContext& c, const Value& alpha) {
+  constexpr int64_t kRounds = 8;
+  Math m{c.b};
+  auto u = uniforms(c, 3 * kRounds + 1);
+  Value small = c.b.compare(Compare::kLT, alpha, m.k(1, alpha));
+  Value d = m.sub(c.b.select(small, m.add(alpha, m.k(1, alpha)), alpha), m.k(1.0 / 3, alpha));
+  Value scale = c.b.unary(UnaryOp::kRsqrt, m.mul(m.k(9, d), d));
+  std::optional<Value> sample;
+  for (int64_t r = kRounds; r-- > 0;) {  // the earliest accepted round wins
+    Value x = box_muller(c, u[3 * r], u[3 * r + 1]).first;
+    Value root = m.add(m.k(1, x), m.mul(x, scale));
+    Value v = m.mul(m.mul(root, root), root);
+    Value bound = m.add(m.sub(m.add(m.mul(m.k(0.5, x), m.mul(x, x)), d), m.mul(d, v)), m.mul(d, c.b.unary(UnaryOp::kLog, v)));
+    Value accepted = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGT, v, m.k(0, v)),
+                                c.b.compare(Compare::kLT, c.b.unary(UnaryOp::kLog, u[3 * r + 2]), bound));
+    Value candidate = m.mul(d, v);
+    sample = sample ? c.b.select(accepted, candidate, *sample) : candidate;
+  }
+  Value boost = c.b.binary(BinaryOp::kPower, m.sub(m.k(1, alpha), u.back()), m.div(m.k(1, alpha), alpha));
+  Value gamma = c.b.select(small, m.mul(*sample, boost), *sample);
+  double tiny = alpha.type.dtype == DType::kF64 ? 0x1p-1022 : 0x1p-126;
+  return c.b.binary(BinaryOp::kMaximum, gamma, m.k(tiny, gamma));
+}
+
+V standard_gamma(LoweringContext& c) {  // (alpha, generator)
+  return {standard_gamma_of(c, c.in_as(0, accumulator(c.out().dtype)))};
+}
+
+// Dirichlet samples: Gamma(alpha) samples over the last dimension divided by their sum, kept in
+// [smallest normal, largest value below 1] as CPU keeps them.
+V sample_dirichlet(LoweringContext& c) {  // (alpha, generator)
+  Math m{c.b};
+  Value gamma = standard_gamma_of(c, c.in_as(0, accumulator(c.out().dtype)));
+  int64_t last = gamma.type.rank() - 1;
+  Value ratio = m.div(gamma, m.expand_back(m.sum(gamma, {last}), gamma, {last}));
+  double tiny = gamma.type.dtype == DType::kF64 ? 0x1p-1022 : 0x1p-126;
+  double below_one = gamma.type.dtype == DType::kF64 ? std::nextafter(1.0, 0.0) : std::nextafter(1.0f, 0.0f);
+  return {c.b.clamp(m.k(tiny, ratio), ratio, m.k(below_one, ratio))};
 }
 
 V normal(LoweringContext& c) {  // (self, mean, std, generator)
@@ -282,6 +333,10 @@ TORCHTPU_LOWERINGS(random) {
                     [](LoweringContext& c) { return bernoulli_tensor(c, 1); }, random_op());
   register_lowering({"exponential_", "exponential", "exponential.out"}, exponential, random_op());
   register_lowering({"log_normal_", "log_normal", "log_normal.out"}, log_normal, random_op());
+  LoweringOptions shaped_random = random_op();  // PyTorch has no meta kernels for these two
+  shaped_random.meta = shaped_like(0);
+  register_lowering({"_standard_gamma", "_standard_gamma.out"}, standard_gamma, shaped_random);
+  register_lowering({"_sample_dirichlet", "_sample_dirichlet.out"}, sample_dirichlet, shaped_random);
   register_lowering({"cauchy_", "cauchy", "cauchy.out"}, cauchy, random_op());
   register_lowering({"geometric_", "geometric", "geometric.out"}, geometric, random_op());
   LoweringOptions normal_checked = random_op();

@@ -314,6 +314,25 @@ def test_geometric_cauchy_log_normal_and_normal_of_tensors(no_fallbacks):
         torch.normal(torch.zeros(2, device="tpu"), torch.tensor([1.0, -1.0], device="tpu")).cpu()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gamma_dirichlet_and_beta_samples(dtype, no_fallbacks):
+    """_standard_gamma and _sample_dirichlet (torch.distributions' Gamma, Chi2, Beta, Dirichlet,
+    StudentT) ran on the CPU fallback. Gamma(a) has mean and variance a; Dirichlet(a) has mean
+    a / sum(a) and rows summing to 1; tiny and zero concentrations clamp as on CPU."""
+    for a in (0.3, 1.0, 3.0, 20.0):
+        g = torch._standard_gamma(torch.full((N,), a, dtype=dtype, device="tpu")).cpu()
+        assert g.dtype == dtype and g.min() > 0
+        assert abs(g.mean().item() - a) < 0.05 * a + 0.02 and abs(g.var().item() - a) < 0.1 * a + 0.02
+    edge = torch.tensor([0.0, 1e-30], dtype=dtype)
+    torch.testing.assert_close(torch._standard_gamma(edge.to("tpu")).cpu(), torch._standard_gamma(edge))
+    alpha = torch.tensor([1.0, 2.0, 3.0], dtype=dtype)
+    samples = torch.distributions.Dirichlet(alpha.to("tpu")).sample((N,)).cpu()
+    torch.testing.assert_close(samples.mean(0), alpha / alpha.sum(), atol=0.01, rtol=0)
+    torch.testing.assert_close(samples.sum(1), torch.ones(N, dtype=dtype))
+    beta = torch.distributions.Beta(torch.tensor(2.0, dtype=dtype, device="tpu"), torch.tensor(5.0, dtype=dtype, device="tpu"))
+    assert abs(beta.sample((N,)).cpu().mean().item() - 2 / 7) < 0.01
+
+
 def test_shift_operators_as_cpu(no_fallbacks):
     """x << s and x >> s (Python's operators: __lshift__, __irshift__, ...) ran on the CPU."""
     x, s = torch.tensor([5, -5, 1, 7]), torch.tensor([2, 70, 0, -1])
