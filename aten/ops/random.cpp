@@ -1,5 +1,5 @@
 // Random numbers on the device from rng_bit_generator: uniform_, normal_, random_, bernoulli,
-// exponential_, dropout, randperm, rrelu, multinomial, gamma and Dirichlet samples. Reproducible under torch.manual_seed (see aten/generator.h).
+// exponential_, dropout, randperm, rrelu, multinomial, gamma, Dirichlet and Poisson samples. Reproducible under torch.manual_seed (see aten/generator.h).
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -121,6 +121,50 @@ Value standard_gamma_of(LoweringContext& c, const Value& alpha) {
 
 V standard_gamma(LoweringContext& c) {  // (alpha, generator)
   return {standard_gamma_of(c, c.in_as(0, accumulator(c.out().dtype)))};
+}
+
+// Poisson(rate) samples shaped like rate, as CPU draws them: below rate 10, Knuth's method (the
+// number of uniforms whose running product stays above exp(-rate)) with 48 uniforms drawn at once
+// (more are needed with probability < 1e-14); from rate 10, Hörmann's transformed rejection with
+// squeeze (PTRS), 12 candidates at once, the first accepted kept. CPU's check that every rate is
+// >= 0 is made on the device.
+V poisson(LoweringContext& c) {  // (rate, generator)
+  constexpr int64_t kKnuth = 48, kRounds = 12;
+  Math m{c.b};
+  Value rate = c.in_as(0, accumulator(c.out().dtype));
+  std::vector<int64_t> all(rate.type.rank());
+  std::iota(all.begin(), all.end(), 0);
+  c.check_on_device(m.reduce(c.b.compare(Compare::kGE, rate, m.k(0, rate)), all, BinaryOp::kAnd, 1));
+  auto u = uniforms(c, kKnuth + 2 * kRounds, digits(rate.type.dtype));
+  auto unary = [&](UnaryOp op, const Value& x) { return c.b.unary(op, x); };
+  auto both = [&](const Value& p, const Value& q) { return c.b.binary(BinaryOp::kAnd, p, q); };
+  Value limit = unary(UnaryOp::kExponential, m.sub(m.k(0, rate), rate)), product = m.k(1, rate), knuth = m.k(0, rate);
+  for (int64_t k = 0; k < kKnuth; ++k) {
+    product = m.mul(product, u[k]);
+    knuth = m.add(knuth, c.b.select(c.b.compare(Compare::kGT, product, limit), m.k(1, rate), m.k(0, rate)));
+  }
+  Value log_rate = unary(UnaryOp::kLog, rate);
+  Value b = m.add(m.k(0.931, rate), m.mul(m.k(2.53, rate), unary(UnaryOp::kSqrt, rate)));
+  Value a = m.add(m.k(-0.059, rate), m.mul(m.k(0.02483, rate), b));
+  Value log_inv_alpha = unary(UnaryOp::kLog, m.add(m.k(1.1239, rate), m.div(m.k(1.1328, rate), m.sub(b, m.k(3.4, rate)))));
+  Value vr = m.sub(m.k(0.9277, rate), m.div(m.k(3.6224, rate), m.sub(b, m.k(2, rate))));
+  std::optional<Value> ptrs;
+  for (int64_t r = kRounds; r-- > 0;) {  // the earliest accepted round wins
+    Value centered = m.sub(u[kKnuth + 2 * r], m.k(0.5, rate)), v = u[kKnuth + 2 * r + 1];
+    Value us = m.sub(m.k(0.5, rate), unary(UnaryOp::kAbs, centered));
+    Value k = unary(UnaryOp::kFloor, m.add(m.mul(m.add(m.div(m.mul(m.k(2, a), a), us), b), centered),
+                                           m.add(rate, m.k(0.43, rate))));
+    Value quick = both(c.b.compare(Compare::kGE, us, m.k(0.07, us)), c.b.compare(Compare::kLE, v, vr));
+    Value possible = both(both(c.b.compare(Compare::kGE, k, m.k(0, k)), c.b.compare(Compare::kGT, us, m.k(0, us))),
+                          c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kGE, us, m.k(0.013, us)),
+                                     c.b.compare(Compare::kLE, v, us)));
+    Value lhs = m.sub(m.add(unary(UnaryOp::kLog, v), log_inv_alpha), unary(UnaryOp::kLog, m.add(m.div(a, m.mul(us, us)), b)));
+    Value rhs = m.sub(m.sub(m.mul(k, log_rate), rate), unary(UnaryOp::kLgamma, m.add(k, m.k(1, k))));
+    Value accepted = c.b.binary(BinaryOp::kOr, quick, both(possible, c.b.compare(Compare::kLE, lhs, rhs)));
+    ptrs = ptrs ? c.b.select(accepted, k, *ptrs) : k;
+  }
+  Value sample = c.b.select(c.b.compare(Compare::kGE, rate, m.k(10, rate)), *ptrs, knuth);
+  return {c.b.select(c.b.compare(Compare::kEQ, rate, m.k(0, rate)), m.k(0, rate), sample)};
 }
 
 // Dirichlet samples: Gamma(alpha) samples over the last dimension divided by their sum, kept in
@@ -337,6 +381,10 @@ TORCHTPU_LOWERINGS(random) {
   shaped_random.meta = shaped_like(0);
   register_lowering({"_standard_gamma", "_standard_gamma.out"}, standard_gamma, shaped_random);
   register_lowering({"_sample_dirichlet", "_sample_dirichlet.out"}, sample_dirichlet, shaped_random);
+  LoweringOptions rates = random_op();
+  rates.device_check = "invalid Poisson rate, expected rate to be non-negative";
+  rates.device_check_runtime_error = true;
+  register_lowering({"poisson", "poisson.out"}, poisson, rates);
   register_lowering({"cauchy_", "cauchy", "cauchy.out"}, cauchy, random_op());
   register_lowering({"geometric_", "geometric", "geometric.out"}, geometric, random_op());
   LoweringOptions normal_checked = random_op();

@@ -333,6 +333,23 @@ def test_gamma_dirichlet_and_beta_samples(dtype, no_fallbacks):
     assert abs(beta.sample((N,)).cpu().mean().item() - 2 / 7) < 0.01
 
 
+def test_poisson_samples(no_fallbacks):
+    """poisson (torch.distributions.Poisson) ran on the CPU fallback. On the device, Knuth's method
+    below rate 10 and transformed rejection from 10, as CPU: integers whose frequencies match CPU's
+    samples, mean and variance the rate; a negative rate raises at the next sync."""
+    for rate in (0.0, 0.5, 4.0, 9.9, 10.0, 15.0, 1000.0):
+        got = torch.poisson(torch.full((N,), rate, device="tpu")).cpu()
+        assert got.eq(got.round()).all() and got.min() >= 0
+        assert abs(got.mean().item() - rate) < 0.05 * rate + 0.02 and abs(got.var().item() - rate) < 0.1 * rate + 0.02
+        if 0 < rate < 100:
+            expected = torch.poisson(torch.full((N,), rate))
+            bins = int(3 * rate) + 5
+            torch.testing.assert_close(torch.bincount(got.long(), minlength=bins)[:bins].double() / N,
+                                       torch.bincount(expected.long(), minlength=bins)[:bins].double() / N, atol=0.015, rtol=0)
+    with pytest.raises(RuntimeError, match="invalid Poisson rate"):
+        torch.poisson(torch.tensor([-1.0], device="tpu")).cpu()
+
+
 def test_shift_operators_as_cpu(no_fallbacks):
     """x << s and x >> s (Python's operators: __lshift__, __irshift__, ...) ran on the CPU."""
     x, s = torch.tensor([5, -5, 1, 7]), torch.tensor([2, 70, 0, -1])
