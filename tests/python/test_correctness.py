@@ -350,6 +350,18 @@ def test_poisson_samples(no_fallbacks):
         torch.poisson(torch.tensor([-1.0], device="tpu")).cpu()
 
 
+def test_binomial_samples(no_fallbacks):
+    """binomial (torch.distributions.Binomial) ran on the CPU fallback. On the device, inversion for
+    count * q < 10 and BTRS from 10 (q = min(p, 1 - p)), as CPU: frequencies match CPU's samples,
+    and the edge cases (no trials, p 0 or 1) are exact."""
+    for count, prob in ((20, 0.3), (100, 0.3), (100, 0.8), (1000, 0.5), (5, 0.95), (0, 0.5), (10, 0.0), (10, 1.0)):
+        counts, probs = torch.full((N,), float(count)), torch.full((N,), prob)
+        got, expected = torch.binomial(counts.to("tpu"), probs.to("tpu")).cpu(), torch.binomial(counts, probs)
+        assert got.eq(got.round()).all() and got.min() >= 0 and got.max() <= count
+        torch.testing.assert_close(torch.bincount(got.long(), minlength=count + 1).double() / N,
+                                   torch.bincount(expected.long(), minlength=count + 1).double() / N, atol=0.015, rtol=0)
+
+
 def test_shift_operators_as_cpu(no_fallbacks):
     """x << s and x >> s (Python's operators: __lshift__, __irshift__, ...) ran on the CPU."""
     x, s = torch.tensor([5, -5, 1, 7]), torch.tensor([2, 70, 0, -1])
