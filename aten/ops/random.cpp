@@ -123,6 +123,13 @@ V standard_gamma(LoweringContext& c) {  // (alpha, generator)
   return {standard_gamma_of(c, c.in_as(0, accumulator(c.out().dtype)))};
 }
 
+// A 0-d bool: every element of x is >= 0 (a device-side check of CPU's argument checks).
+Value all_non_negative(LoweringContext& c, const Value& x) {
+  std::vector<int64_t> all(x.type.rank());
+  std::iota(all.begin(), all.end(), 0);
+  return Math{c.b}.reduce(c.b.compare(Compare::kGE, x, c.full(0, x)), all, BinaryOp::kAnd, 1);
+}
+
 // Poisson(rate) samples shaped like rate, as CPU draws them: below rate 10, Knuth's method (the
 // number of uniforms whose running product stays above exp(-rate)) with 48 uniforms drawn at once
 // (more are needed with probability < 1e-14); from rate 10, Hörmann's transformed rejection with
@@ -132,9 +139,7 @@ V poisson(LoweringContext& c) {  // (rate, generator)
   constexpr int64_t kKnuth = 48, kRounds = 12;
   Math m{c.b};
   Value rate = c.in_as(0, accumulator(c.out().dtype));
-  std::vector<int64_t> all(rate.type.rank());
-  std::iota(all.begin(), all.end(), 0);
-  c.check_on_device(m.reduce(c.b.compare(Compare::kGE, rate, m.k(0, rate)), all, BinaryOp::kAnd, 1));
+  c.check_on_device(all_non_negative(c, rate));
   auto u = uniforms(c, kKnuth + 2 * kRounds, digits(rate.type.dtype));
   auto unary = [&](UnaryOp op, const Value& x) { return c.b.unary(op, x); };
   auto both = [&](const Value& p, const Value& q) { return c.b.binary(BinaryOp::kAnd, p, q); };
@@ -251,9 +256,7 @@ V normal_of_tensors(LoweringContext& c) {  // (mean, std, generator)
   Math m{c.b};
   auto operand = [&](size_t i) { return c.has(i) ? c.in_b(i) : c.b.constant(c.arg(i).toDouble(), c.out()); };
   Value mean = operand(0), std = operand(1);
-  std::vector<int64_t> all(std.type.rank());
-  std::iota(all.begin(), all.end(), 0);
-  c.check_on_device(m.reduce(c.b.compare(Compare::kGE, std, m.k(0, std)), all, BinaryOp::kAnd, 1));
+  c.check_on_device(all_non_negative(c, std));
   Value z = cast(c.b, standard_normals(c).first, mean.type.dtype);
   return {m.add(mean, m.mul(std, z))};
 }
