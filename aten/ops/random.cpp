@@ -172,45 +172,43 @@ V poisson(LoweringContext& c) {  // (rate, generator)
   return {c.b.select(c.b.compare(Compare::kEQ, rate, m.k(0, rate)), m.k(0, rate), sample)};
 }
 
-// Binomial(count, prob) samples, as CPU draws them: by symmetry with q = min(prob, 1 - prob), for
-// count q < 10 the number of geometric(q) waiting times that fit in count (48 drawn at once:
-// more are needed with probability < 1e-14), from 10 Hörmann's BTRS, 12 candidates at once.
-V binomial(LoweringContext& c) {  // (count, prob, generator)
-  constexpr int64_t kWaits = 48, kRounds = 12;
+// Binomial(n, q) by inversion: the number of geometric(q) waiting times, ceil(log u / log(1 - q)),
+// that fit in n, from the given uniforms (as many waits as there are).
+Value binomial_by_inversion(LoweringContext& c, const std::vector<Value>& u, const Value& n, const Value& q) {
   Math m{c.b};
-  DType t = accumulator(c.out().dtype);
-  Value n = c.in_as(0, t), p = c.bcast(c.in_as(1, t));
-  auto u = uniforms(c, kWaits + 2 * kRounds, digits(t));
-  auto unary = [&](UnaryOp op, const Value& x) { return c.b.unary(op, x); };
-  auto both = [&](const Value& x, const Value& y) { return c.b.binary(BinaryOp::kAnd, x, y); };
-  auto k = [&](double v) { return m.k(v, n); };
-  Value flipped = c.b.compare(Compare::kGT, p, k(0.5));
-  Value q = c.b.select(flipped, m.sub(k(1), p), p);
-  // Inversion: geometric waiting times ceil(log u / log(1 - q)) until their sum passes count.
-  Value log_q1 = unary(UnaryOp::kLogPlusOne, m.sub(k(0), q)), waited = k(0), inversion = k(0);
-  for (int64_t w = 0; w < kWaits; ++w) {
-    waited = m.add(waited, unary(UnaryOp::kCeil, m.div(unary(UnaryOp::kLog, u[w]), log_q1)));
-    inversion = m.add(inversion, c.b.select(c.b.compare(Compare::kLE, waited, n), k(1), k(0)));
+  Value log_q1 = c.b.unary(UnaryOp::kLogPlusOne, m.sub(m.k(0, q), q)), waited = m.k(0, n), count = m.k(0, n);
+  for (const Value& uniform : u) {
+    waited = m.add(waited, c.b.unary(UnaryOp::kCeil, m.div(c.b.unary(UnaryOp::kLog, uniform), log_q1)));
+    count = m.add(count, c.b.select(c.b.compare(Compare::kLE, waited, n), m.k(1, n), m.k(0, n)));
   }
-  // BTRS: log k! - ((k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2), Stirling's tail, from lgamma.
+  return count;
+}
+
+// Binomial(n, q) by Hörmann's BTRS (transformed rejection with squeeze), one candidate per pair of
+// the given uniforms, the first accepted kept. Stirling's tail, log k! - ((k + 1/2) log(k + 1) -
+// (k + 1) + log(2 pi) / 2), comes from lgamma.
+Value binomial_by_btrs(LoweringContext& c, const std::vector<Value>& u, const Value& n, const Value& q) {
+  Math m{c.b};
+  auto k = [&](double v) { return m.k(v, n); };
+  auto log = [&](const Value& x) { return c.b.unary(UnaryOp::kLog, x); };
+  auto both = [&](const Value& x, const Value& y) { return c.b.binary(BinaryOp::kAnd, x, y); };
   auto tail = [&](const Value& x) {
     Value x1 = m.add(x, k(1));
-    return m.sub(unary(UnaryOp::kLgamma, x1), m.add(m.sub(m.mul(m.add(x, k(0.5)), unary(UnaryOp::kLog, x1)), x1), k(0.5 * std::log(2 * M_PI))));
+    return m.sub(c.b.unary(UnaryOp::kLgamma, x1), m.add(m.sub(m.mul(m.add(x, k(0.5)), log(x1)), x1), k(0.5 * std::log(2 * M_PI))));
   };
-  Value spread = unary(UnaryOp::kSqrt, m.mul(m.mul(n, q), m.sub(k(1), q)));
+  Value spread = c.b.unary(UnaryOp::kSqrt, m.mul(m.mul(n, q), m.sub(k(1), q)));
   Value b = m.add(k(1.15), m.mul(k(2.53), spread));
   Value a = m.add(m.add(k(-0.0873), m.mul(k(0.0248), b)), m.mul(k(0.01), q));
   Value center = m.add(m.mul(n, q), k(0.5)), vr = m.sub(k(0.92), m.div(k(4.2), b));
   Value r = m.div(q, m.sub(k(1), q)), alpha = m.mul(m.add(k(2.83), m.div(k(5.1), b)), spread);
-  Value mode = unary(UnaryOp::kFloor, m.mul(m.add(n, k(1)), q));
-  auto log = [&](const Value& x) { return unary(UnaryOp::kLog, x); };
+  Value mode = c.b.unary(UnaryOp::kFloor, m.mul(m.add(n, k(1)), q));
   Value bound_base = m.add(m.mul(m.add(mode, k(0.5)), log(m.div(m.add(mode, k(1)), m.mul(r, m.add(m.sub(n, mode), k(1)))))),
                            m.add(tail(mode), tail(m.sub(n, mode))));
-  std::optional<Value> btrs;
-  for (int64_t round = kRounds; round-- > 0;) {  // the earliest accepted round wins
-    Value centered = m.sub(u[kWaits + 2 * round], k(0.5)), v = u[kWaits + 2 * round + 1];
-    Value us = m.sub(k(0.5), unary(UnaryOp::kAbs, centered));
-    Value x = unary(UnaryOp::kFloor, m.add(m.mul(m.add(m.div(m.mul(k(2), a), us), b), centered), center));
+  std::optional<Value> sample;
+  for (size_t round = u.size() / 2; round-- > 0;) {  // the earliest accepted round wins
+    Value centered = m.sub(u[2 * round], k(0.5)), v = u[2 * round + 1];
+    Value us = m.sub(k(0.5), c.b.unary(UnaryOp::kAbs, centered));
+    Value x = c.b.unary(UnaryOp::kFloor, m.add(m.mul(m.add(m.div(m.mul(k(2), a), us), b), centered), center));
     Value inside = both(both(c.b.compare(Compare::kGE, x, k(0)), c.b.compare(Compare::kLE, x, n)), c.b.compare(Compare::kGT, us, k(0)));
     Value quick = both(c.b.compare(Compare::kGE, us, k(0.07)), c.b.compare(Compare::kLE, v, vr));
     Value lhs = log(m.div(m.mul(v, alpha), m.add(m.div(a, m.mul(us, us)), b)));
@@ -219,9 +217,26 @@ V binomial(LoweringContext& c) {  // (count, prob, generator)
                         m.sub(m.mul(m.add(x, k(0.5)), log(m.div(m.mul(r, m.add(rest, k(1))), m.add(x, k(1))))),
                               m.add(tail(x), tail(rest))));
     Value accepted = both(inside, c.b.binary(BinaryOp::kOr, quick, c.b.compare(Compare::kLE, lhs, bound)));
-    btrs = btrs ? c.b.select(accepted, x, *btrs) : x;
+    sample = sample ? c.b.select(accepted, x, *sample) : x;
   }
-  Value sample = c.b.select(c.b.compare(Compare::kGE, m.mul(n, q), k(10)), *btrs, inversion);
+  return *sample;
+}
+
+// Binomial(count, prob) samples, as CPU draws them: by symmetry with q = min(prob, 1 - prob), for
+// count q < 10 by inversion (48 waiting times drawn at once: more are needed with probability
+// < 1e-14), from 10 by BTRS (12 candidates at once).
+V binomial(LoweringContext& c) {  // (count, prob, generator)
+  constexpr int64_t kWaits = 48, kRounds = 12;
+  Math m{c.b};
+  DType t = accumulator(c.out().dtype);
+  Value n = c.in_as(0, t), p = c.bcast(c.in_as(1, t));
+  auto k = [&](double v) { return m.k(v, n); };
+  std::vector<Value> u = uniforms(c, kWaits + 2 * kRounds, digits(t));
+  Value flipped = c.b.compare(Compare::kGT, p, k(0.5));
+  Value q = c.b.select(flipped, m.sub(k(1), p), p);
+  Value inversion = binomial_by_inversion(c, {u.begin(), u.begin() + kWaits}, n, q);
+  Value btrs = binomial_by_btrs(c, {u.begin() + kWaits, u.end()}, n, q);
+  Value sample = c.b.select(c.b.compare(Compare::kGE, m.mul(n, q), k(10)), btrs, inversion);
   sample = c.b.select(flipped, m.sub(n, sample), sample);
   Value none = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kLE, n, k(0)), c.b.compare(Compare::kLE, p, k(0)));
   return {c.b.select(none, k(0), c.b.select(c.b.compare(Compare::kGE, p, k(1)), n, sample))};
