@@ -1,5 +1,6 @@
 // Random numbers on the device from rng_bit_generator: uniform_, normal_, random_, bernoulli,
-// exponential_, dropout, randperm, rrelu, multinomial, gamma, Dirichlet, Poisson and binomial samples. Reproducible under torch.manual_seed (see aten/generator.h).
+// exponential_, dropout, randperm, rrelu, multinomial, and gamma, Dirichlet, Poisson and binomial
+// samples. Reproducible under torch.manual_seed (see aten/generator.h).
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -89,6 +90,10 @@ std::pair<Value, Value> standard_normals(LoweringContext& c) {
   return box_muller(c, u[0], u[1]);
 }
 
+// The smallest positive normal number of float32 (float64), which CPU's gamma and Dirichlet
+// samplers return instead of 0.
+double smallest_normal(DType t) { return t == DType::kF64 ? 0x1p-1022 : 0x1p-126; }
+
 // Gamma(alpha, 1) samples shaped like alpha, by Marsaglia and Tsang's method (as CPU's): for
 // alpha >= 1, d v with d = alpha - 1/3, v = (1 + x / sqrt(9 d))^3, x standard normal, accepted when
 // v > 0 and log u < x^2 / 2 + d - d v + d log v; for alpha < 1, a Gamma(alpha + 1) sample times
@@ -115,8 +120,7 @@ Value standard_gamma_of(LoweringContext& c, const Value& alpha) {
   }
   Value boost = c.b.binary(BinaryOp::kPower, m.sub(m.k(1, alpha), u.back()), m.div(m.k(1, alpha), alpha));
   Value gamma = c.b.select(small, m.mul(*sample, boost), *sample);
-  double tiny = alpha.type.dtype == DType::kF64 ? 0x1p-1022 : 0x1p-126;
-  return c.b.binary(BinaryOp::kMaximum, gamma, m.k(tiny, gamma));
+  return c.b.binary(BinaryOp::kMaximum, gamma, m.k(smallest_normal(gamma.type.dtype), gamma));
 }
 
 V standard_gamma(LoweringContext& c) {  // (alpha, generator)
@@ -249,9 +253,8 @@ V sample_dirichlet(LoweringContext& c) {  // (alpha, generator)
   Value gamma = standard_gamma_of(c, c.in_as(0, accumulator(c.out().dtype)));
   int64_t last = gamma.type.rank() - 1;
   Value ratio = m.div(gamma, m.expand_back(m.sum(gamma, {last}), gamma, {last}));
-  double tiny = gamma.type.dtype == DType::kF64 ? 0x1p-1022 : 0x1p-126;
   double below_one = gamma.type.dtype == DType::kF64 ? std::nextafter(1.0, 0.0) : std::nextafter(1.0f, 0.0f);
-  return {c.b.clamp(m.k(tiny, ratio), ratio, m.k(below_one, ratio))};
+  return {c.b.clamp(m.k(smallest_normal(gamma.type.dtype), ratio), ratio, m.k(below_one, ratio))};
 }
 
 V normal(LoweringContext& c) {  // (self, mean, std, generator)
