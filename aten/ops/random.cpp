@@ -429,7 +429,7 @@ V multinomial(LoweringContext& c) {
   Value log_p = c.b.unary(UnaryOp::kLog, c.b.reshape(p, {rows, n}));
   Value keys = m.add(c.b.broadcast_in_dim(log_p, {rows, draws, n}, {0, 2}), gumbel);
   Value index = c.b.iota({DType::kS64, {rows, draws, n}}, 2);
-  if (replacement) {
+  if (replacement || k == 1) {  // one draw without replacement (sampling a token) needs no sort
     V best = c.b.reduce({keys, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(0, {DType::kS64, {}})}, {2},
                         extreme_with_index(true, t));
     return {c.b.reshape(best[1], c.out().dims)};

@@ -286,6 +286,8 @@ def test_multinomial_statistics(dtype, no_fallbacks):
         torch.testing.assert_close(torch.bincount(picks[:, column], minlength=3).double() / N,
                                    torch.bincount(reference[:, column], minlength=3).double() / N, atol=0.03, rtol=0)
     assert sorted(torch.multinomial(probs[0].to("tpu"), 3).cpu().tolist()) == [0, 1, 2]
+    one = torch.multinomial(probs[1].expand(N, 4).to("tpu"), 1).cpu()  # a token per row, as generate draws
+    torch.testing.assert_close(torch.bincount(one[:, 0], minlength=4).double() / N, probs[1].double(), atol=0.02, rtol=0)
     with pytest.raises(RuntimeError, match="without replacement"):
         torch.multinomial(probs[0].to("tpu"), 5)
     with pytest.raises(RuntimeError, match="invalid multinomial distribution"):  # at the next sync, as on CUDA
