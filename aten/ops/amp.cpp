@@ -15,9 +15,7 @@ V unscale_and_check(LoweringContext& c) {
   Value found = c.b.constant(0, {DType::kBool, {}});
   for (size_t k = 0; k < grads.size(); ++k) {
     Value g = cast(c.b, grads[k], accumulator(grads[k].type.dtype));
-    std::vector<int64_t> all(g.type.rank());
-    for (int64_t d = 0; d < g.type.rank(); ++d) all[d] = d;
-    Value finite = m.reduce(c.b.unary(UnaryOp::kIsFinite, g), all, BinaryOp::kAnd, 1);
+    Value finite = all_true(c.b, c.b.unary(UnaryOp::kIsFinite, g));
     found = c.b.binary(BinaryOp::kOr, found, c.b.unary(UnaryOp::kNot, finite));
     Value inv_scale = broadcast_to(c.b, cast(c.b, c.raw(2), g.type.dtype), g.type.dims);
     out.push_back(m.mul(g, inv_scale));

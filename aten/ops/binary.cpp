@@ -44,16 +44,17 @@ struct CpuLoop {
 };
 
 std::optional<CpuLoop> cpu_inner_loop(const LoweringContext& c, std::initializer_list<size_t> operands) {
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<int64_t>> strides(operands.size());  // per operand, over dimensions > 1
-  for (size_t d = 0; d < c.out().dims.size(); ++d) {
-    if (c.out().dims[d] == 1) continue;
-    sizes.push_back(c.out().dims[d]);
-    size_t k = 0;
-    for (size_t i : operands) {
-      const c10::IValue& a = c.arg(i);
-      strides[k++].push_back(a.isTensor() ? a.toTensor().expand(c.out().dims).stride(static_cast<int64_t>(d)) : 0);
-    }
+  const std::vector<int64_t>& dims = c.out().dims;
+  std::vector<int64_t> sizes;  // over dimensions > 1, with each operand's strides there
+  for (int64_t size : dims)
+    if (size > 1) sizes.push_back(size);
+  std::vector<std::vector<int64_t>> strides;
+  for (size_t i : operands) {
+    const c10::IValue& a = c.arg(i);
+    std::vector<int64_t> all = a.isTensor() ? a.toTensor().expand(dims).strides().vec() : std::vector<int64_t>(dims.size(), 0);
+    strides.emplace_back();
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (dims[d] > 1) strides.back().push_back(all[d]);
   }
   if (sizes.empty()) return CpuLoop{1, true};
   auto row_major = [](const std::vector<int64_t>& s) {
@@ -92,14 +93,15 @@ std::optional<CpuLoop> cpu_inner_loop(const LoweringContext& c, std::initializer
 // Reproduced where CPU's loop is known: operands in row-major order and one thread's chunk (fewer
 // than 32,768 elements, at::internal::GRAIN_SIZE); elsewhere rounded once.
 Value add_scaled_by_alpha(LoweringContext& c, BinaryOp op, size_t a, size_t b) {
-  Value fused = bin(c, op, rounded_operand(c, a), scaled(c, b, 2));
+  Value lhs = rounded_operand(c, a), product = scaled(c, b, 2);
+  Value fused = bin(c, op, lhs, product);
   std::optional<DType> low = low_precision(c.compute_dtype());
   int64_t n = 1;
   for (int64_t d : c.out().dims) n *= d;
   std::optional<CpuLoop> loop = low && c.has(2) && n < 32768 ? cpu_inner_loop(c, {a, b}) : std::nullopt;
   static const int64_t block = at::get_cpu_capability() == "AVX512" ? 32 : 16;
   if (!loop || (loop->vectorized && loop->length % block == 0)) return fused;
-  Value tail = bin(c, op, rounded_operand(c, a), rounded_to(c.b, scaled(c, b, 2), *low));
+  Value tail = bin(c, op, lhs, rounded_to(c.b, product, *low));
   if (!loop->vectorized) return tail;
   Value position = c.b.reshape(c.b.iota({DType::kS64, {n}}, 0), c.out().dims);  // row-major
   auto k = [&](int64_t v) { return c.b.constant(static_cast<double>(v), position.type); };

@@ -654,13 +654,10 @@ V linalg_eig(LoweringContext& c) {
   int64_t rank = a.type.rank(), n = a.type.dims.back(), count = 1;
   for (int64_t d = 0; d + 2 < rank; ++d) count *= a.type.dims[d];
   if (n == 0 || count == 0) return vectors ? V{b.constant(0, c.out(0)), b.constant(0, c.out(1))} : V{b.constant(0, c.out(0))};
-  std::vector<int64_t> all;
-  for (int64_t d = 0; d < rank; ++d) all.push_back(d);
-  Math m{b};
   Value finite = b.unary(UnaryOp::kIsFinite, real_part(b, a));
   if (is_complex(a.type.dtype))
     finite = b.binary(BinaryOp::kAnd, finite, b.unary(UnaryOp::kIsFinite, b.unary(UnaryOp::kImag, a)));
-  c.check_on_device(m.reduce(finite, all, BinaryOp::kAnd, 1));
+  c.check_on_device(all_true(b, finite));
   DType complex_t = c.out(0).dtype;
   V results = {b.constant(0, {complex_t, {count, n}})};
   if (vectors) results.push_back(b.constant(0, {complex_t, {count, n, n}}));

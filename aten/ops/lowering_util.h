@@ -99,15 +99,19 @@ inline hlo::RegionBody combine_with(hlo::BinaryOp op) {
   };
 }
 
+// True (a 0-d bool) when every element of the bool tensor `pred` is: device-side checks.
+inline hlo::Value all_true(hlo::Builder& b, const hlo::Value& pred) {
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < pred.type.rank(); ++d) all.push_back(d);
+  return b.reduce({pred}, {b.constant(1, {DType::kBool, {}})}, all, combine_with(hlo::BinaryOp::kAnd))[0];
+}
+
 // True (a 0-d bool) when every (already wrapped) index lies in [0, size): a device-side check.
 inline hlo::Value all_in_range(hlo::Builder& b, const hlo::Value& index, int64_t size) {
   using hlo::BinaryOp;
   using hlo::Compare;
-  hlo::Value ok = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, index, b.constant(0, index.type)),
-                           b.compare(Compare::kLT, index, b.constant_int(size, index.type)));
-  std::vector<int64_t> all;
-  for (int64_t d = 0; d < ok.type.rank(); ++d) all.push_back(d);
-  return b.reduce({ok}, {b.constant(1, {DType::kBool, {}})}, all, combine_with(BinaryOp::kAnd))[0];
+  return all_true(b, b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, index, b.constant(0, index.type)),
+                              b.compare(Compare::kLT, index, b.constant_int(size, index.type))));
 }
 
 // Gathers x along dim at the given (s64, 1-D) source positions.

@@ -86,7 +86,7 @@ struct MultiLabel {
     Value t = cast(c.b, rows(c.b, c.raw(target)), DType::kS64);
     Value ok = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, t, c.b.constant(-1, t.type)),
                           c.b.compare(Compare::kLT, t, c.b.constant_int(classes, t.type)));
-    c.check_on_device(m.reduce(ok, {0, 1}, BinaryOp::kAnd, 1));
+    c.check_on_device(all_true(c.b, ok));
     // listed[n, i]: no -1 at or before i (a running max of "is -1" along the row)
     Value ended = c.b.convert(c.b.compare(Compare::kLT, t, c.b.constant(0, t.type)), DType::kS32);
     hlo::Window w{{1, classes}, {1, 1}, {1, 1}, {1, 1}, {{0, 0}, {classes - 1, 0}}};

@@ -260,10 +260,8 @@ V binary_cross_entropy(LoweringContext& c) {
   auto clamped_log = [&](const Value& v) { return m.b.binary(BinaryOp::kMaximum, m.b.unary(UnaryOp::kLog, v), m.k(-100, v)); };
   Value loss = m.mul(m.add(m.mul(t, clamped_log(x)), m.mul(m.sub(m.k(1, t), t), clamped_log(m.sub(m.k(1, x), x)))), m.k(-1, x));
   if (c.has(2)) loss = m.mul(loss, broadcast_to(c.b, c.in_as(2, acc), x.type.dims));
-  std::vector<int64_t> all(x.type.rank());
-  for (int64_t d = 0; d < x.type.rank(); ++d) all[d] = d;
   Value in_range = m.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, x, m.k(0, x)), c.b.compare(Compare::kLE, x, m.k(1, x)));
-  c.check_on_device(m.reduce(in_range, all, BinaryOp::kAnd, 1));
+  c.check_on_device(all_true(c.b, in_range));
   return {reduce_loss(m, loss, c.arg(3).toInt())};
 }
 

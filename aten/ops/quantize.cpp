@@ -56,9 +56,7 @@ V fake_quantize_float_zero_point(LoweringContext& c, const Value& scale, const V
 // quant_max] (floating-point ones it does not check); the program checks them on the device
 // instead (an error at the next host sync).
 void check_zero_points(LoweringContext& c, const Value& zero_point, int64_t qmin, int64_t qmax) {
-  hlo::Builder& b = c.b;
-  c.check_on_device(b.reduce({within(b, zero_point, qmin, qmax)}, {b.constant(1, {DType::kBool, {}})}, {0},
-                             combine_with(BinaryOp::kAnd))[0]);
+  c.check_on_device(all_true(c.b, within(c.b, zero_point, qmin, qmax)));
 }
 
 // A one-element tensor (a qparam) broadcast to the output's shape.

@@ -2,7 +2,7 @@
 // exponential_, dropout, randperm, rrelu, multinomial, and gamma, Dirichlet, Poisson and binomial
 // samples. Reproducible under torch.manual_seed (see aten/generator.h).
 #include <cmath>
-#include <numeric>
+#include <functional>
 #include <optional>
 
 #include "aten/lowering.h"
@@ -94,6 +94,34 @@ std::pair<Value, Value> standard_normals(LoweringContext& c) {
 // samplers return instead of 0.
 double smallest_normal(DType t) { return t == DType::kF64 ? 0x1p-1022 : 0x1p-126; }
 
+// Rejection samplers here draw `rounds` candidates at once: the candidate of the earliest
+// accepted round (round(r) gives its acceptance and candidate), the last one where none is.
+Value first_accepted(LoweringContext& c, int64_t rounds, const std::function<std::pair<Value, Value>(int64_t)>& round) {
+  std::optional<Value> chosen;
+  for (int64_t r = rounds; r-- > 0;) {
+    auto [accepted, candidate] = round(r);
+    chosen = chosen ? c.b.select(accepted, candidate, *chosen) : candidate;
+  }
+  return *chosen;
+}
+
+// One proposal of Hörmann's transformed rejection (PTRS for Poisson, BTRS for binomial) from
+// uniforms u and v: us = 1/2 - |u - 1/2|, k = floor((2a / us + b)(u - 1/2) + center), and the
+// squeeze that accepts it at once (us >= 0.07 and v <= vr).
+struct Proposal {
+  Value us, k, quick;
+};
+
+Proposal transformed_proposal(LoweringContext& c, const Value& u, const Value& v, const Value& a, const Value& b,
+                              const Value& center, const Value& vr) {
+  Math m{c.b};
+  Value centered = m.sub(u, m.k(0.5, u));
+  Value us = m.sub(m.k(0.5, u), c.b.unary(UnaryOp::kAbs, centered));
+  Value k = c.b.unary(UnaryOp::kFloor, m.add(m.mul(m.add(m.div(m.mul(m.k(2, a), a), us), b), centered), center));
+  Value quick = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, us, m.k(0.07, us)), c.b.compare(Compare::kLE, v, vr));
+  return {us, k, quick};
+}
+
 // Gamma(alpha, 1) samples shaped like alpha, by Marsaglia and Tsang's method (as CPU's): for
 // alpha >= 1, d v with d = alpha - 1/3, v = (1 + x / sqrt(9 d))^3, x standard normal, accepted when
 // v > 0 and log u < x^2 / 2 + d - d v + d log v; for alpha < 1, a Gamma(alpha + 1) sample times
@@ -107,19 +135,17 @@ Value standard_gamma_of(LoweringContext& c, const Value& alpha) {
   Value small = c.b.compare(Compare::kLT, alpha, m.k(1, alpha));
   Value d = m.sub(c.b.select(small, m.add(alpha, m.k(1, alpha)), alpha), m.k(1.0 / 3, alpha));
   Value scale = c.b.unary(UnaryOp::kRsqrt, m.mul(m.k(9, d), d));
-  std::optional<Value> sample;
-  for (int64_t r = kRounds; r-- > 0;) {  // the earliest accepted round wins
+  Value sample = first_accepted(c, kRounds, [&](int64_t r) {
     Value x = box_muller(c, u[3 * r], u[3 * r + 1]).first;
     Value root = m.add(m.k(1, x), m.mul(x, scale));
     Value v = m.mul(m.mul(root, root), root);
     Value bound = m.add(m.sub(m.add(m.mul(m.k(0.5, x), m.mul(x, x)), d), m.mul(d, v)), m.mul(d, c.b.unary(UnaryOp::kLog, v)));
     Value accepted = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGT, v, m.k(0, v)),
                                 c.b.compare(Compare::kLT, c.b.unary(UnaryOp::kLog, u[3 * r + 2]), bound));
-    Value candidate = m.mul(d, v);
-    sample = sample ? c.b.select(accepted, candidate, *sample) : candidate;
-  }
+    return std::pair{accepted, m.mul(d, v)};
+  });
   Value boost = c.b.binary(BinaryOp::kPower, m.sub(m.k(1, alpha), u.back()), m.div(m.k(1, alpha), alpha));
-  Value gamma = c.b.select(small, m.mul(*sample, boost), *sample);
+  Value gamma = c.b.select(small, m.mul(sample, boost), sample);
   return c.b.binary(BinaryOp::kMaximum, gamma, m.k(smallest_normal(gamma.type.dtype), gamma));
 }
 
@@ -129,9 +155,7 @@ V standard_gamma(LoweringContext& c) {  // (alpha, generator)
 
 // A 0-d bool: every element of x is >= 0 (a device-side check of CPU's argument checks).
 Value all_non_negative(LoweringContext& c, const Value& x) {
-  std::vector<int64_t> all(x.type.rank());
-  std::iota(all.begin(), all.end(), 0);
-  return Math{c.b}.reduce(c.b.compare(Compare::kGE, x, c.full(0, x)), all, BinaryOp::kAnd, 1);
+  return all_true(c.b, c.b.compare(Compare::kGE, x, c.full(0, x)));
 }
 
 // Poisson(rate) samples shaped like rate, as CPU draws them: below rate 10, Knuth's method (the
@@ -157,22 +181,18 @@ V poisson(LoweringContext& c) {  // (rate, generator)
   Value a = m.add(m.k(-0.059, rate), m.mul(m.k(0.02483, rate), b));
   Value log_inv_alpha = unary(UnaryOp::kLog, m.add(m.k(1.1239, rate), m.div(m.k(1.1328, rate), m.sub(b, m.k(3.4, rate)))));
   Value vr = m.sub(m.k(0.9277, rate), m.div(m.k(3.6224, rate), m.sub(b, m.k(2, rate))));
-  std::optional<Value> ptrs;
-  for (int64_t r = kRounds; r-- > 0;) {  // the earliest accepted round wins
-    Value centered = m.sub(u[kKnuth + 2 * r], m.k(0.5, rate)), v = u[kKnuth + 2 * r + 1];
-    Value us = m.sub(m.k(0.5, rate), unary(UnaryOp::kAbs, centered));
-    Value k = unary(UnaryOp::kFloor, m.add(m.mul(m.add(m.div(m.mul(m.k(2, a), a), us), b), centered),
-                                           m.add(rate, m.k(0.43, rate))));
-    Value quick = both(c.b.compare(Compare::kGE, us, m.k(0.07, us)), c.b.compare(Compare::kLE, v, vr));
+  Value center = m.add(rate, m.k(0.43, rate));
+  Value ptrs = first_accepted(c, kRounds, [&](int64_t r) {
+    Value v = u[kKnuth + 2 * r + 1];
+    auto [us, k, quick] = transformed_proposal(c, u[kKnuth + 2 * r], v, a, b, center, vr);
     Value possible = both(both(c.b.compare(Compare::kGE, k, m.k(0, k)), c.b.compare(Compare::kGT, us, m.k(0, us))),
                           c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kGE, us, m.k(0.013, us)),
                                      c.b.compare(Compare::kLE, v, us)));
     Value lhs = m.sub(m.add(unary(UnaryOp::kLog, v), log_inv_alpha), unary(UnaryOp::kLog, m.add(m.div(a, m.mul(us, us)), b)));
     Value rhs = m.sub(m.sub(m.mul(k, log_rate), rate), unary(UnaryOp::kLgamma, m.add(k, m.k(1, k))));
-    Value accepted = c.b.binary(BinaryOp::kOr, quick, both(possible, c.b.compare(Compare::kLE, lhs, rhs)));
-    ptrs = ptrs ? c.b.select(accepted, k, *ptrs) : k;
-  }
-  Value sample = c.b.select(c.b.compare(Compare::kGE, rate, m.k(10, rate)), *ptrs, knuth);
+    return std::pair{c.b.binary(BinaryOp::kOr, quick, both(possible, c.b.compare(Compare::kLE, lhs, rhs))), k};
+  });
+  Value sample = c.b.select(c.b.compare(Compare::kGE, rate, m.k(10, rate)), ptrs, knuth);
   return {c.b.select(c.b.compare(Compare::kEQ, rate, m.k(0, rate)), m.k(0, rate), sample)};
 }
 
@@ -208,22 +228,17 @@ Value binomial_by_btrs(LoweringContext& c, const std::vector<Value>& u, const Va
   Value mode = c.b.unary(UnaryOp::kFloor, m.mul(m.add(n, k(1)), q));
   Value bound_base = m.add(m.mul(m.add(mode, k(0.5)), log(m.div(m.add(mode, k(1)), m.mul(r, m.add(m.sub(n, mode), k(1)))))),
                            m.add(tail(mode), tail(m.sub(n, mode))));
-  std::optional<Value> sample;
-  for (size_t round = u.size() / 2; round-- > 0;) {  // the earliest accepted round wins
-    Value centered = m.sub(u[2 * round], k(0.5)), v = u[2 * round + 1];
-    Value us = m.sub(k(0.5), c.b.unary(UnaryOp::kAbs, centered));
-    Value x = c.b.unary(UnaryOp::kFloor, m.add(m.mul(m.add(m.div(m.mul(k(2), a), us), b), centered), center));
+  return first_accepted(c, static_cast<int64_t>(u.size() / 2), [&](int64_t round) {
+    Value v = u[2 * round + 1];
+    auto [us, x, quick] = transformed_proposal(c, u[2 * round], v, a, b, center, vr);
     Value inside = both(both(c.b.compare(Compare::kGE, x, k(0)), c.b.compare(Compare::kLE, x, n)), c.b.compare(Compare::kGT, us, k(0)));
-    Value quick = both(c.b.compare(Compare::kGE, us, k(0.07)), c.b.compare(Compare::kLE, v, vr));
     Value lhs = log(m.div(m.mul(v, alpha), m.add(m.div(a, m.mul(us, us)), b)));
     Value rest = m.sub(n, x);
     Value bound = m.add(m.add(bound_base, m.mul(m.add(n, k(1)), log(m.div(m.add(m.sub(n, mode), k(1)), m.add(rest, k(1)))))),
                         m.sub(m.mul(m.add(x, k(0.5)), log(m.div(m.mul(r, m.add(rest, k(1))), m.add(x, k(1))))),
                               m.add(tail(x), tail(rest))));
-    Value accepted = both(inside, c.b.binary(BinaryOp::kOr, quick, c.b.compare(Compare::kLE, lhs, bound)));
-    sample = sample ? c.b.select(accepted, x, *sample) : x;
-  }
-  return *sample;
+    return std::pair{both(inside, c.b.binary(BinaryOp::kOr, quick, c.b.compare(Compare::kLE, lhs, bound))), x};
+  });
 }
 
 // Binomial(count, prob) samples, as CPU draws them: by symmetry with q = min(prob, 1 - prob), for
@@ -406,7 +421,7 @@ Value valid_distribution(LoweringContext& c, const Value& p) {
   Value fine = c.b.binary(BinaryOp::kAnd, c.b.unary(UnaryOp::kIsFinite, p), c.b.compare(Compare::kGE, p, m.k(0, p)));
   Value sums = m.sum(p, {1});
   Value positive = c.b.compare(Compare::kGT, sums, m.k(0, sums));
-  return c.b.binary(BinaryOp::kAnd, m.reduce(fine, {0, 1}, BinaryOp::kAnd, 1), m.reduce(positive, {0}, BinaryOp::kAnd, 1));
+  return c.b.binary(BinaryOp::kAnd, all_true(c.b, fine), all_true(c.b, positive));
 }
 
 // multinomial(self, num_samples, replacement, generator): categories drawn in proportion to each
