@@ -152,7 +152,9 @@ void add_tensor(Inputs& in, const at::Tensor& t, int device, const std::string& 
 Inputs gather_inputs(const OpPlan& plan, const std::vector<c10::IValue>& args, int device) {
   Inputs in;
   in.key = plan.name;
-  in.operands.reserve(args.size());
+  size_t operands = 0;  // at most: a list's elements, one for anything else
+  for (const c10::IValue& a : args) operands += a.isList() ? a.toListRef().size() : 1;
+  in.operands.reserve(operands);
   in.count.reserve(args.size() + 1);
   for (size_t i = 0; i < args.size(); ++i) {
     size_t before = in.operands.size();
@@ -268,22 +270,23 @@ char scalar_kind(const c10::IValue& a) { return a.isDouble() ? 'f' : a.isInt() ?
 std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
   const bool scalar_values = plan.entry->options.shape_from_scalars;
   std::string key = plan.name;
+  key.reserve(key.size() + 48 * args.size());
   auto add_tensor = [&key](const at::Tensor& t) {
     if (!t.defined()) {
       key += "u,";
       return;
     }
-    key += c10::toString(t.scalar_type());
+    std::string_view dtype = c10::toString(t.scalar_type());
+    c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
+    graph::KeyWriter w(key, dtype.size() + 2 + sizes.size() * (2 * graph::KeyWriter::kNumberRoom + 2));
     // A wrapped Python number promotes like a Scalar (x_int * 2.5 is float32), a CPU 0-d tensor
     // by its own dtype (x_int * torch.tensor(2.5, dtype=torch.float64) is float64).
-    key += on_tpu(t) ? '[' : t.unsafeGetTensorImpl()->is_wrapped_number() ? 'w' : '<';
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      graph::append_number(key, t.size(d));
-      key += ':';
-      graph::append_number(key, t.stride(d));
-      key += ',';
+    w << dtype << (on_tpu(t) ? '[' : t.unsafeGetTensorImpl()->is_wrapped_number() ? 'w' : '<');
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      w.number(sizes[d]) << ':';
+      w.number(strides[d]) << ',';
     }
-    key += ']';
+    w << ']';
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& a = args[i];

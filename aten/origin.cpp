@@ -4,6 +4,7 @@
 #include <frameobject.h>
 #include <opcode.h>
 
+#include <mutex>
 #include <string_view>
 #include <unordered_map>
 
@@ -74,29 +75,67 @@ bool at_branch(PyFrameObject* frame) {
   return branch;
 }
 
-// "file:line" of the frame's current instruction. Computing a line number walks the code's line
-// table (microseconds), so it is done once per (code object, instruction) and remembered; the
-// cache keeps its code objects alive so their addresses are not reused. Called with the GIL held.
-std::string location_of(PyFrameObject* frame, std::string_view file) {
-  using Site = std::pair<PyCodeObject*, int>;
-  struct SiteHash {
-    size_t operator()(const Site& s) const { return std::hash<void*>()(s.first) ^ (size_t(s.second) << 1); }
-  };
-  static auto* known = new std::unordered_map<Site, std::string, SiteHash>;
-  PyCodeObject* code = PyFrame_GetCode(frame);
-  Site site{code, PyFrame_GetLasti(frame)};
-  auto it = known->find(site);
-  if (it != known->end()) {
-    Py_DECREF(code);
-    return it->second;
-  }
+// "file:line" of the frame's current instruction (walks the code's line table: microseconds).
+std::string line_of(PyFrameObject* frame, std::string_view file) {
+  return std::string(file) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+}
+
+// Whether a code object's frames are the user's, decided once per code object (the file-name
+// tests were most of a frame's cost). The caches below keep a reference to each code object
+// they name, so that its address is not reused. They are used with the GIL held.
+bool is_user_code(PyCodeObject* code) {
+  static auto* known = new std::unordered_map<PyCodeObject*, bool>;
+  if (auto it = known->find(code); it != known->end()) return it->second;
   if (known->size() >= (1 << 16)) {
-    for (auto& [s, loc] : *known) Py_DECREF(s.first);
+    for (auto& [c, user] : *known) Py_DECREF(c);
     known->clear();
   }
-  std::string location = std::string(file) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
-  known->emplace(site, location);  // keeps the reference PyFrame_GetCode returned
-  return location;
+  Py_ssize_t size = 0;
+  const char* name = PyUnicode_AsUTF8AndSize(code->co_filename, &size);
+  bool user = name && size > 0 && !is_internal(std::string_view(name, size));
+  Py_INCREF(code);
+  known->emplace(code, user);
+  return user;
+}
+
+// The origin of `op` issued at the frame's current instruction: one Origin per (code object,
+// instruction, op), made once and shared by every op issued there.
+std::shared_ptr<const graph::Origin> origin_at(PyFrameObject* frame, PyCodeObject* code, const std::string& op) {
+  struct Site {
+    PyCodeObject* code;
+    int instruction;
+    std::string_view op;
+    bool operator==(const Site& o) const { return code == o.code && instruction == o.instruction && op == o.op; }
+  };
+  struct SiteHash {
+    size_t operator()(const Site& s) const {
+      return std::hash<void*>()(s.code) ^ (size_t(s.instruction) << 1) ^ (std::hash<std::string_view>()(s.op) << 3);
+    }
+  };
+  static auto* known = new std::unordered_map<Site, std::shared_ptr<const graph::Origin>, SiteHash>;
+  Site site{code, PyFrame_GetLasti(frame), op};
+  if (auto it = known->find(site); it != known->end()) return it->second;
+  if (known->size() >= (1 << 16)) {
+    for (auto& [s, origin] : *known) Py_DECREF(s.code);
+    known->clear();
+  }
+  Py_ssize_t size = 0;
+  const char* file = PyUnicode_AsUTF8AndSize(code->co_filename, &size);
+  auto origin = std::make_shared<const graph::Origin>(graph::Origin{op, line_of(frame, std::string_view(file, size))});
+  site.op = origin->op;  // the key views the origin's own copy of the name
+  Py_INCREF(code);
+  known->emplace(site, origin);
+  return origin;
+}
+
+// The origin of an op no Python frame issued (the autograd engine's thread): one per op name.
+std::shared_ptr<const graph::Origin> frameless_origin(const std::string& op) {
+  static std::mutex mu;
+  static auto* known = new std::unordered_map<std::string, std::shared_ptr<const graph::Origin>>;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known->find(op);
+  if (it == known->end()) it = known->emplace(op, std::make_shared<const graph::Origin>(graph::Origin{op, ""})).first;
+  return it->second;
 }
 
 bool is_named(PyFrameObject* frame, const char* name) {
@@ -119,7 +158,7 @@ std::string backward_caller() {
     PyFrameObject* frame = PyThreadState_GetFrame(t);
     while (frame) {
       std::string_view file = filename_of(frame);
-      if (user.empty() && !file.empty() && !is_internal(file)) user = location_of(frame, file);
+      if (user.empty() && !file.empty() && !is_internal(file)) user = line_of(frame, file);
       in_backward = in_backward || is_named(frame, "_engine_run_backward");
       PyFrameObject* back = PyFrame_GetBack(frame);
       Py_DECREF(frame);
@@ -134,18 +173,20 @@ std::string backward_caller() {
 }  // namespace
 
 std::shared_ptr<const graph::Origin> origin_of(const std::string& op) {
-  auto origin = std::make_shared<graph::Origin>();
-  origin->op = op;
+  std::shared_ptr<const graph::Origin> origin;
   walk_python_stack([&](PyFrameObject* frame) {
-    std::string_view file = filename_of(frame);
-    if (file.empty() || is_internal(file)) return false;
-    origin->location = location_of(frame, file);
-    return true;
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    if (is_user_code(code)) origin = origin_at(frame, code, op);
+    Py_DECREF(code);
+    return origin != nullptr;
   });
+  if (origin) return origin;
   // The autograd engine runs backward ops on a thread of its own, with no user frame. A profiler
   // names the backward() call that caused them; finding it takes the GIL, so only then.
-  if (origin->location.empty() && exec::tracing()) origin->location = backward_caller();
-  return origin;
+  if (exec::tracing())
+    if (std::string caller = backward_caller(); !caller.empty())
+      return std::make_shared<const graph::Origin>(graph::Origin{op, caller});
+  return frameless_origin(op);
 }
 
 TracedLine::TracedLine(const std::string& op) {

@@ -32,6 +32,9 @@ struct SlotPlan {
   std::vector<size_t> input_slot, output_slot;  // per operand
 
   explicit SlotPlan(const OpCall& call) {
+    slots.reserve(call.inputs.size() + call.outputs.size());
+    input_slot.reserve(call.inputs.size());
+    output_slot.reserve(call.outputs.size());
     for (const Operand& in : call.inputs) {
       input_slot.push_back(slot_for(in, false));
       slots[input_slot.back()].read = true;
@@ -56,24 +59,33 @@ struct SlotPlan {
   }
 
   std::string key(const OpCall& call) const {
-    std::string key = call.key;
-    key.reserve(key.size() + 32 * (slots.size() + call.inputs.size() + call.outputs.size()));
-    for (const Slot& s : slots) {
-      key += s.read ? "|read " : "|write ";
-      key += dtype_name(s.flat_dtype);
-      key += '[';
-      graph::append_number(key, s.flat_length);
-      key += ']';
+    size_t room = slots.size() * kSlotRoom;
+    for (const Operand& o : call.inputs) room += kOperandRoom + o.view.key_room();
+    for (const Operand& o : call.outputs) room += kOperandRoom + o.view.key_room();
+    std::string key;
+    key.reserve(call.key.size() + room);  // one allocation: the writers below stay inside it
+    key = call.key;
+    {
+      graph::KeyWriter w(key, slots.size() * kSlotRoom);
+      for (const Slot& s : slots) {
+        w << (s.read ? "|read " : "|write ") << dtype_name(s.flat_dtype) << '[';
+        w.number(s.flat_length) << ']';
+      }
     }
     for (size_t i = 0; i < call.inputs.size(); ++i) append_operand(key, 'i', input_slot[i], call.inputs[i]);
     for (size_t i = 0; i < call.outputs.size(); ++i) append_operand(key, 'o', output_slot[i], call.outputs[i]);
     return key;
   }
 
+  static constexpr size_t kSlotRoom = sizeof("|write []") + sizeof("complex<f64>") + graph::KeyWriter::kNumberRoom;
+  static constexpr size_t kOperandRoom = 2 + graph::KeyWriter::kNumberRoom;
+
   static void append_operand(std::string& key, char kind, size_t slot, const Operand& o) {
-    key += '|';
-    key += kind;
-    graph::append_number(key, static_cast<int64_t>(slot));
+    {
+      graph::KeyWriter w(key, kOperandRoom);
+      w << '|' << kind;
+      w.number(static_cast<int64_t>(slot));
+    }
     o.view.append_key(key);
   }
 };
@@ -187,26 +199,24 @@ std::optional<BoundOp> bind_loaded(const OpCall& call) {
     }
   // The key graph::Window gives this op's node alone (Keep::kAlive: every output is held).
   std::string node_key = plan.key(call), key;
-  key.reserve(node_key.size() + 16 + 4 * plan.slots.size());
-  graph::append_number(key, node_key.size());
-  key += ':';
-  key += node_key;
-  key += '<';
-  for (const graph::ValuePtr& in : inputs) {
-    size_t p = std::find(parameters.begin(), parameters.end(), in) - parameters.begin();
-    if (p == parameters.size()) parameters.push_back(in);
-    key += 'p';
-    graph::append_number(key, p);
-    key += ',';
-  }
-  key += ">=>";
-  int64_t written = 0;
-  for (const Slot& s : plan.slots)
-    if (s.written) {
-      key += "0.";
-      graph::append_number(key, written++);
-      key += ',';
+  {
+    constexpr size_t kNumber = graph::KeyWriter::kNumberRoom;
+    graph::KeyWriter w(key, node_key.size() + kNumber + 5 + (inputs.size() + plan.slots.size()) * (kNumber + 3));
+    w.number(node_key.size()) << ':' << node_key << '<';
+    for (const graph::ValuePtr& in : inputs) {
+      size_t p = std::find(parameters.begin(), parameters.end(), in) - parameters.begin();
+      if (p == parameters.size()) parameters.push_back(in);
+      w << 'p';
+      w.number(p) << ',';
     }
+    w << ">=>";
+    int64_t written = 0;
+    for (const Slot& s : plan.slots)
+      if (s.written) {
+        w << "0.";
+        w.number(written++) << ',';
+      }
+  }
   std::shared_ptr<runtime::Executable> exe = loaded_executable(key);
   if (!exe) return std::nullopt;
   std::vector<graph::ValuePtr> results = swap_in_results(plan, device, unsettled_checks(inputs));

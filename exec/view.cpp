@@ -19,18 +19,20 @@ bool View::is_contiguous() const {
   return true;
 }
 
+size_t View::key_room() const {
+  constexpr size_t kNumber = graph::KeyWriter::kNumberRoom;
+  return dtype_name(dtype).size() + 3 + sizes.size() * (2 * kNumber + 2) + kNumber;
+}
+
 void View::append_key(std::string& key) const {
-  key += dtype_name(dtype);
-  key += '[';
+  graph::KeyWriter w(key, key_room());
+  w << dtype_name(dtype) << '[';
   for (size_t i = 0; i < sizes.size(); ++i) {
-    graph::append_number(key, sizes[i]);
-    key += ':';
-    graph::append_number(key, strides[i]);
-    key += ',';
+    w.number(sizes[i]) << ':';
+    w.number(strides[i]) << ',';
   }
-  key += '+';
-  graph::append_number(key, offset);
-  key += ']';
+  w << '+';
+  w.number(offset) << ']';
 }
 
 }  // namespace torchtpu::exec

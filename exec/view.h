@@ -18,8 +18,9 @@ struct View {
   int64_t numel() const;
   // Row-major dense strides for `sizes` (size-1 dimensions may have any stride).
   bool is_contiguous() const;
-  // Appends a compact description to a cache key.
+  // Appends a compact description to a cache key, of at most key_room() characters.
   void append_key(std::string& key) const;
+  size_t key_room() const;
 };
 
 }  // namespace torchtpu::exec

@@ -27,32 +27,27 @@ Window::Window(std::vector<NodePtr> nodes, Keep keep) : nodes_(std::move(nodes))
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const Node& node = *nodes_[n];
     if (!single) node_index[&node] = n;
-    key_.reserve(key_.size() + node.key.size() + 8 * node.inputs.size() + 16);
-    append_number(key_, node.key.size());  // length-prefixed: unambiguous
-    key_ += ':';
-    key_ += node.key;
-    key_ += '<';
+    constexpr size_t kNumber = KeyWriter::kNumberRoom;
+    KeyWriter w(key_, node.key.size() + 2 * kNumber + 3 + node.inputs.size() * (2 * kNumber + 3));
+    w.number(node.key.size()) << ':' << node.key << '<';  // length-prefixed: unambiguous
     std::vector<Source>& sources = sources_.emplace_back();
     for (const ValuePtr& in : node.inputs) {
       auto producer = in->producer() && !single ? node_index.find(in->producer()) : node_index.end();
       if (producer != node_index.end()) {
         sources.push_back({true, producer->second, in->output_index()});
-        key_ += 'n';
-        append_number(key_, producer->second);
-        key_ += '.';
-        append_number(key_, in->output_index());
-        key_ += ',';
+        w << 'n';
+        w.number(producer->second) << '.';
+        w.number(in->output_index()) << ',';
         continue;
       }
       if (!in->is_materialized())
         throw std::logic_error(node.key + ": input is produced outside the window and never materialized");
       size_t p = parameter(in);
       sources.push_back({false, p, 0});
-      key_ += 'p';
-      append_number(key_, p);
-      key_ += ',';
+      w << 'p';
+      w.number(p) << ',';
     }
-    key_ += '>';
+    w << '>';
   }
   key_ += "=>";
   for (size_t n = 0; n < nodes_.size(); ++n)
