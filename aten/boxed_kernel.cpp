@@ -256,17 +256,22 @@ bool resolve_conjugate_bits(const OpPlan& plan, const c10::OperatorHandle& op, t
   return any;
 }
 
+struct LoweringCall;
+
 // What the meta kernel said: the meta arguments after the call (out= ones resized) and returns.
+// With them, the first call that has them leaves its lowering (see LoweringCall) for the next.
 struct MetaResult {
   std::vector<c10::IValue> args;
   torch::jit::Stack returns;
+  mutable std::shared_ptr<const LoweringCall> lowering;  // std::atomic_load/store: any thread
 };
 
 char scalar_kind(const c10::IValue& a) { return a.isDouble() ? 'f' : a.isInt() ? 'i' : a.isBool() ? 'b' : 'c'; }
 
 // A description of everything output metadata depends on: each tensor's dtype, sizes and
 // strides, each Scalar's (and Scalar list element's) kind, their values too for shape_from_scalars
-// ops, every other argument's value.
+// ops and static scalars, every other argument's value. The op's lowering (LoweringCall) is shared
+// by the calls with one key, so the key also tells apart whatever a lowering reads.
 std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
   const bool scalar_values = plan.entry->options.shape_from_scalars;
   std::string key = plan.name;
@@ -295,6 +300,7 @@ std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
     else if (a.isTensorList()) for_each_tensor(a, add_tensor);
     else if (plan.args[i].tensor_list() && a.isList())
       for (const c10::IValue& e : a.toListRef()) e.isTensor() ? add_tensor(e.toTensor()) : void(key += "N,");
+    else if (plan.args[i].static_value) append_key(key, a);  // the lowering branches on it: see LoweringCall
     else if (plan.args[i].kind == ArgKind::kScalar && !a.isNone() && !scalar_values) key += scalar_kind(a);
     else if (plan.args[i].kind == ArgKind::kScalarList && a.isList() && !scalar_values)
       for (const c10::IValue& e : a.toListRef()) key += scalar_kind(e);  // a new lr each step is no new key
@@ -440,6 +446,70 @@ std::vector<hlo::TensorType> computed_types(std::vector<hlo::TensorType> types) 
   return types;
 }
 
+// Everything an op's lowering needs besides its flat inputs. It follows from the output
+// metadata's key (and the matmul precision) alone, so the first call with that key builds it and
+// the later ones share it: a call hands the executor a pointer instead of copies of its arguments.
+// (A Scalar or wrapped number reaches the program as an input; its value here is the first
+// call's, which a lowering must not read, as a cached program would not see a new one either.)
+struct LoweringCall {
+  const LoweringEntry* entry;
+  const std::string* name;
+  std::vector<size_t> count;               // flat inputs per argument (and the RNG state's)
+  std::vector<c10::IValue> args;           // tpu tensors as their meta twins: see lowering_args
+  std::vector<hlo::TensorType> out_types;  // one per result, wanted or not
+  std::vector<bool> wanted;
+  hlo::Builder::Precision precision;
+
+  std::vector<hlo::Value> operator()(hlo::Builder& b, const std::vector<hlo::Value>& flat) const {
+    std::vector<std::vector<hlo::Value>> values(count.size());
+    size_t next = 0;
+    for (size_t i = 0; i < count.size(); ++i)
+      for (size_t k = 0; k < count[i]; ++k) {
+        // CPU converts wider operands (a Scalar) to a complex32 result's type first (0.3 to 0.30005).
+        DType t = flat[next].type.dtype;
+        bool rounded = !out_types.empty() && out_types[0].dtype == DType::kC32 &&
+                       (t == DType::kF32 || t == DType::kF64 || t == DType::kC64 || t == DType::kC128);
+        values[i].push_back(widened(b, rounded ? cast(b, flat[next], DType::kC32) : flat[next]));
+        ++next;
+      }
+    LoweringContext ctx(b, std::move(values), args, computed_types(out_types));
+    ctx.set_precision(precision);
+    std::vector<hlo::Value> results = entry->fn(ctx);
+    TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), *name, ": lowering returned ", results.size(),
+                          " values for ", out_types.size(), " outputs");
+    std::vector<hlo::Value> written;
+    for (size_t i = 0; i < results.size(); ++i)
+      if (wanted[i]) written.push_back(b.convert(ctx.to_out(results[i], i), out_types[i].dtype));
+    if (entry->options.device_check) written.push_back(ctx.device_ok());
+    return written;
+  }
+};
+
+// The shared lowering of calls with `meta`, built now if none is there yet (or for another precision).
+std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std::vector<c10::IValue>& args,
+                                                  const MetaResult& meta, const Destinations& d,
+                                                  const std::vector<exec::Operand>& outputs, std::vector<size_t> count,
+                                                  hlo::Builder::Precision precision) {
+  std::shared_ptr<const LoweringCall> shared = std::atomic_load(&meta.lowering);
+  if (shared && shared->precision == precision) return shared;
+  auto call = std::make_shared<LoweringCall>(
+      LoweringCall{plan.entry, &plan.name, std::move(count), lowering_args(args, meta), {}, d.wanted, precision});
+  // A result the caller does not want (a backward's output_mask) still gets a type: the first
+  // wanted result's dtype, so that out(0)-based arithmetic keeps the op's precision.
+  DType unwanted_dtype = outputs.empty() ? DType::kF32 : outputs.front().view.dtype;
+  size_t next_dest = 0;
+  for (bool w : d.wanted) {
+    if (!w) {
+      call->out_types.push_back({unwanted_dtype, {}});
+      continue;
+    }
+    const exec::Operand& o = outputs[next_dest++];
+    call->out_types.push_back({o.view.dtype, o.view.sizes});
+  }
+  std::atomic_store(&meta.lowering, std::shared_ptr<const LoweringCall>(call));
+  return call;
+}
+
 // One program: inputs read through their views, the lowering, results cast and broadcast into
 // the destinations (plus the device-check flag, for ops that have one).
 void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta,
@@ -465,47 +535,11 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
     precision = matmul_precision();
     in.key += "|precision=" + std::to_string(static_cast<int>(precision));
   }
-  std::vector<hlo::TensorType> out_types;  // one per result, wanted or not
   std::vector<exec::Operand> outputs;
   for (const at::Tensor& t : d.tensors) outputs.push_back(operand(t));
-  // A result the caller does not want (a backward's output_mask) still gets a type: the first
-  // wanted result's dtype, so that out(0)-based arithmetic keeps the op's precision.
-  DType unwanted_dtype = outputs.empty() ? DType::kF32 : outputs.front().view.dtype;
-  size_t next_dest = 0;
-  for (bool w : d.wanted) {
-    if (!w) {
-      out_types.push_back({unwanted_dtype, {}});
-      continue;
-    }
-    const exec::Operand& o = outputs[next_dest++];
-    out_types.push_back({o.view.dtype, o.view.sizes});
-  }
-  // The registry's entries and plans live as long as the process, so the lowering refers to them;
-  // what it owns is moved in, not copied (this runs on every op).
-  exec::Lowering lower = [entry = &entry, name = &plan.name, count = std::move(in.count),
-                          largs = lowering_args(args, meta), out_types = std::move(out_types), wanted = d.wanted,
-                          precision](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
-    std::vector<std::vector<hlo::Value>> values(count.size());
-    size_t next = 0;
-    for (size_t i = 0; i < count.size(); ++i)
-      for (size_t k = 0; k < count[i]; ++k) {
-        // CPU converts wider operands (a Scalar) to a complex32 result's type first (0.3 to 0.30005).
-        DType t = flat[next].type.dtype;
-        bool rounded = !out_types.empty() && out_types[0].dtype == DType::kC32 &&
-                       (t == DType::kF32 || t == DType::kF64 || t == DType::kC64 || t == DType::kC128);
-        values[i].push_back(widened(b, rounded ? cast(b, flat[next], DType::kC32) : flat[next]));
-        ++next;
-      }
-    LoweringContext ctx(b, std::move(values), largs, computed_types(out_types));
-    ctx.set_precision(precision);
-    std::vector<hlo::Value> results = entry->fn(ctx);
-    TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), *name, ": lowering returned ",
-                          results.size(), " values for ", out_types.size(), " outputs");
-    std::vector<hlo::Value> written;
-    for (size_t i = 0; i < results.size(); ++i)
-      if (wanted[i]) written.push_back(b.convert(ctx.to_out(results[i], i), out_types[i].dtype));
-    if (entry->options.device_check) written.push_back(ctx.device_ok());
-    return written;
+  std::shared_ptr<const LoweringCall> call = lowering_call(plan, args, meta, d, outputs, std::move(in.count), precision);
+  exec::Lowering lower = [call = std::move(call)](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
+    return (*call)(b, flat);
   };
   std::shared_ptr<exec::BufferRef> ok;
   if (entry.options.device_check) {

@@ -80,21 +80,23 @@ std::string line_of(PyFrameObject* frame, std::string_view file) {
   return std::string(file) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
 }
 
-// Whether a code object's frames are the user's, decided once per code object (the file-name
-// tests were most of a frame's cost). The caches below keep a reference to each code object
-// they name, so that its address is not reused. They are used with the GIL held.
+// Whether a code object's frames are the user's, decided once per file name (the name tests
+// were most of a frame's cost). The caches below keep a reference to each object they name (a
+// file name here, a code object below: user code only, as Dynamo's generated code holds what it
+// compiled), so that its address is not reused. They are used with the GIL held.
 bool is_user_code(PyCodeObject* code) {
-  static auto* known = new std::unordered_map<PyCodeObject*, bool>;
-  if (auto it = known->find(code); it != known->end()) return it->second;
+  static auto* known = new std::unordered_map<PyObject*, bool>;
+  PyObject* file = code->co_filename;
+  if (auto it = known->find(file); it != known->end()) return it->second;
   if (known->size() >= (1 << 16)) {
-    for (auto& [c, user] : *known) Py_DECREF(c);
+    for (auto& [f, user] : *known) Py_DECREF(f);
     known->clear();
   }
   Py_ssize_t size = 0;
-  const char* name = PyUnicode_AsUTF8AndSize(code->co_filename, &size);
+  const char* name = PyUnicode_AsUTF8AndSize(file, &size);
   bool user = name && size > 0 && !is_internal(std::string_view(name, size));
-  Py_INCREF(code);
-  known->emplace(code, user);
+  Py_INCREF(file);
+  known->emplace(file, user);
   return user;
 }
 

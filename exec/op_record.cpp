@@ -91,28 +91,29 @@ struct SlotPlan {
 };
 
 // The node's program fragment: flat values of the read slots in, flat values of the written
-// slots out. Owns copies of everything it needs, since it may run after the call returned.
+// slots out. Owns everything it needs (the call's operands, moved in: their views), since it may
+// run after the call returned; it keeps no storages.
 struct Fragment {
-  std::string key;
   Lowering lower;
   std::vector<Slot> slots;
   std::vector<size_t> input_slot, output_slot;
-  std::vector<View> input_views, output_views;
+  std::vector<Operand> inputs, outputs;
 
   std::vector<hlo::Value> operator()(hlo::Builder& b, const std::vector<hlo::Value>& reads) const {
     std::vector<hlo::Value> flat(slots.size());
     for (size_t i = 0, next = 0; i < slots.size(); ++i)
       if (slots[i].read) flat[i] = reads.at(next++);
-    std::vector<hlo::Value> inputs;
-    for (size_t i = 0; i < input_views.size(); ++i) inputs.push_back(read_view(b, flat[input_slot[i]], input_views[i]));
-    std::vector<hlo::Value> results = lower(b, inputs);
-    if (results.size() != output_views.size())
-      throw std::logic_error(key.substr(0, key.find('|')) + ": lowering returned " + std::to_string(results.size()) +
-                             " results for " + std::to_string(output_views.size()) + " outputs");
+    std::vector<hlo::Value> values;
+    values.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) values.push_back(read_view(b, flat[input_slot[i]], inputs[i].view));
+    std::vector<hlo::Value> results = lower(b, values);
+    if (results.size() != outputs.size())
+      throw std::logic_error("a lowering returned " + std::to_string(results.size()) + " results for " +
+                             std::to_string(outputs.size()) + " outputs");
     for (size_t i = 0; i < results.size(); ++i) {
       const Slot& s = slots[output_slot[i]];
       hlo::Value& target = flat[output_slot[i]];
-      target = s.read ? write_view(b, target, output_views[i], results[i]) : b.reshape(results[i], {s.flat_length});
+      target = s.read ? write_view(b, target, outputs[i].view, results[i]) : b.reshape(results[i], {s.flat_length});
     }
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < slots.size(); ++i)
@@ -175,16 +176,11 @@ graph::NodePtr record_op(OpCall&& call) {
   int device = device_of(call, plan);
   for (const Slot& s : plan.slots)
     if (s.read) node->inputs.push_back(current_value(*s.storage, s.flat_dtype));
-  std::vector<graph::CheckPtr> inherited = unsettled_checks(node->inputs);
-  Fragment fragment{node->key, std::move(call.lower), plan.slots, std::move(plan.input_slot),
-                    std::move(plan.output_slot), {}, {}};
-  fragment.input_views.reserve(call.inputs.size());
-  fragment.output_views.reserve(call.outputs.size());
-  for (Operand& in : call.inputs) fragment.input_views.push_back(std::move(in.view));
-  for (Operand& out : call.outputs) fragment.output_views.push_back(std::move(out.view));
-  for (Slot& s : fragment.slots) s.storage = nullptr;  // the fragment must not reach storages later
-  node->emit = std::move(fragment);
-  for (const graph::ValuePtr& v : swap_in_results(plan, device, inherited)) node->outputs.push_back(v);
+  std::vector<graph::ValuePtr> results = swap_in_results(plan, device, unsettled_checks(node->inputs));
+  node->outputs.assign(results.begin(), results.end());
+  for (Slot& s : plan.slots) s.storage = nullptr;  // the fragment must not reach storages later
+  node->emit = Fragment{std::move(call.lower), std::move(plan.slots), std::move(plan.input_slot),
+                        std::move(plan.output_slot), std::move(call.inputs), std::move(call.outputs)};
   return node;
 }
 

@@ -15,7 +15,7 @@
 
 namespace torchtpu::exec {
 
-// Takes the lowering and the views out of `call` (the node owns them); its key and origin stay.
+// Takes the lowering and the operands out of `call` (the node owns them); its key and origin stay.
 graph::NodePtr record_op(OpCall&& call);
 
 // Strict mode's shortcut: an op whose one-op program is loaded already runs without a graph node,
