@@ -408,8 +408,10 @@ Destinations destinations(const OpPlan& plan, const std::vector<c10::IValue>& ar
   for (size_t r = 0; r < plan.aliased_returns.size(); ++r) {
     if (plan.aliased_returns[r]) continue;
     const c10::IValue& m = meta.returns[r];
-    if (m.isTensor()) {
-      d.fresh.emplace_back(make(m.toTensor()));
+    if (m.isTensor() || m.isNone()) {  // None: an undefined tensor (fused attention's cum_seq_q)
+      d.fresh.emplace_back(make(m.isTensor() ? m.toTensor() : at::Tensor()));
+    } else if (!m.isList()) {  // an int (fused attention's max_q): no program result
+      d.fresh.push_back(m);
     } else {
       c10::List<at::Tensor> list;
       for (const at::Tensor& mt : m.toTensorList().vec()) list.push_back(make(mt));

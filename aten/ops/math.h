@@ -90,6 +90,14 @@ struct Math {
   hlo::Value channel(const hlo::Value& v, const hlo::Value& like) {
     return b.broadcast_in_dim(v, like.type.dims, {1});
   }
+  // Sums `full` down to `dims` (a shape it was broadcast from): the gradient of a broadcast.
+  hlo::Value sum_to(const hlo::Value& full, const std::vector<int64_t>& dims) {
+    int64_t lead = full.type.rank() - static_cast<int64_t>(dims.size());
+    std::vector<int64_t> reduced;
+    for (int64_t d = 0; d < full.type.rank(); ++d)
+      if (d < lead || (dims[d - lead] == 1 && full.type.dims[d] != 1)) reduced.push_back(d);
+    return b.reshape(reduced.empty() ? full : sum(full, reduced), dims);
+  }
 };
 
 // The combiner of a (value, index) reduction that picks the max (or min) and its index: argmax,

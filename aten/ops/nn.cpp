@@ -131,15 +131,6 @@ Lowering pointwise_loss_backward(F f) {
   };
 }
 
-// Sums `full` down to `dims` (a shape it was broadcast from): the gradient of a broadcast.
-Value sum_to(Math& m, const Value& full, const std::vector<int64_t>& dims) {
-  int64_t lead = full.type.rank() - static_cast<int64_t>(dims.size());
-  std::vector<int64_t> reduced;
-  for (int64_t d = 0; d < full.type.rank(); ++d)
-    if (d < lead || (dims[d - lead] == 1 && full.type.dims[d] != 1)) reduced.push_back(d);
-  return m.b.reshape(reduced.empty() ? full : m.sum(full, reduced), dims);
-}
-
 // a_i - b_j for the rows of a [..., P, M] and b [..., R, M] -> [..., P, R, M].
 Value pairwise_difference(Math& m, const Value& a, const Value& b) {
   int64_t rank = a.type.rank();
@@ -217,7 +208,7 @@ V cdist_backward(LoweringContext& c) {
   std::vector<int64_t> batch(g.type.dims.begin(), g.type.dims.end() - 2);
   auto [a, b] = with_common_batch(c, c.in(1), c.in(2), batch);
   Value grad = distance_gradient(m, g, a, b, c.in(4), c.arg(3).toDouble());
-  return {c.b.reshape(sum_to(m, grad, c.out().dims), c.out().dims)};
+  return {c.b.reshape(m.sum_to(grad, c.out().dims), c.out().dims)};
 }
 
 // _pdist_backward(grad, self, p, pdist): cdist's gradient with the pair values spread into
@@ -297,7 +288,7 @@ V prelu_backward(LoweringContext& c) {
   Value positive = c.b.compare(Compare::kGT, x, m.k(0, x));
   Value grad_x = c.b.select(positive, g, m.mul(w, g));
   Value grad_w = c.b.select(positive, m.k(0, x), m.mul(x, g));
-  return {grad_x, cast(c.b, sum_to(m, grad_w, c.out(1).dims), c.out(1).dtype)};
+  return {grad_x, cast(c.b, m.sum_to(grad_w, c.out(1).dims), c.out(1).dtype)};
 }
 
 }  // namespace

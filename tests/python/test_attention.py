@@ -1,0 +1,95 @@
+"""F.scaled_dot_product_attention on tpu runs as one fused op forward and one backward (the
+overrideable SDPA backend), not PyTorch's math decomposition: outputs and gradients against CPU
+PyTorch, the cases that keep the math path, and the op count that shows which path ran."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import torchtpu
+
+
+@pytest.fixture
+def no_fallbacks():
+    torchtpu.metrics.reset()
+    yield
+    assert torchtpu.metrics.cpu_fallbacks() == {}
+
+
+def _inputs(dtype, L, S, heads=4, mask=None, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, heads, L, 8, generator=g, dtype=dtype)
+    k = torch.randn(2, heads, S, 8, generator=g, dtype=dtype)
+    v = torch.randn(2, heads, S, 6, generator=g, dtype=dtype)
+    m = None
+    if mask == "float":
+        m = torch.randn(L, S, generator=g, dtype=dtype)
+    elif mask == "bool":
+        m = torch.rand(2, 1, L, S, generator=g) > 0.3
+        m[0, 0, 3] = False  # a fully masked row: zeros out, as PyTorch's safe softmax
+    return q, k, v, m
+
+
+def _attention(device, q, k, v, m, **kwargs):
+    leaves = [t.to(device).requires_grad_() for t in (q, k, v)]
+    mask = None if m is None else m.to(device)
+    if mask is not None and mask.is_floating_point():
+        mask.requires_grad_()
+        leaves.append(mask)
+    out = F.scaled_dot_product_attention(*leaves[:3], attn_mask=mask, **kwargs)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape).to(device)
+    (out * weights).sum().backward()
+    return [out.detach()] + [t.grad for t in leaves]
+
+
+CASES = [
+    dict(L=16, S=16, is_causal=False),
+    dict(L=16, S=16, is_causal=True),
+    dict(L=12, S=20, is_causal=True),  # causal with L != S: top-left aligned, as PyTorch's tril
+    dict(L=20, S=12, is_causal=True),
+    dict(L=16, S=24, mask="float"),  # an additive bias, broadcast over batch and heads: its grad is summed
+    dict(L=16, S=16, mask="bool"),
+    dict(L=16, S=16, scale=0.3),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_attention_matches_cpu(case, dtype, mode, no_fallbacks):
+    case = dict(case)
+    q, k, v, m = _inputs(dtype, case.pop("L"), case.pop("S"), mask=case.pop("mask", None))
+    with torchtpu.eager_mode(mode):
+        got = _attention("tpu", q, k, v, m, **case)
+        got = [t.cpu() for t in got]
+    expected = _attention("cpu", q, k, v, m, **case)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    for name, a, e in zip(["out", "dq", "dk", "dv", "dmask"], got, expected):
+        torch.testing.assert_close(a, e, **tol, msg=lambda s: f"{name}: {s}")
+
+
+def _forward_ops(**kwargs):
+    q, k, v, _ = _inputs(torch.float32, 16, 16)
+    q, k, v = q.to("tpu"), k.to("tpu"), v.to("tpu")
+    torch.tpu.synchronize()
+    before = torchtpu.metrics.counters()["strict_ops"]
+    out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    ops = torchtpu.metrics.counters()["strict_ops"] - before
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), **kwargs))
+    return ops
+
+
+def test_attention_is_one_op_and_the_math_path_stays_available():
+    assert _forward_ops(is_causal=True) == 1
+    with sdpa_kernel(SDPBackend.MATH):  # the user's choice of backend is respected
+        assert _forward_ops(is_causal=True) > 1
+
+
+def test_grouped_query_attention_keeps_the_math_path(no_fallbacks):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 8, 8, generator=g)
+    k = torch.randn(1, 2, 8, 8, generator=g)
+    v = torch.randn(1, 2, 8, 8, generator=g)
+    got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), enable_gqa=True)
+    torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
