@@ -69,14 +69,19 @@ def test_attention_matches_cpu(case, dtype, mode, no_fallbacks):
         torch.testing.assert_close(a, e, **tol, msg=lambda s: f"{name}: {s}")
 
 
-def _forward_ops(**kwargs):
-    q, k, v, _ = _inputs(torch.float32, 16, 16)
+def _ops_of(q, k, v, **kwargs):
+    """The output on tpu and how many ops it took."""
     q, k, v = q.to("tpu"), k.to("tpu"), v.to("tpu")
     torch.tpu.synchronize()
     before = torchtpu.metrics.counters()["strict_ops"]
     out = F.scaled_dot_product_attention(q, k, v, **kwargs)
-    ops = torchtpu.metrics.counters()["strict_ops"] - before
-    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), **kwargs))
+    return out, torchtpu.metrics.counters()["strict_ops"] - before
+
+
+def _forward_ops(**kwargs):
+    q, k, v, _ = _inputs(torch.float32, 16, 16)
+    out, ops = _ops_of(q, k, v, **kwargs)
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v, **kwargs))
     return ops
 
 
@@ -91,5 +96,23 @@ def test_grouped_query_attention_keeps_the_math_path(no_fallbacks):
     q = torch.randn(1, 4, 8, 8, generator=g)
     k = torch.randn(1, 2, 8, 8, generator=g)
     v = torch.randn(1, 2, 8, 8, generator=g)
-    got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), enable_gqa=True)
+    got, ops = _ops_of(q, k, v, enable_gqa=True)
+    assert ops > 1
     torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+
+
+def test_three_d_inputs_keep_the_math_path(no_fallbacks):
+    q, k, v, _ = _inputs(torch.float32, 16, 16)
+    q, k, v = q[0], k[0], v[0]  # [heads, L, E]: no batch dimension
+    got, ops = _ops_of(q, k, v, is_causal=True)
+    assert ops > 1
+    torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_dropout_keeps_the_math_path(no_fallbacks):
+    q, k, v, _ = _inputs(torch.float32, 16, 16)
+    got, ops = _ops_of(q, k, v, dropout_p=0.5)
+    assert ops > 1  # the random mask is the math path's, drawn on the device
+    kept = F.scaled_dot_product_attention(q, k, v)
+    # each output row is a dropped-out, rescaled mix of v's rows: finite and of the same shape
+    assert got.shape == kept.shape and torch.isfinite(got.cpu()).all()
