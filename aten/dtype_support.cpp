@@ -10,7 +10,7 @@ namespace torchtpu::aten {
 namespace {
 
 // kComplexHalf: the op's result type (all its tensor and Scalar arguments promoted) is complex32.
-enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloating };
+enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloating, kNotInteger };
 
 struct Refusal {
   Kind kind;
@@ -21,6 +21,7 @@ struct Refusal {
   bool runtime_error = false;
   const char* overload = nullptr;  // only this overload ("" for clamp_min's Scalar one)
   bool scalars_promote = false;    // judged on the dtype the Scalar arguments promote self to
+  bool all_promote = false;        // judged on the dtype all arguments promote to (the shifts')
 };
 
 // By the op's name without the in-place underscore; measured against CPU PyTorch 2.11.
@@ -57,10 +58,13 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
       {"clamp_min", {Kind::kComplex, "maximum_cpu", nullptr, false, "Tensor"}},
       {"clamp_max", {Kind::kComplex, "minimum_cpu", nullptr, false, "Tensor"}},
-      {"__lshift__", {Kind::kFloating, "lshift_cpu"}},
-      {"__ilshift__", {Kind::kFloating, "lshift_cpu"}},
-      {"__rshift__", {Kind::kFloating, "rshift_cpu"}},
-      {"__irshift__", {Kind::kFloating, "rshift_cpu"}},
+      // Shifts compute in the promoted dtype: bools << 1 is int64, bools << bools is refused.
+      {"__lshift__", {Kind::kNotInteger, "lshift_cpu", nullptr, false, nullptr, false, true}},
+      {"__ilshift__", {Kind::kNotInteger, "lshift_cpu", nullptr, false, nullptr, false, true}},
+      {"bitwise_left_shift", {Kind::kNotInteger, "lshift_cpu", nullptr, false, nullptr, false, true}},
+      {"__rshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
+      {"__irshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
+      {"bitwise_right_shift", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
       // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
       // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
       // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
@@ -81,6 +85,7 @@ bool is(Kind kind, c10::ScalarType t) {
     case Kind::kInteger: return c10::isIntegralType(t, /*includeBool=*/false);
     case Kind::kComplexHalf: return t == c10::kComplexHalf;
     case Kind::kFloating: return c10::isFloatingType(t) || c10::isComplexType(t);
+    case Kind::kNotInteger: return !c10::isIntegralType(t, /*includeBool=*/false);
   }
   return false;
 }
@@ -115,7 +120,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
     const Refusal& r = it->second;
     if (r.kind == Kind::kComplexHalf || (r.overload && overload != r.overload)) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
-    c10::ScalarType computed = t;
+    c10::ScalarType computed = r.all_promote ? result_type(args) : t;
     for (size_t i = 1; r.scalars_promote && i < args.size(); ++i)
       if (args[i].isScalar()) computed = c10::promoteTypes(computed, at::result_type(self, args[i].toScalar()));
     if (!is(r.kind, computed)) continue;

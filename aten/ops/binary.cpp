@@ -267,6 +267,21 @@ MetaFn no_bool_subtraction() {
   });
 }
 
+// PyTorch's meta kernels for the shift operators (x << s) refuse bool operands, which CPU shifts in
+// their promoted dtype (bools << 1 is int64): bitwise_left_shift's meta kernels promote as CPU does.
+MetaFn shift_meta(const char* bitwise) {
+  return [bitwise](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    bool inplace = schema.name().rfind("aten::__i", 0) == 0;
+    bool out = schema.overload_name().size() > 4 && schema.overload_name().substr(schema.overload_name().size() - 4) == "_out";
+    std::string name = std::string("aten::") + bitwise + (inplace ? "_" : "");
+    std::string overload = std::string(args[1].isScalar() ? "Tensor_Scalar" : "Tensor") + (out ? "_out" : "");
+    std::vector<c10::IValue> stack(args);
+    c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str())
+        .callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);
+    return stack;
+  };
+}
+
 // x ** e; for bools (CPU keeps them bools) that is x or not e.
 // Complex powers as CPU's cpow, exp(e * log(x)), where 0 ** e is 0 for Re(e) > 0 (C99's cexp of
 // -inf; XLA gives NaN); in complex128, as XLA's complex64 power loses several ulps on large powers.
@@ -491,9 +506,11 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("bitwise_right_shift", {"Tensor"}, bitwise(BinaryOp::kShiftRightArithmetic));
   // x << s, x >>= s (Python's operators)
   register_lowering({"__lshift__.Tensor", "__lshift__.Scalar", "__lshift__.Tensor_out", "__lshift__.Scalar_out",
-                     "__ilshift__.Tensor", "__ilshift__.Scalar"}, bitwise(BinaryOp::kShiftLeft));
+                     "__ilshift__.Tensor", "__ilshift__.Scalar"}, bitwise(BinaryOp::kShiftLeft),
+                    with_meta(shift_meta("bitwise_left_shift")));
   register_lowering({"__rshift__.Tensor", "__rshift__.Scalar", "__rshift__.Tensor_out", "__rshift__.Scalar_out",
-                     "__irshift__.Tensor", "__irshift__.Scalar"}, bitwise(BinaryOp::kShiftRightArithmetic));
+                     "__irshift__.Tensor", "__irshift__.Scalar"}, bitwise(BinaryOp::kShiftRightArithmetic),
+                    with_meta(shift_meta("bitwise_right_shift")));
   register_with_variants("logical_and", {""}, logical(BinaryOp::kAnd));
   register_with_variants("logical_or", {""}, logical(BinaryOp::kOr));
   register_with_variants("logical_xor", {""}, logical(BinaryOp::kXor));

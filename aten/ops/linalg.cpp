@@ -1,5 +1,8 @@
-// Matrix products (mm, bmm, addmm, baddbmm, addbmm, dot, vdot, addmv/mv), cross products, tril/triu.
+// Matrix products (mm, bmm, addmm, baddbmm, addbmm, dot, vdot, addmv/mv), cross products, tril/triu,
+// linear combinations of matrices.
 // Low-precision inputs accumulate in f32 (dot_general's result type), matching PyTorch CPU.
+#include <ATen/ops/empty.h>
+
 #include "aten/lowering.h"
 #include "aten/ops/math.h"
 #include "aten/ops/matrix_util.h"
@@ -85,9 +88,38 @@ V cross(LoweringContext& c) {
   return {cast(c.b, c.b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, dim), dtype)};
 }
 
+// _compute_linear_combination(input [n, ...], coefficients [m, n]) -> [m, ...]: output i is
+// sum_j coefficients[i, j] * input[j] (what CPU's matrix_exp combines its powers with), in the
+// input's dtype as CPU's kernel (which reads the coefficients as that dtype).
+V linear_combination(LoweringContext& c) {
+  Value x = c.in(0), k = c.in_as(1, x.type.dtype);
+  std::vector<int64_t> dims = x.type.dims, x_dims(dims.size());
+  dims.insert(dims.begin(), k.type.dims[0]);  // [m, n, ...]
+  for (size_t d = 0; d < x_dims.size(); ++d) x_dims[d] = static_cast<int64_t>(d) + 1;
+  Value terms = c.b.binary(BinaryOp::kMultiply, c.b.broadcast_in_dim(x, dims, x_dims),
+                           c.b.broadcast_in_dim(k, dims, {0, 1}));
+  return V{Math{c.b}.sum(terms, {1})};
+}
+
+std::vector<c10::IValue> linear_combination_meta(const c10::FunctionSchema& schema,
+                                                 const std::vector<c10::IValue>& args) {
+  const at::Tensor &input = args[0].toTensor(), &coefficients = args[1].toTensor();
+  TORCH_CHECK(coefficients.dim() == 2 && input.dim() >= 1 && coefficients.size(1) == input.size(0),
+              "_compute_linear_combination: coefficients of shape ", coefficients.sizes(),
+              " do not combine inputs of shape ", input.sizes());
+  std::vector<int64_t> sizes = input.sizes().vec();
+  sizes[0] = coefficients.size(0);
+  if (!schema.arguments().back().is_out()) return {at::empty(sizes, input.options())};
+  at::Tensor out = args.back().toTensor();
+  out.resize_(sizes);
+  return {out};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(linalg) {
+  register_lowering({"_compute_linear_combination", "_compute_linear_combination.out"}, linear_combination,
+                    with_meta(linear_combination_meta));
   register_lowering({"tril", "tril_", "tril.out"}, [](LoweringContext& c) {
     return V{triangle(c.b, c.in(0), true, c.arg(1).toInt())};
   });

@@ -374,6 +374,26 @@ def test_shift_operators_as_cpu(no_fallbacks):
         torch.tensor([1.5], device="tpu") << 2
 
 
+def test_shifts_of_bools_promote_as_cpu(no_fallbacks):
+    """bools << 1 is int64 on CPU (shifts compute in the promoted dtype); PyTorch's meta kernel for
+    the operators refuses bools, and tpu raised with it. Bools shifted by bools stay refused."""
+    b, i = torch.tensor([True, False, True]), torch.tensor([1, 2, 3])
+    for case in (lambda b, i: b << 1, lambda b, i: b >> 1, lambda b, i: b << i, lambda b, i: i << b,
+                 lambda b, i: i.clone().__irshift__(b), lambda b, i: torch.bitwise_left_shift(b, i),
+                 lambda b, i: torch.ops.aten.__lshift__.Scalar_out(b, 2, out=torch.empty(3, dtype=torch.long,
+                                                                                         device=b.device))):
+        got, expected = case(b.to("tpu"), i.to("tpu")), case(b, i)
+        assert got.dtype == expected.dtype == torch.int64
+        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+    for refused in (lambda b: b << b, lambda b: torch.bitwise_right_shift(b, b)):
+        with pytest.raises(NotImplementedError, match="shift_cpu\" not implemented for 'Bool'"):
+            refused(b)
+        with pytest.raises(NotImplementedError, match="shift_cpu\" not implemented for 'Bool'"):
+            refused(b.to("tpu"))
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        b.to("tpu").__ilshift__(1)  # the int64 result does not fit, as on CPU
+
+
 # 5. Ops ordinary models use run on the device ---------------------------------------------------
 
 @pytest.mark.parametrize("fn", [nn.functional.hardswish, nn.functional.hardsigmoid])

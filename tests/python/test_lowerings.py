@@ -776,3 +776,24 @@ def test_fake_quantization_checks_per_channel_zero_points_on_the_device(no_fallb
     want = torch.fake_quantize_per_channel_affine(x, scales, float_zero_points, 1, 0, 255)
     got = torch.fake_quantize_per_channel_affine(x.to("tpu"), scales.to("tpu"), float_zero_points.to("tpu"), 1, 0, 255)
     assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8,
+                                   torch.bool, torch.complex64])
+def test_compute_linear_combination(dtype, no_fallbacks):
+    """_compute_linear_combination (CPU's matrix_exp combines its powers with it) ran on the CPU.
+    Complex values are checked against the sum itself: CPU's complex kernel keeps only the first
+    term (coefficients [[1, 10]] and inputs [1+1j, 2] give 1+1j)."""
+    x, coefficients = (torch.randn(4, 3, 5) * 3).to(dtype), (torch.randn(2, 4) * 3).to(dtype)
+    got = torch._compute_linear_combination(x.to("tpu"), coefficients.to("tpu")).cpu()
+    if dtype.is_complex:
+        expected = torch.einsum("ij,j...->i...", coefficients, x)
+    else:
+        expected = torch._compute_linear_combination(x, coefficients)
+    low = dtype in (torch.bfloat16,)
+    torch.testing.assert_close(got, expected, atol=0.1 if low else 1e-5, rtol=0.02 if low else 1e-5)
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    torch._compute_linear_combination(x.to("tpu"), coefficients.to("tpu"), out=out)
+    torch.testing.assert_close(out.cpu(), got, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="do not combine"):
+        torch._compute_linear_combination(x.to("tpu"), coefficients[:, :3].to("tpu"))
