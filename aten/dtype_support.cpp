@@ -10,7 +10,7 @@ namespace torchtpu::aten {
 namespace {
 
 // kComplexHalf: the op's result type (all its tensor and Scalar arguments promoted) is complex32.
-enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloating, kNotInteger };
+enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloating, kNotInteger, kHalfFloat };
 
 struct Refusal {
   Kind kind;
@@ -65,6 +65,7 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"__rshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
       {"__irshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
       {"bitwise_right_shift", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
+      {"_standard_gamma_grad", {Kind::kHalfFloat, "_standard_gamma_grad_cpu"}},
       // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
       // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
       // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
@@ -86,6 +87,7 @@ bool is(Kind kind, c10::ScalarType t) {
     case Kind::kComplexHalf: return t == c10::kComplexHalf;
     case Kind::kFloating: return c10::isFloatingType(t) || c10::isComplexType(t);
     case Kind::kNotInteger: return !c10::isIntegralType(t, /*includeBool=*/false);
+    case Kind::kHalfFloat: return t == c10::kHalf || t == c10::kBFloat16;
   }
   return false;
 }

@@ -335,6 +335,29 @@ def test_gamma_dirichlet_and_beta_samples(dtype, no_fallbacks):
     assert abs(beta.sample((N,)).cpu().mean().item() - 2 / 7) < 0.01
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gamma_sample_gradient_as_cpu(dtype, no_fallbacks):
+    """_standard_gamma_grad (the gradient of Gamma, Chi2 and StudentT rsample) ran on the CPU
+    fallback. Its three regimes (x < 0.8, concentration > 8 inside and outside x in [0.9a, 1.1a],
+    the fitted rational function) and the edges (x = 0, x = inf) against CPU's kernel on the same
+    samples; the gradient reaching the concentration through Gamma's rsample; half floats refused as
+    on CPU."""
+    torch.manual_seed(0)
+    a = torch.cat([torch.rand(3000) * 0.5 + 0.01, torch.rand(3000) * 8, torch.rand(3000) * 100 + 8]).to(dtype)
+    x = torch._standard_gamma(a)
+    a = torch.cat([a, torch.tensor([9.0, 50.0, 0.01, 0.5, 3.0], dtype=dtype)])
+    x = torch.cat([x, torch.tensor([9.5, 48.0, 0.0, 1e-30, float("inf")], dtype=dtype)])
+    got = torch._standard_gamma_grad(a.to("tpu"), x.to("tpu")).cpu()
+    torch.testing.assert_close(got, torch._standard_gamma_grad(a, x), rtol=1e-12 if dtype == torch.float64 else 0,
+                               atol=0, equal_nan=True)
+    c = torch.tensor([0.7, 2.5, 12.0], dtype=dtype, device="tpu", requires_grad=True)
+    sample = torch.distributions.Gamma(c, torch.ones_like(c)).rsample()
+    sample.sum().backward()  # d sample / d c, with rate 1
+    torch.testing.assert_close(c.grad.cpu(), torch._standard_gamma_grad(c.detach().cpu(), sample.detach().cpu()))
+    with pytest.raises(NotImplementedError, match="_standard_gamma_grad_cpu"):
+        torch._standard_gamma_grad(a[:3].half().to("tpu"), x[:3].half().to("tpu"))
+
+
 def test_poisson_samples(no_fallbacks):
     """poisson (torch.distributions.Poisson) ran on the CPU fallback. On the device, Knuth's method
     below rate 10 and transformed rejection from 10, as CPU: integers whose frequencies match CPU's
