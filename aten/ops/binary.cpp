@@ -272,7 +272,7 @@ MetaFn no_bool_subtraction() {
 MetaFn shift_meta(const char* bitwise) {
   return [bitwise](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
     bool inplace = schema.name().rfind("aten::__i", 0) == 0;
-    bool out = schema.overload_name().size() > 4 && schema.overload_name().substr(schema.overload_name().size() - 4) == "_out";
+    bool out = schema.arguments().back().is_out();
     std::string name = std::string("aten::") + bitwise + (inplace ? "_" : "");
     std::string overload = std::string(args[1].isScalar() ? "Tensor_Scalar" : "Tensor") + (out ? "_out" : "");
     std::vector<c10::IValue> stack(args);

@@ -129,7 +129,7 @@ Value gamma_sample_grad(Builder& b, const Value& a, const Value& x) {
   Value stirling = m.add(k(1), m.mul(m.div(k(1), m.mul(k(12), a)), m.add(k(1), m.div(k(1), m.mul(k(24), a)))));
   Value far = b.unary(UnaryOp::kNegate, m.div(m.mul(stirling, m.mul(x, term1)), root));
   Value in_band = b.binary(BinaryOp::kAnd, b.compare(Compare::kLE, m.mul(k(0.9), a), x),
-                                 b.compare(Compare::kLE, x, m.mul(k(1.1), a)));
+                           b.compare(Compare::kLE, x, m.mul(k(1.1), a)));
   Value large = b.select(in_band, near, far);
 
   // Otherwise: exp(p(v) / q(v)), the cubics' coefficients quadratic in u.

@@ -101,6 +101,7 @@ V linear_combination(LoweringContext& c) {
   return V{Math{c.b}.sum(terms, {1})};
 }
 
+// CPU does not check that the coefficients' columns match the inputs (it reads what is there).
 std::vector<c10::IValue> linear_combination_meta(const c10::FunctionSchema& schema,
                                                  const std::vector<c10::IValue>& args) {
   const at::Tensor &input = args[0].toTensor(), &coefficients = args[1].toTensor();

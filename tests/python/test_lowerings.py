@@ -790,7 +790,7 @@ def test_compute_linear_combination(dtype, no_fallbacks):
         expected = torch.einsum("ij,j...->i...", coefficients, x)
     else:
         expected = torch._compute_linear_combination(x, coefficients)
-    low = dtype in (torch.bfloat16,)
+    low = dtype == torch.bfloat16
     torch.testing.assert_close(got, expected, atol=0.1 if low else 1e-5, rtol=0.02 if low else 1e-5)
     out = torch.empty(0, dtype=dtype, device="tpu")
     torch._compute_linear_combination(x.to("tpu"), coefficients.to("tpu"), out=out)
