@@ -209,28 +209,36 @@ bool is_mask(const at::Tensor& t) {
   return t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
 }
 
-// Boolean masks as indices (x[mask], x[mask] = v) become the long indices of their true
-// positions (computed on the device, like CUDA does), then the op runs again. Returns false when
-// there was no mask.
-bool expand_mask_indices(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// Index lists as CPU's and CUDA's indexing kernels prepare theirs: index tensors on the CPU
+// (x[cpu_indices] and x[cpu_mask] = v on a tpu x, as on a CUDA one) move to the device, and boolean
+// masks become the long indices of their true positions (computed on the device, as CUDA does);
+// then the op runs again. Returns false when there was nothing to prepare.
+bool prepare_index_lists(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!plan.has_index_list) return false;
   size_t n = plan.args.size();
   for (size_t i = 0; i < n; ++i) {
     if (plan.args[i].kind != ArgKind::kIndexList) continue;
     c10::IValue& arg = (*stack)[stack->size() - n + i];
-    bool any_mask = false;
-    for_each_tensor(arg, [&](const at::Tensor& t) { any_mask |= is_mask(t); });
-    if (!any_mask) continue;
-    c10::List<std::optional<at::Tensor>> expanded;
+    bool prepare = false;
+    for_each_tensor(arg, [&](const at::Tensor& t) { prepare |= is_mask(t) || (t.defined() && !on_tpu(t)); });
+    if (!prepare) continue;
+    int self_device = device_of(std::vector<c10::IValue>(stack->end() - n, stack->end()));
+    c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(self_device));
+    c10::List<std::optional<at::Tensor>> prepared;
     for (const c10::IValue& e : arg.toListRef()) {
-      if (!e.isTensor() || !is_mask(e.toTensor())) {
-        expanded.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor()) : std::nullopt);
+      if (!e.isTensor() || !e.toTensor().defined()) {
+        prepared.push_back(std::nullopt);
         continue;
       }
-      at::Tensor positions = at::nonzero(e.toTensor());
-      for (int64_t d = 0; d < positions.size(1); ++d) expanded.push_back(positions.select(1, d));
+      at::Tensor index = e.toTensor().to(device);
+      if (!is_mask(index)) {
+        prepared.push_back(index);
+        continue;
+      }
+      at::Tensor positions = at::nonzero(index);
+      for (int64_t d = 0; d < positions.size(1); ++d) prepared.push_back(positions.select(1, d));
     }
-    arg = expanded;
+    arg = prepared;
     op.callBoxed(stack);
     return true;
   }
@@ -601,7 +609,7 @@ void check_no_overlap(const c10::FunctionSchema& schema, const OpPlan& plan, con
 }
 
 void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (expand_mask_indices(plan, op, stack) || resolve_conjugate_bits(plan, op, stack)) return;
+  if (prepare_index_lists(plan, op, stack) || resolve_conjugate_bits(plan, op, stack)) return;
   const LoweringEntry& entry = *plan.entry;
   const size_t num_args = plan.args.size();
   std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - num_args),

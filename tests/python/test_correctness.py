@@ -460,6 +460,34 @@ def test_masked_select_and_boolean_indexing_on_device(no_fallbacks):
     torch.testing.assert_close(torch.nonzero(x.to("tpu") > 5).cpu(), torch.nonzero(x > 5))
 
 
+
+def test_cpu_index_tensors_index_tpu_tensors_as_on_cuda(no_fallbacks):
+    """x[cpu_indices], x[cpu_mask] and their assignments on a tpu x raised "Expected all tensors to
+    be on the same device"; PyTorch moves a CUDA tensor's CPU index tensors to its device (Wishart's
+    rsample indexes with torch.tril_indices' CPU result). index_select keeps refusing, as on CUDA."""
+    idx, mask = torch.tensor([0, 2]), torch.tensor([True, False, True])
+
+    def assigned(x, indices, value):
+        x = x.clone()
+        x[indices] = value.to(x.device)
+        return x
+
+    cases = (lambda x: x[idx], lambda x: x[:, idx], lambda x: x[mask], lambda x: x[idx, idx],
+             lambda x: x[torch.tensor(1)], lambda x: assigned(x, idx, torch.zeros(2, 4)),
+             lambda x: assigned(x, (idx, idx), torch.ones(2)), lambda x: assigned(x, mask, torch.tensor(-1.0)),
+             lambda x: x.clone().index_put_((idx,), torch.ones(2, 4, device=x.device), accumulate=True))
+    x = torch.arange(12.0).view(3, 4)
+    for case in cases:
+        torch.testing.assert_close(case(x.to("tpu")).cpu(), case(x), rtol=0, atol=0)
+    xt = x.to("tpu").requires_grad_()
+    xt[idx].sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), torch.tensor([1.0, 0, 1]).view(3, 1).expand(3, 4))
+    with pytest.raises(RuntimeError, match="same device"):
+        x.to("tpu").index_select(0, idx)
+    wishart = torch.distributions.Wishart(torch.tensor(3.0, device="tpu"), covariance_matrix=torch.eye(2, device="tpu"))
+    sample = wishart.rsample((3,))
+    assert sample.shape == (3, 2, 2) and torch.allclose(sample.cpu(), sample.cpu().mT)
+
 # 6. bool/uint8 data and low-precision dtypes ---------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8])
