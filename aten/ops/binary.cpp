@@ -2,6 +2,7 @@
 // Operands arrive cast to the output dtype (PyTorch's promotion, computed by the meta kernel)
 // and are broadcast here with in_b().
 #include <ATen/Version.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/result_type.h>
 
@@ -282,6 +283,16 @@ MetaFn shift_meta(const char* bitwise) {
   };
 }
 
+// masked_fill's meta kernel (a Python reference) takes a CPU 0-d value beside the devices it lists
+// (CUDA's, tpu's), not beside the meta tensors output metadata is computed with: the value joins
+// them as a meta scalar (its contents reach the program as an input, as any CPU scalar's do).
+std::vector<c10::IValue> masked_fill_meta(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  std::vector<c10::IValue> meta_args(args);
+  if (meta_args[2].isTensor() && meta_args[2].toTensor().is_cpu())
+    meta_args[2] = at::empty({}, meta_args[2].toTensor().options().device(c10::kMeta));
+  return checked_meta([](const std::vector<c10::IValue>&) {})(schema, meta_args);
+}
+
 // x ** e; for bools (CPU keeps them bools) that is x or not e.
 // Complex powers as CPU's cpow, exp(e * log(x)), where 0 ** e is 0 for Re(e) > 0 (C99's cexp of
 // -inf; XLA gives NaN); in complex128, as XLA's complex64 power loses several ulps on large powers.
@@ -525,11 +536,10 @@ TORCHTPU_LOWERINGS(binary) {
   register_lowering({"where.self", "where.self_out"}, [](LoweringContext& c) {
     return V{c.b.select(truthy(c, 0), c.in_b(1), c.in_b(2))};
   });
-  register_lowering({"masked_fill.Scalar", "masked_fill_.Scalar", "masked_fill.Tensor",
-                     "masked_fill_.Tensor", "masked_fill.Scalar_out", "masked_fill.Tensor_out"},
-                    [](LoweringContext& c) {
-                      return V{c.b.select(truthy(c, 1), c.bcast(c.in(2)), c.in_b(0))};
-                    });
+  Lowering masked_fill = [](LoweringContext& c) { return V{c.b.select(truthy(c, 1), c.bcast(c.in(2)), c.in_b(0))}; };
+  register_lowering({"masked_fill.Scalar", "masked_fill_.Scalar", "masked_fill.Scalar_out"}, masked_fill);
+  register_lowering({"masked_fill.Tensor", "masked_fill_.Tensor", "masked_fill.Tensor_out"}, masked_fill,
+                    with_meta(masked_fill_meta));
   register_with_variants("clamp", {"", "Tensor"}, [](LoweringContext& c) {
     Value x = c.in_b(0);
     if (c.has(1)) x = nan_extreme(c.b, BinaryOp::kMaximum, x, c.in_b(1));

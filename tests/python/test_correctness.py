@@ -359,6 +359,19 @@ def test_gamma_sample_gradient_as_cpu(dtype, no_fallbacks):
 
 
 
+
+def test_masked_fill_with_a_cpu_scalar_tensor_as_cpu(no_fallbacks):
+    """x.masked_fill(mask, torch.tensor(2.0)) on a tpu x raised "Expected `value` to be on same device
+    as `a`" (masked_fill's Python meta kernel sees the meta twin of x beside the CPU value); CUDA
+    and CPU take a CPU 0-d value."""
+    x = torch.randn(4, 5)
+    for case in (lambda x: x.masked_fill(x > 0, torch.tensor(2.0)),
+                 lambda x: x.clone().masked_fill_(x > 0, torch.tensor(2, dtype=torch.int64)),
+                 lambda x: torch.ops.aten.masked_fill.Tensor_out(x, x > 0, torch.tensor(3.0), out=torch.empty_like(x))):
+        torch.testing.assert_close(case(x.to("tpu")).cpu(), case(x), rtol=0, atol=0)
+    with pytest.raises(RuntimeError):
+        x.to("tpu").masked_fill(x.to("tpu") > 0, torch.ones(2))
+
 # torch.distributions families: parameters (as lists) for a factory on one device.
 D = torch.distributions
 DISTRIBUTIONS = {
