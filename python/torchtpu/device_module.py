@@ -21,6 +21,12 @@ def is_initialized() -> bool:
     return _C._is_initialized()
 
 
+def init() -> None:
+    """Starts the runtime (loads the plugin, creates the PJRT client) now rather than at the first
+    tensor, as ``torch.cuda.init()`` creates the CUDA context; does nothing once it is up."""
+    _C._device_count()
+
+
 def device_count() -> int:
     return _C._device_count()
 

@@ -371,6 +371,10 @@ def test_availability_does_not_start_the_runtime():
              "print(a, b, i, torch.tpu.is_initialized())")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["True", "True", "False", "True"], done.stderr[-2000:]
+    init = subprocess.run([sys.executable, "-c", "import torch; i = torch.tpu.is_initialized(); torch.tpu.init(); "
+                           "torch.tpu.init(); print(i, torch.tpu.is_initialized())"],
+                          capture_output=True, text=True, timeout=120)
+    assert init.stdout.split() == ["False", "True"], init.stderr[-2000:]
     missing = subprocess.run([sys.executable, "-c", "import torch; print(torch.tpu.is_available())"],
                              capture_output=True, text=True, timeout=120,
                              env={**__import__("os").environ, "TORCHTPU_PJRT_PLUGIN": "/nonexistent/plugin.so"})
