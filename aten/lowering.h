@@ -167,16 +167,20 @@ inline LoweringOptions with_meta(MetaFn meta) {
   o.meta = std::move(meta);
   return o;
 }
+// PyTorch's own meta kernel of `name`.`overload` ("aten::add", "Tensor") on meta arguments: the returns.
+inline std::vector<c10::IValue> meta_kernel(const std::string& name, const std::string& overload,
+                                            std::vector<c10::IValue> stack) {
+  c10::Dispatcher::singleton()
+      .findSchemaOrThrow(name.c_str(), overload.c_str())
+      .callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);
+  return stack;
+}
 // PyTorch's own meta kernel, after `check`: the argument checks CPU makes that the meta kernel
 // skips (it would otherwise compute something where CPU raises).
 inline MetaFn checked_meta(std::function<void(const std::vector<c10::IValue>& args)> check) {
   return [check](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
     check(args);
-    std::vector<c10::IValue> stack(args);
-    c10::Dispatcher::singleton()
-        .findSchemaOrThrow(schema.name().c_str(), schema.overload_name().c_str())
-        .callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);
-    return stack;
+    return meta_kernel(schema.name(), schema.overload_name(), args);
   };
 }
 // An op PyTorch has no meta kernel for whose result is shaped like argument `like` (a gradient

@@ -42,6 +42,9 @@ struct Attention {
   Value q, k;  // each scaled by sqrt(scale), as the math path does
   Value scores;  // [B, H, L, S]: q k^T, plus the bias, with the causal mask's -inf
   Value root_scale;
+
+  // A [B, H, L] value per row, broadcast over the scores' columns.
+  Value per_row(hlo::Builder& b, const Value& row) const { return b.broadcast_in_dim(row, scores.type.dims, {0, 1, 2}); }
 };
 
 // q k^T as PyTorch's math path computes it: q and k each scaled by sqrt(scale) first.
@@ -70,14 +73,12 @@ Attention scores(LoweringContext& c, Math& m, size_t bias_arg, bool causal, size
 V attention_forward(LoweringContext& c) {
   Math m{c.b};
   Attention a = scores(c, m, 3, c.arg(5).toBool(), 7, 0);
-  const std::vector<int64_t>& dims = a.scores.type.dims;
-  auto per_row = [&](const Value& row) { return c.b.broadcast_in_dim(row, dims, {0, 1, 2}); };
   Value max = m.reduce(a.scores, {3}, BinaryOp::kMaximum, -INFINITY);  // [B, H, L]
   max = c.b.select(c.b.compare(Compare::kEQ, max, m.k(-INFINITY, max)), m.k(0, max), max);
-  Value e = c.b.unary(UnaryOp::kExponential, m.sub(a.scores, per_row(max)));
+  Value e = c.b.unary(UnaryOp::kExponential, m.sub(a.scores, a.per_row(c.b, max)));
   Value sum = m.sum(e, {3});
-  Value empty_row = per_row(c.b.compare(Compare::kEQ, sum, m.k(0, sum)));
-  Value p = c.b.select(empty_row, m.k(0, e), m.div(e, per_row(sum)));
+  Value empty_row = a.per_row(c.b, c.b.compare(Compare::kEQ, sum, m.k(0, sum)));
+  Value p = c.b.select(empty_row, m.k(0, e), m.div(e, a.per_row(c.b, sum)));
   Value v = cast(c.b, c.raw(2), e.type.dtype);
   Value out = c.b.dot_general(p, v, {{0, 1}, {0, 1}, {3}, {2}}, e.type.dtype, c.precision());
   Value lse = m.add(c.b.unary(UnaryOp::kLog, sum), max);
@@ -94,17 +95,15 @@ V attention_backward(LoweringContext& c) {
   Math m{c.b};
   Attention a = scores(c, m, 4, c.arg(13).toBool(), 16, 1);
   DType acc = a.scores.type.dtype;
-  const std::vector<int64_t>& dims = a.scores.type.dims;
-  auto per_row = [&](const Value& row) { return c.b.broadcast_in_dim(row, dims, {0, 1, 2}); };
   Value lse = cast(c.b, c.raw(7), acc);  // [B, H, L]
-  Value masked_row = per_row(c.b.compare(Compare::kEQ, lse, m.k(-INFINITY, lse)));
-  Value p = c.b.unary(UnaryOp::kExponential, m.sub(a.scores, per_row(lse)));
+  Value masked_row = a.per_row(c.b, c.b.compare(Compare::kEQ, lse, m.k(-INFINITY, lse)));
+  Value p = c.b.unary(UnaryOp::kExponential, m.sub(a.scores, a.per_row(c.b, lse)));
   p = c.b.select(masked_row, m.k(0, p), p);
   Value g = cast(c.b, c.raw(0), acc), v = cast(c.b, c.raw(3), acc), out = cast(c.b, c.raw(6), acc);
   Value grad_v = c.b.dot_general(p, g, {{0, 1}, {0, 1}, {2}, {2}}, acc, c.precision());
   Value grad_p = c.b.dot_general(g, v, {{0, 1}, {0, 1}, {3}, {3}}, acc, c.precision());
   Value row_dot = m.sum(m.mul(g, out), {3});  // sum_j p_j dp_j, per row
-  Value grad_s = m.mul(p, m.sub(grad_p, per_row(row_dot)));
+  Value grad_s = m.mul(p, m.sub(grad_p, a.per_row(c.b, row_dot)));
   Value grad_q = c.b.dot_general(grad_s, a.k, {{0, 1}, {0, 1}, {3}, {2}}, acc, c.precision());
   Value grad_k = c.b.dot_general(grad_s, a.q, {{0, 1}, {0, 1}, {2}, {2}}, acc, c.precision());
   grad_q = m.mul(grad_q, broadcast_to(c.b, a.root_scale, grad_q.type.dims));

@@ -276,10 +276,7 @@ MetaFn shift_meta(const char* bitwise) {
     bool out = schema.arguments().back().is_out();
     std::string name = std::string("aten::") + bitwise + (inplace ? "_" : "");
     std::string overload = std::string(args[1].isScalar() ? "Tensor_Scalar" : "Tensor") + (out ? "_out" : "");
-    std::vector<c10::IValue> stack(args);
-    c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str())
-        .callBoxedForDispatchKey(c10::DispatchKey::Meta, stack);
-    return stack;
+    return meta_kernel(name, overload, args);
   };
 }
 
@@ -290,7 +287,7 @@ std::vector<c10::IValue> masked_fill_meta(const c10::FunctionSchema& schema, con
   std::vector<c10::IValue> meta_args(args);
   if (meta_args[2].isTensor() && meta_args[2].toTensor().is_cpu())
     meta_args[2] = at::empty({}, meta_args[2].toTensor().options().device(c10::kMeta));
-  return checked_meta([](const std::vector<c10::IValue>&) {})(schema, meta_args);
+  return meta_kernel(schema.name(), schema.overload_name(), meta_args);
 }
 
 // x ** e; for bools (CPU keeps them bools) that is x or not e.
@@ -317,7 +314,7 @@ V power(LoweringContext& c) {
 std::vector<c10::IValue> pow_scalar_meta(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
   const at::Tensor& self = args[0].toTensor();
   if (at::result_type(self, args[1].toScalar()) != at::kBool)
-    return checked_meta([](const std::vector<c10::IValue>&) {})(schema, args);
+    return meta_kernel(schema.name(), schema.overload_name(), args);
   if (schema.name() == "aten::pow_") return {self};
   if (args.size() == 3) {  // out=
     at::Tensor out = args[2].toTensor();
