@@ -21,6 +21,15 @@ def is_initialized() -> bool:
     return _C._is_initialized()
 
 
+def __getattr__(name):
+    # torch.cuda._initialized is a module flag that PyTorch reads with getattr: activation
+    # checkpointing saves and restores a device's RNG state only when it is true, so without it a
+    # recomputed dropout draws a new mask.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
+
+
 def init() -> None:
     """Starts the runtime (loads the plugin, creates the PJRT client) now rather than at the first
     tensor, as ``torch.cuda.init()`` creates the CUDA context; does nothing once it is up."""

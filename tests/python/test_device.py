@@ -91,6 +91,27 @@ def test_rng_is_reproducible_under_manual_seed():
     assert torch.equal(torch.rand(5, device="tpu").cpu(), first)
 
 
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpointing_recomputes_the_same_dropout_mask(use_reentrant):
+    """torch.utils.checkpoint restores the device's RNG state before recomputing, as on CPU: the
+    gradient is the one of the uncheckpointed model (a new mask in the recompute made it wrong)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def grads(device, checkpointed):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.GELU(),
+                                    torch.nn.Linear(8, 2)).to(device)
+        x = torch.randn(3, 4).to(device).requires_grad_()
+        torch.manual_seed(5)
+        y = checkpoint(model, x, use_reentrant=use_reentrant) if checkpointed else model(x)
+        y.sum().backward()
+        return x.grad.cpu(), model[0].weight.grad.cpu()
+
+    for device in ("cpu", "tpu"):
+        for with_checkpoint, without in zip(grads(device, True), grads(device, False)):
+            torch.testing.assert_close(with_checkpoint, without, rtol=0, atol=0)
+
+
 def test_dropout_and_bernoulli_statistics():
     torch.manual_seed(0)
     x = torch.ones(20000, device="tpu")
