@@ -156,6 +156,22 @@ class device:
         return False
 
 
+class device_of(device):
+    """The device of a tensor as the current device inside the block (a CPU tensor changes
+    nothing), like ``torch.cuda.device_of``."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "tpu" else current_device())
+
+
+OutOfMemoryError = torch.OutOfMemoryError
+
+
+def is_current_stream_capturing() -> bool:
+    """No graph capture on tpu (fused mode and torch.compile build the programs)."""
+    return False
+
+
 _precision = threading.local()
 
 

@@ -211,6 +211,9 @@ def test_torch_tpu_module_and_memory_accounting():
     assert torch.tpu.current_device() == 0
     with torch.tpu.device(0):
         assert torch.tpu.current_device() == 0
+    with torch.tpu.device_of(torch.ones(1, device="tpu:0")):
+        assert torch.tpu.current_device() == 0
+    assert torch.tpu.OutOfMemoryError is torch.OutOfMemoryError and not torch.tpu.is_current_stream_capturing()
     before = torch.tpu.memory_allocated()
     t = torch.ones(256, 256, device="tpu")
     assert torch.tpu.memory_allocated() >= before + 256 * 256 * 4
