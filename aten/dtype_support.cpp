@@ -66,6 +66,11 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"__irshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
       {"bitwise_right_shift", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
       {"_standard_gamma_grad", {Kind::kHalfFloat, "_standard_gamma_grad_cpu"}},
+      // (CPU names its kernel by the dimension, "softmax_lastdim_kernel_impl" for the last one.)
+      {"_softmax", {Kind::kInteger, "softmax_kernel_impl"}},
+      {"_softmax", {Kind::kBool, "softmax_kernel_impl"}},
+      {"_log_softmax", {Kind::kInteger, "log_softmax_kernel_impl"}},
+      {"_log_softmax", {Kind::kBool, "log_softmax_kernel_impl"}},
       // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
       // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
       // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).

@@ -59,12 +59,22 @@ Value class_mask(LoweringContext& c, const Value& target, const std::vector<int6
                      c.b.broadcast_in_dim(t, input_dims, tdims));
 }
 
+// Every target is a class or ignore_index: CPU raises IndexError, CUDA asserts on the device.
+void check_targets(LoweringContext& c, const Value& target, int64_t classes, int64_t ignore_index) {
+  Value t = cast(c.b, target, DType::kS64);
+  Value in_range = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, t, c.b.constant(0, t.type)),
+                              c.b.compare(Compare::kLT, t, c.b.constant_int(classes, t.type)));
+  Value ignored = c.b.compare(Compare::kEQ, t, c.b.constant_int(ignore_index, t.type));
+  c.check_on_device(all_true(c.b, c.b.binary(BinaryOp::kOr, in_range, ignored)));
+}
+
 V nll_loss_forward(LoweringContext& c) {
   // (self, target, weight?, reduction, ignore_index) -> (output, total_weight)
   Math m{c.b};
   Value x = c.raw(0);
   int64_t class_dim = x.type.rank() == 1 ? 0 : 1;
   int64_t reduction = c.arg(3).toInt(), ignore = c.arg(4).toInt();
+  check_targets(c, c.raw(1), x.type.dims[class_dim], ignore);
   Value w = target_weights(c, m, c.raw(1), x.type.dtype, x.type.dims[class_dim], 2, ignore);
   Value picked = m.reduce(c.b.select(class_mask(c, c.raw(1), x.type.dims, class_dim), x, m.k(0, x)),
                           {class_dim}, BinaryOp::kAdd, 0);
@@ -327,7 +337,7 @@ TORCHTPU_LOWERINGS(nn) {
   });
   // The class dimension is 1 for any rank, so one lowering serves nll_loss and nll_loss2d.
   register_lowering({"nll_loss_forward", "nll_loss_forward.output", "nll_loss2d_forward", "nll_loss2d_forward.output"},
-                    nll_loss_forward);
+                    nll_loss_forward, checked("Target is out of bounds."));
   register_lowering({"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward",
                      "nll_loss2d_backward.grad_input"}, nll_loss_backward);
 

@@ -354,6 +354,17 @@ V random_full(LoweringContext& c) {  // (self, generator)
   return {integers(c, 0, default_range(c.out().dtype, 0))};
 }
 
+// random_(from, to) refuses an empty range before drawing, as CPU (from_arg -1: from is 0).
+LoweringOptions nonempty_range(int from_arg, size_t to_arg) {
+  LoweringOptions o = random_op();
+  o.meta = checked_meta([=](const std::vector<c10::IValue>& args) {
+    if (args[to_arg].isNone()) return;
+    int64_t from = from_arg < 0 ? 0 : args[from_arg].toInt(), to = args[to_arg].toInt();
+    TORCH_CHECK(from < to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", to);
+  });
+  return o;
+}
+
 V bernoulli_float(LoweringContext& c) {  // (self, p, generator)
   Value u = uniforms(c, 1)[0];
   return {c.b.compare(Compare::kLT, u, c.b.constant(c.arg(1).toDouble(), u.type))};
@@ -458,8 +469,8 @@ V multinomial(LoweringContext& c) {
 TORCHTPU_LOWERINGS(random) {
   register_lowering({"uniform_", "uniform", "uniform.out"}, uniform, random_op());
   register_lowering({"normal_", "normal_functional"}, normal, random_op());
-  register_lowering({"random_.from", "random.from", "random.from_out"}, random_from, random_op());
-  register_lowering({"random_.to", "random.to", "random.to_out"}, random_to, random_op());
+  register_lowering({"random_.from", "random.from", "random.from_out"}, random_from, nonempty_range(1, 2));
+  register_lowering({"random_.to", "random.to", "random.to_out"}, random_to, nonempty_range(-1, 1));
   register_lowering({"random_", "random", "random.out"}, random_full, random_op());
   register_lowering({"bernoulli_.float", "bernoulli.p", "bernoulli.float_out"}, bernoulli_float, random_op());
   register_lowering({"bernoulli", "bernoulli.out"}, [](LoweringContext& c) { return bernoulli_tensor(c, 0); },

@@ -161,6 +161,42 @@ def test_index_out_of_range_is_detected_on_device():
     assert x[torch.tensor([4], device="tpu")].cpu().shape == (1, 3)
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_class_targets_out_of_range_raise_as_on_cpu(mode):
+    """A class index outside [0, classes) that is not ignore_index: CPU raises IndexError (CUDA a
+    device-side assert); tpu computed a loss from it."""
+    x = torch.randn(3, 4)
+    with torchtpu.eager_mode(mode):
+        for target in ([0, 1, 9], [0, -1, 2]):
+            with pytest.raises(IndexError, match="Target"):
+                F.cross_entropy(x, torch.tensor(target))
+            with pytest.raises(IndexError, match="Target is out of bounds"):
+                F.cross_entropy(tpu(x), torch.tensor(target, device="tpu")).cpu()
+        ignored = torch.tensor([0, -100, 3])
+        torch.testing.assert_close(F.cross_entropy(tpu(x), tpu(ignored)).cpu(), F.cross_entropy(x, ignored))
+        images, labels = torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2, 4, 4))
+        labels[0, 0, 0] = 3
+        with pytest.raises(IndexError, match="Target is out of bounds"):
+            F.cross_entropy(tpu(images), tpu(labels)).cpu()
+
+
+def test_empty_random_ranges_and_integer_softmax_are_refused_as_on_cpu():
+    for make in (lambda d: torch.randint(5, 2, (3,), device=d), lambda d: torch.empty(3, device=d).random_(0),
+                 lambda d: torch.empty(3, device=d).random_(4, 4)):
+        with pytest.raises(RuntimeError, match="random_ expects 'from' to be less than 'to'"):
+            make("cpu")
+        with pytest.raises(RuntimeError, match="random_ expects 'from' to be less than 'to'"):
+            make("tpu")
+    for dtype in (torch.int64, torch.uint8, torch.bool):
+        for fn in (torch.softmax, torch.log_softmax):
+            with pytest.raises(NotImplementedError, match="not implemented for"):
+                fn(torch.ones(2, 3, dtype=dtype), 0)
+            with pytest.raises(NotImplementedError, match="not implemented for"):
+                fn(torch.ones(2, 3, dtype=dtype, device="tpu"), 0)
+    torch.testing.assert_close(torch.softmax(torch.arange(3, device="tpu"), 0, dtype=torch.float32).cpu(),
+                               torch.softmax(torch.arange(3), 0, dtype=torch.float32))
+
+
 def test_cpu_fallback_is_counted_and_can_be_an_error(monkeypatch):
     torchtpu.metrics.reset()
     x = tpu(torch.randn(4, 4))
