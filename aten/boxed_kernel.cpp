@@ -622,6 +622,7 @@ void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::
 
   // Output metadata from PyTorch's meta kernels: shapes, dtypes and errors exactly as on CPU.
   std::shared_ptr<const MetaResult> meta = output_metadata(op, plan, args);
+  check_scalar_ranges(plan.scalar_ranges, args);  // values, so not cached with the metadata
   check_no_overlap(op.schema(), plan, args);
   int device = device_of(args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));

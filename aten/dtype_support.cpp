@@ -4,6 +4,7 @@
 #include <ATen/ops/result_type.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace torchtpu::aten {
@@ -66,6 +67,7 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"__irshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
       {"bitwise_right_shift", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
       {"_standard_gamma_grad", {Kind::kHalfFloat, "_standard_gamma_grad_cpu"}},
+      {"threshold", {Kind::kBool, "threshold_cpu"}},
       // (CPU names its kernel by the dimension, "softmax_lastdim_kernel_impl" for the last one.)
       {"_softmax", {Kind::kInteger, "softmax_kernel_impl"}},
       {"_softmax", {Kind::kBool, "softmax_kernel_impl"}},
@@ -108,6 +110,78 @@ c10::ScalarType result_type(const std::vector<c10::IValue>& args) {
 }
 
 }  // namespace
+
+ScalarRangeChecks scalar_range_checks(const c10::FunctionSchema& schema) {
+  using T = ScalarRangeChecks::Target;
+  using C = ScalarRangeChecks::Checked;
+  struct Rule {
+    std::vector<std::string> names;  // the checked arguments; empty: every Scalar
+    T target;
+    C checked;
+  };
+  // By the op's name without the in-place underscore; measured against CPU PyTorch 2.11: add's
+  // `other` Scalar wraps (only alpha is checked); addcmul's value converts to float for 16-bit
+  // floats, pow's exponent is checked for integer and 16-bit float results (wider floats take it
+  // as a double).
+  static const std::unordered_map<std::string, Rule> rules = {
+      {"clamp", {{}, T::kPromoted, C::kAll}},        {"clamp_min", {{}, T::kPromoted, C::kAll}},
+      {"clamp_max", {{}, T::kPromoted, C::kAll}},
+      {"add", {{"alpha"}, T::kPromoted, C::kAll}},   {"sub", {{"alpha"}, T::kPromoted, C::kAll}},
+      {"rsub", {{"alpha"}, T::kPromoted, C::kAll}},  {"pow", {{}, T::kPromoted, C::kIntegralAndHalf}},
+      {"addcmul", {{}, T::kSelf, C::kOpmath}},       {"addcdiv", {{}, T::kSelf, C::kOpmath}},
+      {"masked_fill", {{}, T::kSelf, C::kAll}},      {"index_fill", {{}, T::kSelf, C::kAll}},
+      {"scatter", {{}, T::kSelf, C::kAll}},          {"threshold", {{}, T::kSelf, C::kAll}},
+      {"hardtanh", {{}, T::kSelf, C::kAll}},
+  };
+  std::string name = schema.name().substr(schema.name().find("::") + 2);
+  if (name.size() > 1 && name.back() == '_') name.pop_back();
+  ScalarRangeChecks checks;
+  auto rule = rules.find(name);
+  if (rule == rules.end()) return checks;
+  checks.target = rule->second.target;
+  checks.checked = rule->second.checked;
+  checks.integer_powers = name == "pow";
+  const std::vector<std::string>& names = rule->second.names;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::Argument& a = schema.arguments()[i];
+    c10::TypePtr t = a.type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    bool named = names.empty() || std::find(names.begin(), names.end(), a.name()) != names.end();
+    if (t->kind() == c10::TypeKind::NumberType && named) checks.args.push_back(i);
+  }
+  return checks;
+}
+
+void check_scalar_ranges(const ScalarRangeChecks& checks, const std::vector<c10::IValue>& args) {
+  using C = ScalarRangeChecks::Checked;
+  if (checks.args.empty() || !args[0].isTensor()) return;
+  c10::ScalarType t = checks.target == ScalarRangeChecks::Target::kSelf ? args[0].toTensor().scalar_type()
+                                                                         : result_type(args);
+  bool integral = c10::isIntegralType(t, /*includeBool=*/true);
+  bool half = t == c10::kHalf || t == c10::kBFloat16;
+  if (checks.checked == C::kIntegralAndHalf && !integral && !half) return;
+  if (checks.checked == C::kOpmath && half) t = c10::kFloat;
+  for (size_t i : checks.args) {
+    if (!args[i].isScalar()) continue;
+    c10::Scalar s = args[i].toScalar();
+    TORCH_CHECK(!(checks.integer_powers && integral && s.isIntegral(false) && s.toLong() < 0),
+                "Integers to negative integer powers are not allowed.");
+    check_scalar_fits(s, t);
+  }
+}
+
+void check_scalar_fits(const c10::Scalar& value, c10::ScalarType dtype) {
+  switch (dtype) {  // Scalar::to<T> is CPU's checked conversion: it raises CPU's error on overflow
+#define TORCHTPU_CHECK_FITS(cpp_type, name) \
+  case c10::ScalarType::name:               \
+    (void)value.to<cpp_type>();             \
+    break;
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(TORCHTPU_CHECK_FITS)
+#undef TORCHTPU_CHECK_FITS
+    default:
+      break;
+  }
+}
 
 void check_cpu_dtype_support(const std::string& op, const std::string& overload,
                              const std::vector<c10::IValue>& args) {

@@ -4,6 +4,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <ATen/core/function_schema.h>
+
 #include <string>
 #include <vector>
 
@@ -12,5 +14,24 @@ namespace torchtpu::aten {
 // `op` is the schema name with its overload ("aten::clamp_min", "Tensor"); args as the op got them.
 void check_cpu_dtype_support(const std::string& op, const std::string& overload,
                              const std::vector<c10::IValue>& args);
+
+// The Scalar arguments CPU's kernel converts to its compute dtype with an overflow check
+// (`int8.masked_fill(m, 300)`: "value cannot be converted to type int8_t without overflow") where
+// tpu would wrap. Decided from the schema once, when the op's kernel is installed.
+struct ScalarRangeChecks {
+  // The dtype the Scalars convert to: self's, or the one all arguments promote to (clamp).
+  enum class Target { kSelf, kPromoted };
+  // Which of those dtypes are checked: all, or integers and 16-bit floats (CPU takes the Scalar
+  // as a double for the others), or all but with 16-bit floats checked as float (CPU's opmath).
+  enum class Checked { kAll, kIntegralAndHalf, kOpmath };
+  std::vector<size_t> args;  // positions of the checked Scalars
+  Target target = Target::kSelf;
+  Checked checked = Checked::kAll;
+  bool integer_powers = false;  // pow: integers to negative integer powers are refused
+};
+ScalarRangeChecks scalar_range_checks(const c10::FunctionSchema& schema);
+void check_scalar_ranges(const ScalarRangeChecks& checks, const std::vector<c10::IValue>& args);
+// CPU's overflow check of a Scalar converted to `dtype` (fill_(300) on int8 raises).
+void check_scalar_fits(const c10::Scalar& value, c10::ScalarType dtype);
 
 }  // namespace torchtpu::aten

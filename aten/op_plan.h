@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "aten/dtype_support.h"
 #include "aten/lowering.h"
 
 namespace torchtpu::aten {
@@ -40,6 +41,7 @@ struct OpPlan {
   // PyTorch lets tensors with a conjugate (or negative) bit reach this op's kernel, which must
   // apply the bit itself (BLAS-style ops: the Conjugate dispatch key falls through for them).
   bool sees_conjugate_bits = false;
+  ScalarRangeChecks scalar_ranges;
 
   OpPlan(const c10::FunctionSchema& schema, std::string op_name, const LoweringEntry& lowering)
       : name(std::move(op_name)), entry(&lowering) {
@@ -55,6 +57,7 @@ struct OpPlan {
     for (const c10::Argument& r : schema.returns()) aliased_returns.push_back(r.alias_info() != nullptr);
     static const std::vector<std::string> bit_aware = {"dot", "vdot", "mm", "addmm", "addmm_", "bmm",
                                                        "baddbmm", "baddbmm_", "linalg_solve_triangular"};
+    scalar_ranges = scalar_range_checks(schema);
     sees_conjugate_bits = std::find(bit_aware.begin(), bit_aware.end(), schema.name().substr(6)) != bit_aware.end();
   }
 

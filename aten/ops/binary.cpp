@@ -2,6 +2,7 @@
 // Operands arrive cast to the output dtype (PyTorch's promotion, computed by the meta kernel)
 // and are broadcast here with in_b().
 #include <ATen/Version.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/result_type.h>
@@ -254,6 +255,16 @@ Lowering simple(BinaryOp op) {
 }
 
 // CPU refuses to subtract bools (the meta kernels compute something).
+// CPU checks add's alpha against the result dtype; PyTorch's Python meta kernel raises ValueError
+// for a float alpha instead, and takes a bool alpha for any dtype.
+void check_alpha(const std::vector<c10::IValue>& args) {
+  if (args.size() < 3 || !args[2].isScalar()) return;
+  const at::Tensor& self = args[0].toTensor();
+  c10::ScalarType t = args[1].isTensor() ? at::result_type(self, args[1].toTensor())
+                                          : at::result_type(self, args[1].toScalar());
+  at::native::alpha_check(t, args[2].toScalar());
+}
+
 MetaFn no_bool_subtraction() {
   return checked_meta([](const std::vector<c10::IValue>& args) {
     auto is_bool = [](const c10::IValue& v) {
@@ -265,6 +276,7 @@ MetaFn no_bool_subtraction() {
     TORCH_CHECK(!is_bool(args[0]) && !is_bool(args[1]),
                 "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
                 "a mask, use the `~` or `logical_not()` operator instead.");
+    check_alpha(args);
   });
 }
 
@@ -302,10 +314,29 @@ Value complex_power(LoweringContext& c, const Value& x, const Value& e) {
   return cast(c.b, c.b.select(zero_base, c.full(0, p), p), x.type.dtype);
 }
 
+// Integer powers wrap as CPU's square-and-multiply does. XLA's integer power squares six times
+// only (3 ** 64 gave 1): the exponent is taken six bits at a time, x^e = prod x^(64^i * e_i). The
+// squarings run on x before it is broadcast (XLA's simplifier loops on squared broadcasts).
+Value integer_power(LoweringContext& c, const Value& x, const Value& e) {
+  hlo::Builder& b = c.b;
+  Value low_bits = b.constant_int(63, e.type), six = b.constant_int(6, e.type);
+  Value result = b.binary(BinaryOp::kPower, c.bcast(x), b.binary(BinaryOp::kAnd, e, low_bits));
+  Value rest = b.binary(BinaryOp::kShiftRightLogical, e, six), base = x;
+  for (size_t bits = 6; bits < 8 * element_size(e.type.dtype); bits += 6) {
+    for (int i = 0; i < 6; ++i) base = b.binary(BinaryOp::kMultiply, base, base);
+    Value digit = b.binary(BinaryOp::kAnd, rest, low_bits);
+    result = b.binary(BinaryOp::kMultiply, result, b.binary(BinaryOp::kPower, c.bcast(base), digit));
+    rest = b.binary(BinaryOp::kShiftRightLogical, rest, six);
+  }
+  Value negative = b.compare(Compare::kLT, e, b.constant(0, e.type));  // XLA's (and CPU's) 0, 1 or -1
+  return b.select(negative, b.binary(BinaryOp::kPower, c.bcast(x), e), result);
+}
+
 V power(LoweringContext& c) {
   Value x = c.in_b(0), e = c.in_b(1);
   if (x.type.dtype == DType::kBool) return {bin(c, BinaryOp::kOr, x, c.b.unary(UnaryOp::kNot, e))};
   if (is_complex(x.type.dtype)) return {complex_power(c, x, e)};
+  if (!is_floating(x.type.dtype) && x.type.dtype == e.type.dtype) return {integer_power(c, c.in(0), e)};
   return {bin(c, BinaryOp::kPower, x, e)};
 }
 
@@ -405,7 +436,7 @@ V next_after(LoweringContext& c) {
 TORCHTPU_LOWERINGS(binary) {
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
-  });
+  }, with_meta(checked_meta(check_alpha)));
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 0, 1)};
   }, with_meta(no_bool_subtraction()));

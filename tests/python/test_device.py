@@ -1,5 +1,7 @@
 """The tpu device as PyTorch code sees it: storage semantics, torch.tpu, RNG, errors."""
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -195,6 +197,40 @@ def test_empty_random_ranges_and_integer_softmax_are_refused_as_on_cpu():
                 fn(torch.ones(2, 3, dtype=dtype, device="tpu"), 0)
     torch.testing.assert_close(torch.softmax(torch.arange(3, device="tpu"), 0, dtype=torch.float32).cpu(),
                                torch.softmax(torch.arange(3), 0, dtype=torch.float32))
+
+
+SCALAR_OPS = {
+    "masked_fill": lambda x, v: x.masked_fill(x > 1, v), "index_fill": lambda x, v: x.index_fill(0, torch.tensor([0], device=x.device), v),
+    "scatter": lambda x, v: x.scatter(0, torch.tensor([0], device=x.device), v), "clamp": lambda x, v: x.clamp(max=v),
+    "clamp_": lambda x, v: x.clone().clamp_(min=-v), "threshold": lambda x, v: torch.threshold(x, 1, v),
+    "hardtanh": lambda x, v: F.hardtanh(x, 0, abs(v)), "pow": lambda x, v: x ** v,
+    "pow of a tensor": lambda x, v: (x - 2) ** torch.tensor([64, 65, 127, -1], device=x.device).to(x.dtype),
+    "addcmul": lambda x, v: torch.addcmul(x, x, x, value=v), "sub alpha": lambda x, v: torch.sub(x, x, alpha=v),
+    "add bool alpha": lambda x, v: torch.add(x, x, alpha=v > 0),
+    "fill_": lambda x, v: x.clone().fill_(v), "fill_ one element": lambda x, v: x[:1].clone().fill_(v),
+    "where": lambda x, v: torch.where(x > 1, x, v), "scalar_tensor": lambda x, v: torch.scalar_tensor(v, dtype=x.dtype, device=x.device),
+}
+
+
+@pytest.mark.parametrize("op", SCALAR_OPS)
+def test_scalars_that_overflow_the_dtype_raise_where_cpu_raises(op):
+    """CPU converts these ops' Scalars to the computed dtype with an overflow check (int8
+    masked_fill of 300 raises; a float16 fill of -1e9 raises, a float16 where of -1e9 gives -inf)
+    and checks add's alpha against it; tpu wrapped or saturated them. Integer powers wrap as CPU's
+    (XLA's gave 3 ** 64 == 1)."""
+    outcomes = {}
+    for dtype, value in itertools.product([torch.int8, torch.uint8, torch.int32, torch.float16, torch.bfloat16],
+                                          [300, -1, 2, 7e4, 3e9, 1e40, -3]):
+        for device in ("cpu", "tpu"):
+            x = torch.arange(4, device=device).to(dtype)
+            try:
+                outcomes[device] = SCALAR_OPS[op](x, value).cpu()
+            except Exception as e:  # noqa: BLE001 -- CPU's exception is the expectation
+                outcomes[device] = (type(e), "without overflow" in str(e))  # CPU names C++ types
+        if isinstance(outcomes["cpu"], tuple):
+            assert outcomes["tpu"] == outcomes["cpu"], (dtype, value, outcomes["tpu"])
+        else:
+            torch.testing.assert_close(outcomes["tpu"], outcomes["cpu"], rtol=0, atol=0, msg=f"{dtype} {value}")
 
 
 def test_cpu_fallback_is_counted_and_can_be_an_error(monkeypatch):
