@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "aten/device.h"
@@ -346,6 +347,20 @@ void check_inplace_result_fits(const c10::FunctionSchema& schema, const std::vec
                 outs[k].scalar_type(), " can't be cast to the desired output type ", selves[k].scalar_type());
 }
 
+// CUDA's error for tensors on two devices (a CPU 0-d tensor is a scalar, welcome anywhere).
+void check_same_device(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  std::optional<c10::Device> tpu, other;
+  for (const c10::IValue& a : args)
+    for_each_tensor(a, [&](const at::Tensor& t) {
+      if (!t.defined() || (t.is_cpu() && t.dim() == 0)) return;
+      if (on_tpu(t) && (!tpu || *tpu == t.device())) tpu = t.device();
+      else if (!other) other = t.device();
+    });
+  TORCH_CHECK(!tpu || !other, "Expected all tensors to be on the same device, but found at least two devices, ",
+              *tpu, " and ", *other, "! (in ", schema.name(),
+              schema.overload_name().empty() ? "" : "." + schema.overload_name(), ")");
+}
+
 // Meta results are a pure function of meta_key, so they are cached: the meta kernels of common
 // ops are Python functions costing tens of microseconds, more than the op itself.
 std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
@@ -364,10 +379,15 @@ std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op,
   auto result = std::make_shared<MetaResult>();
   for (size_t i = 0; i < args.size(); ++i) result->args.push_back(to_meta(plan.args[i], args[i]));
   result->returns = result->args;
-  if (entry.options.meta)
-    result->returns = entry.options.meta(schema, result->args);
-  else
-    op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
+  try {
+    if (entry.options.meta)
+      result->returns = entry.options.meta(schema, result->args);
+    else
+      op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
+  } catch (...) {  // c10::Error, or a Python meta kernel's exception
+    check_same_device(schema, args);  // a CPU tensor among meta ones: say so, as CUDA does
+    throw;
+  }
   check_inplace_result_fits(schema, result->args);
   std::lock_guard<std::mutex> lock(mu);
   if (cache.size() >= kMaxEntries) cache.clear();  // shapes are not repeating: start over

@@ -155,6 +155,11 @@ ScalarRangeChecks scalar_range_checks(const c10::FunctionSchema& schema) {
 void check_scalar_ranges(const ScalarRangeChecks& checks, const std::vector<c10::IValue>& args) {
   using C = ScalarRangeChecks::Checked;
   if (checks.args.empty() || !args[0].isTensor()) return;
+  // Small integers fit every dtype: the common calls (add's alpha=1) skip the promotion.
+  auto small = [&](size_t i) {
+    return !args[i].isScalar() || (args[i].isInt() && args[i].toInt() >= -128 && args[i].toInt() <= 127);
+  };
+  if (std::all_of(checks.args.begin(), checks.args.end(), small)) return;
   c10::ScalarType t = checks.target == ScalarRangeChecks::Target::kSelf ? args[0].toTensor().scalar_type()
                                                                          : result_type(args);
   bool integral = c10::isIntegralType(t, /*includeBool=*/true);

@@ -233,6 +233,17 @@ def test_scalars_that_overflow_the_dtype_raise_where_cpu_raises(op):
             torch.testing.assert_close(outcomes["tpu"], outcomes["cpu"], rtol=0, atol=0, msg=f"{dtype} {value}")
 
 
+def test_tensors_on_two_devices_get_cudas_error():
+    """A CPU tensor beside tpu ones: CUDA's "Expected all tensors to be on the same device" (the
+    message named meta tensors, which the user never made); CPU 0-d tensors are scalars."""
+    a, b = torch.ones(3, device="tpu"), torch.ones(3)
+    for fn in (lambda: a + b, lambda: b * a, lambda: torch.nn.Linear(3, 2)(a), lambda: torch.cat([a, b]),
+               lambda: torch.where(b > 0, a, a), lambda: a.index_select(0, torch.tensor([0, 1]))):
+        with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device, .* tpu:0 and cpu"):
+            fn()
+    torch.testing.assert_close((a + torch.tensor(2.0) * b[0]).cpu(), torch.full((3,), 3.0))
+
+
 def test_cpu_fallback_is_counted_and_can_be_an_error(monkeypatch):
     torchtpu.metrics.reset()
     x = tpu(torch.randn(4, 4))
