@@ -159,7 +159,7 @@ void check_scalar_ranges(const ScalarRangeChecks& checks, const std::vector<c10:
   auto small = [&](size_t i) {
     return !args[i].isScalar() || (args[i].isInt() && args[i].toInt() >= -128 && args[i].toInt() <= 127);
   };
-  if (std::all_of(checks.args.begin(), checks.args.end(), small)) return;
+  if (!checks.integer_powers && std::all_of(checks.args.begin(), checks.args.end(), small)) return;
   c10::ScalarType t = checks.target == ScalarRangeChecks::Target::kSelf ? args[0].toTensor().scalar_type()
                                                                          : result_type(args);
   bool integral = c10::isIntegralType(t, /*includeBool=*/true);
