@@ -255,29 +255,38 @@ Lowering simple(BinaryOp op) {
 }
 
 // CPU refuses to subtract bools (the meta kernels compute something).
-// CPU checks add's alpha against the result dtype; PyTorch's Python meta kernel raises ValueError
-// for a float alpha instead, and takes a bool alpha for any dtype.
-void check_alpha(const std::vector<c10::IValue>& args) {
-  if (args.size() < 3 || !args[2].isScalar()) return;
+// CPU's checks of add: an in-place result must be castable to self, alpha must suit the result
+// dtype. PyTorch's Python meta kernel words the first differently, raises ValueError for a float
+// alpha, and takes a bool alpha for any dtype.
+void check_alpha(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
   const at::Tensor& self = args[0].toTensor();
   c10::ScalarType t = args[1].isTensor() ? at::result_type(self, args[1].toTensor())
                                           : at::result_type(self, args[1].toScalar());
-  at::native::alpha_check(t, args[2].toScalar());
+  bool inplace = schema.name().back() == '_';
+  TORCH_CHECK(!inplace || c10::canCast(t, self.scalar_type()), "result type ", t,
+              " can't be cast to the desired output type ", self.scalar_type());
+  if (args.size() >= 3 && args[2].isScalar()) at::native::alpha_check(t, args[2].toScalar());
 }
 
-MetaFn no_bool_subtraction() {
-  return checked_meta([](const std::vector<c10::IValue>& args) {
-    auto is_bool = [](const c10::IValue& v) {
-      return v.isTensor() ? v.toTensor().scalar_type() == at::kBool : v.isScalar() && v.toScalar().isBoolean();
-    };
-    TORCH_CHECK(!is_bool(args[0]) || !is_bool(args[1]),
-                "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
-                "`logical_xor()` operator instead.");
-    TORCH_CHECK(!is_bool(args[0]) && !is_bool(args[1]),
-                "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
-                "a mask, use the `~` or `logical_not()` operator instead.");
-    check_alpha(args);
-  });
+// PyTorch's meta kernel for add/sub/rsub after CPU's checks (`check` for sub's bools).
+MetaFn add_meta(void (*check)(const std::vector<c10::IValue>&) = nullptr) {
+  return [check](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    if (check) check(args);
+    check_alpha(schema, args);
+    return meta_kernel(schema.name(), schema.overload_name(), args);
+  };
+}
+
+void no_bool_subtraction(const std::vector<c10::IValue>& args) {
+  auto is_bool = [](const c10::IValue& v) {
+    return v.isTensor() ? v.toTensor().scalar_type() == at::kBool : v.isScalar() && v.toScalar().isBoolean();
+  };
+  TORCH_CHECK(!is_bool(args[0]) || !is_bool(args[1]),
+              "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+              "`logical_xor()` operator instead.");
+  TORCH_CHECK(!is_bool(args[0]) && !is_bool(args[1]),
+              "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
+              "a mask, use the `~` or `logical_not()` operator instead.");
 }
 
 // PyTorch's meta kernels for the shift operators (x << s) refuse bool operands, which CPU shifts in
@@ -436,13 +445,13 @@ V next_after(LoweringContext& c) {
 TORCHTPU_LOWERINGS(binary) {
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
-  }, with_meta(checked_meta(check_alpha)));
+  }, with_meta(add_meta()));
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 0, 1)};
-  }, with_meta(no_bool_subtraction()));
+  }, with_meta(add_meta(no_bool_subtraction)));
   register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
-  }, with_meta(no_bool_subtraction()));
+  }, with_meta(add_meta(no_bool_subtraction)));
   register_with_variants("mul", {"Tensor", "Scalar"}, simple(BinaryOp::kMultiply));
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{divide(c, c.in_b(0), c.in_b(1))};

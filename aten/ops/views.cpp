@@ -1,8 +1,9 @@
 // Ops that change only metadata over a storage: views (sizes/strides/offset, exactly as on CPU, so
-// PyTorch's own kernels serve and the consuming op reads the data), resize_ and set_.
+// PyTorch's own kernels serve and the consuming op reads the data), resize_, set_ and is_set_to.
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -72,6 +73,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Tensor", set_source_tensor);
   m.impl("set_", set_empty);
+  m.impl("is_set_to", at::native::is_set_to);  // compares storages: a CPU fallback's copies never match
 }
 
 }  // namespace

@@ -233,6 +233,18 @@ def test_scalars_that_overflow_the_dtype_raise_where_cpu_raises(op):
             torch.testing.assert_close(outcomes["tpu"], outcomes["cpu"], rtol=0, atol=0, msg=f"{dtype} {value}")
 
 
+def test_is_set_to_and_in_place_promotion_errors_as_cpu():
+    """is_set_to ran on the CPU fallback, whose copies never share a storage (x.is_set_to(x) was
+    False); int.add_(float) raised with another message than CPU's."""
+    for device in ("cpu", "tpu"):
+        x = torch.ones(4, 4, device=device)
+        assert x.is_set_to(x) and x.is_set_to(x.view(16).view(4, 4))
+        assert not x.is_set_to(x[1:]) and not x.is_set_to(x.t()) and not x.is_set_to(x.clone())
+        for update in (lambda t: t.add_(1.5), lambda t: t[:, 0].sub_(torch.ones(3, device=device)), lambda t: t.add_(1, alpha=0.5)):
+            with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long|argument alpha must not"):
+                update(torch.arange(6, device=device).reshape(3, 2))
+
+
 def test_tensors_on_two_devices_get_cudas_error():
     """A CPU tensor beside tpu ones: CUDA's "Expected all tensors to be on the same device" (the
     message named meta tensors, which the user never made); CPU 0-d tensors are scalars."""
