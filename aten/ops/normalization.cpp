@@ -1,5 +1,5 @@
 // Normalization layers: batch norm (training and eval, running statistics updated in place),
-// group norm and layer norm, forward and backward. Statistics are computed in f32 for
+// group norm, layer norm and weight norm, forward and backward. Statistics are computed in f32 for
 // low-precision inputs.
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
@@ -257,6 +257,42 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("batch_norm_backward", new_batch_norm_backward);
 }
 
+// Every dimension of a rank-`rank` tensor but `dim`.
+std::vector<int64_t> all_but(int64_t rank, int64_t dim) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim) dims.push_back(d);
+  return dims;
+}
+
+// _weight_norm_interface(v, g, dim) -> (w, norms): w = v * (g / ||v||), the 2-norm over every
+// dimension but `dim` (the first or the last: PyTorch calls it for those), as CPU's kernel.
+V weight_norm(LoweringContext& c) {
+  Math m{c.b};
+  DType acc = accumulator(c.out().dtype);
+  Value v = cast(c.b, c.raw(0), acc), g = cast(c.b, c.raw(1), acc);
+  std::vector<int64_t> dims = all_but(v.type.rank(), wrap_dim(c.arg(2).toInt(), v.type.rank()));
+  Value norm = c.b.unary(UnaryOp::kSqrt, m.sum(m.square(v), dims));
+  Value scale = m.div(c.b.reshape(g, norm.type.dims), norm);
+  Value w = m.mul(v, m.expand_back(scale, v, dims));
+  return {cast(c.b, w, c.out(0).dtype), cast(c.b, c.b.reshape(norm, c.out(1).dims), c.out(1).dtype)};
+}
+
+// (grad_w, v, g, norms, dim) -> (grad_v, grad_g): with s = sum(grad_w * v) over the norm's
+// dimensions, grad_g = s / norm and grad_v = (g / norm) * (grad_w - v * s / norm^2), as CPU's.
+V weight_norm_backward(LoweringContext& c) {
+  Math m{c.b};
+  DType acc = accumulator(c.out().dtype);
+  Value gw = cast(c.b, c.raw(0), acc), v = cast(c.b, c.raw(1), acc);
+  std::vector<int64_t> dims = all_but(v.type.rank(), wrap_dim(c.arg(4).toInt(), v.type.rank()));
+  Value s = m.sum(m.mul(gw, v), dims);
+  Value norm = c.b.reshape(cast(c.b, c.raw(3), acc), s.type.dims), g = c.b.reshape(cast(c.b, c.raw(2), acc), s.type.dims);
+  Value grad_g = m.div(s, norm);
+  Value along = m.expand_back(m.div(s, m.mul(norm, norm)), v, dims);
+  Value grad_v = m.mul(m.expand_back(m.div(g, norm), v, dims), m.sub(gw, m.mul(v, along)));
+  return {cast(c.b, grad_v, c.out(0).dtype), cast(c.b, c.b.reshape(grad_g, c.out(1).dims), c.out(1).dtype)};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(normalization) {
@@ -295,6 +331,8 @@ TORCHTPU_LOWERINGS(normalization) {
   };
   register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm, layer_norm_dtypes);
   register_lowering({"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward);
+  register_lowering({"_weight_norm_interface", "_weight_norm_interface.out"}, weight_norm);
+  register_lowering({"_weight_norm_interface_backward", "_weight_norm_interface_backward.out"}, weight_norm_backward);
 }
 
 }  // namespace torchtpu::aten

@@ -797,3 +797,21 @@ def test_compute_linear_combination(dtype, no_fallbacks):
     torch.testing.assert_close(out.cpu(), got, rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="do not combine"):
         torch._compute_linear_combination(x.to("tpu"), coefficients[:, :3].to("tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_weight_norm_trains_as_cpu(dtype, no_fallbacks):
+    """nn.utils.parametrizations.weight_norm (wav2vec2's positional convolution, HiFi-GAN) ran
+    _weight_norm_interface and its backward on the CPU fallback."""
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    for dim in (0, 2):  # the first and the last dimension take the fused interface
+        results = {}
+        for device in ("cpu", "tpu"):
+            torch.manual_seed(0)
+            conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3), dim=dim).to(dtype).to(device)
+            y = conv(torch.randn(2, 4, 7).to(dtype).to(device))
+            y.pow(2).sum().backward()
+            weight = conv.parametrizations.weight
+            results[device] = [y.detach().cpu(), weight.original0.grad.cpu(), weight.original1.grad.cpu()]
+        for actual, expected in zip(results["tpu"], results["cpu"]):
+            torch.testing.assert_close(actual, expected, **tol)
