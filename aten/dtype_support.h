@@ -1,10 +1,10 @@
 // The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (abs of bool, sign of
-// complex, ...): tpu raises CPU's error for them instead of computing something CPU never would.
+// complex, ...), and the Scalars they refuse to convert (300 to int8): tpu raises CPU's error for
+// them instead of computing something CPU never would.
 #pragma once
 
-#include <ATen/core/ivalue.h>
-
 #include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
 
 #include <string>
 #include <vector>

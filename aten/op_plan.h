@@ -55,9 +55,9 @@ struct OpPlan {
       has_index_list |= args.back().kind == ArgKind::kIndexList;
     }
     for (const c10::Argument& r : schema.returns()) aliased_returns.push_back(r.alias_info() != nullptr);
+    scalar_ranges = scalar_range_checks(schema);
     static const std::vector<std::string> bit_aware = {"dot", "vdot", "mm", "addmm", "addmm_", "bmm",
                                                        "baddbmm", "baddbmm_", "linalg_solve_triangular"};
-    scalar_ranges = scalar_range_checks(schema);
     sees_conjugate_bits = std::find(bit_aware.begin(), bit_aware.end(), schema.name().substr(6)) != bit_aware.end();
   }
 
