@@ -190,15 +190,28 @@ _decoder("gemma2", "Gemma2Config", "Gemma2ForCausalLM", head_dim=8, sliding_wind
 _decoder("qwen3", "Qwen3Config", "Qwen3ForCausalLM", head_dim=8)
 _decoder("mixtral", "MixtralConfig", "MixtralForCausalLM", num_local_experts=4,
          num_experts_per_tok=2)
+_decoder("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", num_experts=4, num_experts_per_tok=2,
+         moe_intermediate_size=32, shared_expert_intermediate_size=32)
+_decoder("phi3", "Phi3Config", "Phi3ForCausalLM")
+_decoder("phi", "PhiConfig", "PhiForCausalLM", resid_pdrop=0.0, embd_pdrop=0.0)
+_decoder("olmo", "OlmoConfig", "OlmoForCausalLM")
+_decoder("cohere", "CohereConfig", "CohereForCausalLM")
+_decoder("starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM", residual_dropout=0.0, embedding_dropout=0.0)
+_decoder("stablelm", "StableLmConfig", "StableLmForCausalLM")
+_decoder("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM", hidden_dropout=0.0)
+_decoder("falcon", "FalconConfig", "FalconForCausalLM", hidden_dropout=0.0)
+_decoder("mamba", "MambaConfig", "MambaForCausalLM", state_size=8)  # a state-space model, no attention
 
 
-def _bert():
-    import transformers
-    cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                                  num_attention_heads=4, intermediate_size=64,
-                                  max_position_embeddings=64, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0, pad_token_id=PAD)
-    return transformers.BertForMaskedLM(cfg)
+def _encoder(name, config_cls, model_cls, **extra):
+    def build():
+        import transformers
+        kw = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0, pad_token_id=PAD)
+        kw.update(extra)
+        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
+    _register(Spec(name, "HF encoder", build, _masked_batch, _hf_loss))
 
 
 def _roberta():
@@ -211,8 +224,13 @@ def _roberta():
     return transformers.RobertaForMaskedLM(cfg)
 
 
-_register(Spec("bert", "HF encoder", _bert, _masked_batch, _hf_loss))
+_encoder("bert", "BertConfig", "BertForMaskedLM")
 _register(Spec("roberta", "HF encoder", _roberta, lambda s: _masked_batch(s, pad=1), _hf_loss))
+_encoder("albert", "AlbertConfig", "AlbertForMaskedLM", embedding_size=16)
+_encoder("electra", "ElectraConfig", "ElectraForMaskedLM", embedding_size=32)
+_encoder("deberta_v2", "DebertaV2Config", "DebertaV2ForMaskedLM")
+_encoder("distilbert", "DistilBertConfig", "DistilBertForMaskedLM", dim=32, n_layers=2, n_heads=4,
+         hidden_dim=64, dropout=0.0, attention_dropout=0.0)
 
 
 def _t5():
