@@ -254,7 +254,6 @@ Lowering simple(BinaryOp op) {
   return [op](LoweringContext& c) { return V{bin(c, op, c.in_b(0), c.in_b(1))}; };
 }
 
-// CPU refuses to subtract bools (the meta kernels compute something).
 // CPU's checks of add: an in-place result must be castable to self, alpha must suit the result
 // dtype. PyTorch's Python meta kernel words the first differently, raises ValueError for a float
 // alpha, and takes a bool alpha for any dtype.
@@ -277,6 +276,7 @@ MetaFn add_meta(void (*check)(const std::vector<c10::IValue>&) = nullptr) {
   };
 }
 
+// CPU refuses to subtract bools (the meta kernels compute something).
 void no_bool_subtraction(const std::vector<c10::IValue>& args) {
   auto is_bool = [](const c10::IValue& v) {
     return v.isTensor() ? v.toTensor().scalar_type() == at::kBool : v.isScalar() && v.toScalar().isBoolean();
