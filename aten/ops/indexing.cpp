@@ -482,10 +482,7 @@ TORCHTPU_LOWERINGS(indexing) {
     std::vector<int64_t> slice = self.type.dims, out = self.type.dims;
     slice[dim] = 1;
     out[dim] = idx.type.dims[0];
-    std::vector<int64_t> offset;
-    for (int64_t d = 0; d < rank; ++d)
-      if (d != dim) offset.push_back(d);
-    return V{c.b.gather(self, idx, {offset, {dim}, {dim}, 1}, slice, out)};
+    return V{c.b.gather(self, idx, {dims_except(rank, dim), {dim}, {dim}, 1}, slice, out)};
   }, index_select_options());
   register_lowering({"gather", "gather.out"}, [](LoweringContext& c) {
     Value self = c.raw(0), index = c.raw(2);

@@ -106,23 +106,32 @@ inline hlo::Value all_true(hlo::Builder& b, const hlo::Value& pred) {
   return b.reduce({pred}, {b.constant(1, {DType::kBool, {}})}, all, combine_with(hlo::BinaryOp::kAnd))[0];
 }
 
-// True (a 0-d bool) when every (already wrapped) index lies in [0, size): a device-side check.
+// Elementwise: the (already wrapped) index lies in [0, size).
+inline hlo::Value in_range(hlo::Builder& b, const hlo::Value& index, int64_t size) {
+  return b.binary(hlo::BinaryOp::kAnd, b.compare(hlo::Compare::kGE, index, b.constant(0, index.type)),
+                  b.compare(hlo::Compare::kLT, index, b.constant_int(size, index.type)));
+}
+
+// True (a 0-d bool) when every index lies in [0, size): a device-side check.
 inline hlo::Value all_in_range(hlo::Builder& b, const hlo::Value& index, int64_t size) {
-  using hlo::BinaryOp;
-  using hlo::Compare;
-  return all_true(b, b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, index, b.constant(0, index.type)),
-                              b.compare(Compare::kLT, index, b.constant_int(size, index.type))));
+  return all_true(b, in_range(b, index, size));
+}
+
+// Every dimension of a rank-`rank` tensor but `dim`.
+inline std::vector<int64_t> dims_except(int64_t rank, int64_t dim) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim) dims.push_back(d);
+  return dims;
 }
 
 // Gathers x along dim at the given (s64, 1-D) source positions.
 inline hlo::Value take_along(hlo::Builder& b, const hlo::Value& x, int64_t dim, const hlo::Value& positions) {
   int64_t n = positions.type.dims[0];
-  std::vector<int64_t> slice = x.type.dims, out = x.type.dims, offset;
+  std::vector<int64_t> slice = x.type.dims, out = x.type.dims;
   slice[dim] = 1;
   out[dim] = n;
-  for (int64_t d = 0; d < x.type.rank(); ++d)
-    if (d != dim) offset.push_back(d);
-  return b.gather(x, b.reshape(positions, {n, 1}), {offset, {dim}, {dim}, 1}, slice, out);
+  return b.gather(x, b.reshape(positions, {n, 1}), {dims_except(x.type.rank(), dim), {dim}, {dim}, 1}, slice, out);
 }
 
 // for (i = 0; i < count; ++i) carried = body(i, carried) as one stablehlo.while, so a program

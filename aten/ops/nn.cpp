@@ -62,10 +62,8 @@ Value class_mask(LoweringContext& c, const Value& target, const std::vector<int6
 // Every target is a class or ignore_index: CPU raises IndexError, CUDA asserts on the device.
 void check_targets(LoweringContext& c, const Value& target, int64_t classes, int64_t ignore_index) {
   Value t = cast(c.b, target, DType::kS64);
-  Value in_range = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, t, c.b.constant(0, t.type)),
-                              c.b.compare(Compare::kLT, t, c.b.constant_int(classes, t.type)));
   Value ignored = c.b.compare(Compare::kEQ, t, c.b.constant_int(ignore_index, t.type));
-  c.check_on_device(all_true(c.b, c.b.binary(BinaryOp::kOr, in_range, ignored)));
+  c.check_on_device(all_true(c.b, c.b.binary(BinaryOp::kOr, in_range(c.b, t, classes), ignored)));
 }
 
 V nll_loss_forward(LoweringContext& c) {

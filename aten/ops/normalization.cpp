@@ -257,21 +257,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("batch_norm_backward", new_batch_norm_backward);
 }
 
-// Every dimension of a rank-`rank` tensor but `dim`.
-std::vector<int64_t> all_but(int64_t rank, int64_t dim) {
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < rank; ++d)
-    if (d != dim) dims.push_back(d);
-  return dims;
-}
-
 // _weight_norm_interface(v, g, dim) -> (w, norms): w = v * (g / ||v||), the 2-norm over every
 // dimension but `dim` (the first or the last: PyTorch calls it for those), as CPU's kernel.
 V weight_norm(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
   Value v = cast(c.b, c.raw(0), acc), g = cast(c.b, c.raw(1), acc);
-  std::vector<int64_t> dims = all_but(v.type.rank(), wrap_dim(c.arg(2).toInt(), v.type.rank()));
+  std::vector<int64_t> dims = dims_except(v.type.rank(), wrap_dim(c.arg(2).toInt(), v.type.rank()));
   Value norm = c.b.unary(UnaryOp::kSqrt, m.sum(m.square(v), dims));
   Value scale = m.div(c.b.reshape(g, norm.type.dims), norm);
   Value w = m.mul(v, m.expand_back(scale, v, dims));
@@ -284,7 +276,7 @@ V weight_norm_backward(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
   Value gw = cast(c.b, c.raw(0), acc), v = cast(c.b, c.raw(1), acc);
-  std::vector<int64_t> dims = all_but(v.type.rank(), wrap_dim(c.arg(4).toInt(), v.type.rank()));
+  std::vector<int64_t> dims = dims_except(v.type.rank(), wrap_dim(c.arg(4).toInt(), v.type.rank()));
   Value s = m.sum(m.mul(gw, v), dims);
   Value norm = c.b.reshape(cast(c.b, c.raw(3), acc), s.type.dims), g = c.b.reshape(cast(c.b, c.raw(2), acc), s.type.dims);
   Value grad_g = m.div(s, norm);

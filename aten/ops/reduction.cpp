@@ -519,10 +519,7 @@ TORCHTPU_LOWERINGS(reduction) {
     DType acc = accumulator(c.out().dtype);
     Value x = c.in_as(0, acc);
     int64_t dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
-    std::vector<int64_t> others;
-    for (int64_t d = 0; d < x.type.rank(); ++d)
-      if (d != dim) others.push_back(d);
-    Value norm = m.vector_norm(x, others, c.arg(1).toScalar().toDouble(), acc);
+    Value norm = m.vector_norm(x, dims_except(x.type.rank(), dim), c.arg(1).toScalar().toDouble(), acc);
     Value maxnorm = c.b.broadcast_in_dim(c.in_as(3, acc), norm.type.dims, {});
     Value factor = c.b.select(c.b.compare(Compare::kGT, norm, maxnorm), m.div(maxnorm, m.add(norm, m.k(1e-7, norm))),
                               m.k(1, norm));

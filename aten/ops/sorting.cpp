@@ -40,9 +40,7 @@ std::pair<Value, Value> sort_along(LoweringContext& c, const Value& x, int64_t d
 // Each slice's element at position `k` (one per slice: the slice dims without `dim`) of the
 // sorted values along `dim`, with its index before sorting.
 std::pair<Value, Value> pick(hlo::Builder& b, const Value& sorted, const Value& order, int64_t dim, const Value& k) {
-  std::vector<int64_t> kept;
-  for (int64_t d = 0; d < sorted.type.rank(); ++d)
-    if (d != dim) kept.push_back(d);
+  std::vector<int64_t> kept = dims_except(sorted.type.rank(), dim);
   hlo::TensorType positions{DType::kS64, sorted.type.dims};
   Value at_k = b.compare(Compare::kEQ, b.iota(positions, dim), b.broadcast_in_dim(k, sorted.type.dims, kept));
   auto sum = [&](const Value& v) {
