@@ -7,6 +7,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -61,20 +62,34 @@ void for_each_tensor(const c10::IValue& v, F&& f) {
   }
 }
 
-c10::IValue to_meta(const ArgPlan& arg, const c10::IValue& v) {
-  if (v.isTensor()) return to_meta(v.toTensor());
+// A zeroed CPU tensor of t's geometry: zeros, so that a kernel's checks of values meet valid ones.
+at::Tensor to_cpu_stand_in(const at::Tensor& t) {
+  if (!t.defined() || !on_tpu(t)) return t;
+  int64_t span = t.numel() > 0;
+  for (int64_t d = 0; d < t.dim() && span; ++d) span += (t.size(d) - 1) * t.stride(d);
+  return at::zeros({span}, t.options().device(c10::kCPU)).as_strided(t.sizes(), t.strides());
+}
+
+// v with f applied to each of its tensors (a Tensor, Tensor[] or Tensor?[]).
+template <typename F>
+c10::IValue map_tensors(const ArgPlan& arg, const c10::IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
   if (v.isTensorList()) {
     c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(to_meta(t));
+    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(f(t));
     return out;
   }
   if (arg.tensor_list() && v.isList()) {
     c10::List<std::optional<at::Tensor>> out;
     for (const c10::IValue& e : v.toListRef())
-      out.push_back(e.isTensor() ? std::optional<at::Tensor>(to_meta(e.toTensor())) : std::nullopt);
+      out.push_back(e.isTensor() ? std::optional<at::Tensor>(f(e.toTensor())) : std::nullopt);
     return out;
   }
   return v;
+}
+
+c10::IValue to_meta(const ArgPlan& arg, const c10::IValue& v) {
+  return map_tensors(arg, v, [](const at::Tensor& t) { return to_meta(t); });
 }
 
 void append_key(std::string& key, const c10::IValue& v) {
@@ -361,6 +376,33 @@ void check_same_device(const c10::FunctionSchema& schema, const std::vector<c10:
               schema.overload_name().empty() ? "" : "." + schema.overload_name(), ")");
 }
 
+// CPU's error for arguments PyTorch's meta kernel rejects, which words many errors differently
+// ("a and b must have same reduction dim" where CPU and CUDA say "mat1 and mat2 shapes cannot be
+// multiplied (2x3 and 4x5)"): the op runs on zeroed CPU stand-ins of its arguments. Only ATen's
+// ops (a collective's CPU kernel would talk to the process group), with arguments of a few MB,
+// and never a random op (it would draw from CPU's generator); returns when CPU has no kernel or
+// accepts the arguments.
+void raise_cpu_error(const c10::OperatorHandle& op, const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  constexpr int64_t kMaxBytes = 64 << 20;
+  const auto& schema_args = op.schema().arguments();
+  bool random = std::any_of(schema_args.begin(), schema_args.end(), [](const c10::Argument& a) {
+    c10::TypePtr t = a.type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    return t->kind() == c10::TypeKind::GeneratorType;
+  });
+  int64_t bytes = 0;
+  for (const c10::IValue& a : args)
+    for_each_tensor(a, [&](const at::Tensor& t) { bytes += t.defined() ? t.nbytes() : 0; });
+  bool aten = op.schema().name().rfind("aten::", 0) == 0;
+  if (!aten || random || bytes > kMaxBytes || !op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return;
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < args.size(); ++i) {
+    bool tpu_device = args[i].isDevice() && args[i].toDevice().type() == c10::DeviceType::PrivateUse1;
+    stack.push_back(tpu_device ? c10::IValue(c10::Device(c10::kCPU)) : map_tensors(plan.args[i], args[i], to_cpu_stand_in));
+  }
+  op.callBoxed(stack);  // below autograd, as this kernel is: to the CPU kernel
+}
+
 // Meta results are a pure function of meta_key, so they are cached: the meta kernels of common
 // ops are Python functions costing tens of microseconds, more than the op itself.
 std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
@@ -386,6 +428,7 @@ std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op,
       op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
   } catch (...) {  // c10::Error, or a Python meta kernel's exception
     check_same_device(schema, args);  // a CPU tensor among meta ones: say so, as CUDA does
+    raise_cpu_error(op, plan, args);
     throw;
   }
   check_inplace_result_fits(schema, result->args);

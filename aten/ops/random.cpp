@@ -372,7 +372,25 @@ V bernoulli_float(LoweringContext& c) {  // (self, p, generator)
 
 V bernoulli_tensor(LoweringContext& c, size_t p_arg) {
   Value u = uniforms(c, 1)[0];
-  return {c.b.compare(Compare::kLT, u, broadcast_to(c.b, cast(c.b, c.raw(p_arg), u.type.dtype), u.type.dims))};
+  Value p = cast(c.b, c.raw(p_arg), u.type.dtype);
+  c.check_on_device(all_true(c.b, c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, p, c.full(0, p)),
+                                             c.b.compare(Compare::kLE, p, c.full(1, p)))));  // NaN fails too
+  return {c.b.compare(Compare::kLT, u, broadcast_to(c.b, p, u.type.dims))};
+}
+
+// CPU's checks that probabilities lie in [0, 1]: a float p's on the host, a tensor's on the device.
+LoweringOptions probability_checked(bool tensor_p) {
+  LoweringOptions o = random_op();
+  if (tensor_p) {
+    o.device_check = "Expected p_in >= 0 && p_in <= 1 to be true, but got false.";
+    o.device_check_runtime_error = true;
+    return o;
+  }
+  o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
+    double p = args[1].toDouble();
+    TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  });
+  return o;
 }
 
 V exponential(LoweringContext& c) {  // (self, lambd, generator)
@@ -472,11 +490,12 @@ TORCHTPU_LOWERINGS(random) {
   register_lowering({"random_.from", "random.from", "random.from_out"}, random_from, nonempty_range(1, 2));
   register_lowering({"random_.to", "random.to", "random.to_out"}, random_to, nonempty_range(-1, 1));
   register_lowering({"random_", "random", "random.out"}, random_full, random_op());
-  register_lowering({"bernoulli_.float", "bernoulli.p", "bernoulli.float_out"}, bernoulli_float, random_op());
+  register_lowering({"bernoulli_.float", "bernoulli.p", "bernoulli.float_out"}, bernoulli_float,
+                    probability_checked(false));
   register_lowering({"bernoulli", "bernoulli.out"}, [](LoweringContext& c) { return bernoulli_tensor(c, 0); },
-                    random_op());
+                    probability_checked(true));
   register_lowering({"bernoulli_.Tensor", "bernoulli.Tensor", "bernoulli.Tensor_out"},
-                    [](LoweringContext& c) { return bernoulli_tensor(c, 1); }, random_op());
+                    [](LoweringContext& c) { return bernoulli_tensor(c, 1); }, probability_checked(true));
   register_lowering({"exponential_", "exponential", "exponential.out"}, exponential, random_op());
   register_lowering({"log_normal_", "log_normal", "log_normal.out"}, log_normal, random_op());
   LoweringOptions shaped_random = random_op();  // PyTorch has no meta kernels for these two

@@ -256,6 +256,44 @@ def test_tensors_on_two_devices_get_cudas_error():
     torch.testing.assert_close((a + torch.tensor(2.0) * b[0]).cpu(), torch.full((3,), 3.0))
 
 
+SHAPE_ERRORS = {
+    "matmul": lambda d: torch.ones(2, 3, device=d) @ torch.ones(4, 5, device=d),
+    "linear": lambda d: F.linear(torch.ones(2, 3, device=d), torch.ones(4, 5, device=d)),
+    "broadcast": lambda d: torch.ones(2, 3, device=d) + torch.ones(4, device=d),
+    "conv channels": lambda d: F.conv2d(torch.ones(1, 3, 5, 5, device=d), torch.ones(2, 4, 3, 3, device=d)),
+    "cat": lambda d: torch.cat([torch.ones(2, 3, device=d), torch.ones(2, 4, device=d)]),
+    "out dtype": lambda d: torch.sqrt(torch.ones(2, device=d), out=torch.empty(2, dtype=torch.long, device=d)),
+    "class weights": lambda d: F.nll_loss(torch.ones(3, 5, device=d), torch.zeros(3, dtype=torch.long, device=d),
+                                          weight=torch.ones(4, device=d)),
+    "bmm batch": lambda d: torch.bmm(torch.ones(2, 3, 4, device=d), torch.ones(3, 4, 5, device=d)),
+}
+
+
+@pytest.mark.parametrize("case", SHAPE_ERRORS, ids=list(SHAPE_ERRORS))
+def test_bad_shapes_give_cpus_error(case):
+    """PyTorch's meta kernels word many errors differently from CPU and CUDA ("a and b must have
+    same reduction dim" for "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)", "Invalid
+    channel dimensions", an AssertionError for class weights): tpu gives CPU's exception."""
+    fn = SHAPE_ERRORS[case]
+    errors = []
+    for device in ("cpu", "tpu"):
+        with pytest.raises(Exception) as info:
+            fn(device)
+        errors.append((type(info.value), str(info.value)))
+    assert errors[1] == errors[0]
+
+
+def test_probabilities_outside_0_1_raise_as_on_cpu():
+    """bernoulli with p > 1 or NaN returned ones where CPU raises."""
+    for fn in (lambda d: torch.empty(2, device=d).bernoulli_(1.5), lambda d: torch.bernoulli(torch.ones(2, device=d), -0.5),
+               lambda d: torch.bernoulli(torch.tensor([0.5, 1.5], device=d)).cpu(),
+               lambda d: torch.empty(2, device=d).bernoulli_(torch.tensor([float("nan")], device=d)).cpu()):
+        for device in ("cpu", "tpu"):
+            with pytest.raises(RuntimeError, match=r"p to be in \[0, 1\]|Expected p_in >= 0 && p_in <= 1"):
+                fn(device)
+    assert torch.bernoulli(torch.tensor([0.0, 1.0], device="tpu")).cpu().tolist() == [0.0, 1.0]
+
+
 def test_cpu_fallback_is_counted_and_can_be_an_error(monkeypatch):
     torchtpu.metrics.reset()
     x = tpu(torch.randn(4, 4))
