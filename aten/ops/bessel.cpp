@@ -89,7 +89,8 @@ Value bessel_i(Builder& b, const Value& x, int order, bool scaled) {
   Value big = b.select(small, m.k(2 * kISeriesLimit, ax), ax);  // keeps the unused branch finite
   std::vector<double> c = hankel_coefficients(order, kIAsymptoticTerms);
   for (size_t k = 1; k < c.size(); k += 2) c[k] = -c[k];
-  Value tail = m.div(polynomial(m, m.div(m.k(1, big), big), c), b.unary(UnaryOp::kSqrt, m.mul(big, m.k(2 * M_PI, big))));
+  Value root = m.mul(b.unary(UnaryOp::kSqrt, big), m.k(std::sqrt(2 * M_PI), big));  // 2 pi x would overflow first
+  Value tail = m.div(polynomial(m, m.div(m.k(1, big), big), c), root);
   if (!scaled) tail = m.mul(tail, b.unary(UnaryOp::kExponential, big));
   if (order == 1) tail = odd(b, x, tail);
   return b.select(is_nan(b, x), x, b.select(small, series, tail));

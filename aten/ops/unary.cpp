@@ -58,8 +58,8 @@ Value exp_of_square(Ops& o, const Value& x) {
   Value high = o.sub(scaled, o.sub(scaled, x)), low = o.sub(x, high);
   Value square = o.mul(x, x);
   Value error = o.add(o.add(o.sub(o.mul(high, high), square), o.mul(o.mul(o.k(2, x), high), low)), o.mul(low, low));
-  error = o.sel(o.u(UnaryOp::kIsFinite, error), error, o.k(0, error));  // x = +-inf: no correction
-  return o.mul(o.u(UnaryOp::kExponential, square), o.add(o.k(1, x), error));
+  Value e = o.u(UnaryOp::kExponential, square);
+  return o.sel(o.u(UnaryOp::kIsFinite, e), o.mul(e, o.add(o.k(1, x), error)), e);  // inf beyond: no correction
 }
 
 // erfcx(x) = exp(x^2) erfc(x): that product below |x| = 2; from 2 on, erfc's continued fraction
@@ -83,9 +83,34 @@ Value erfcx(Ops& o, const Value& x) {
     return V{s[0], m.mul(s[1], delta), c, d, k, m.b.unary(UnaryOp::kAbs, m.sub(delta, m.k(1, delta)))};
   });
   Value fraction = o.div(o.k(1, z), o.mul(cf[1], o.k(std::sqrt(M_PI), z)));
-  Value positive = o.sel(near, product, o.sel(o.b.compare(Compare::kEQ, ax, o.k(INFINITY, ax)), o.k(0, ax), fraction));
+  // From 1e9 on (and at inf) the fraction's first term, 1 / (x sqrt(pi)), is exact to 1e-18; the
+  // iteration's x * x terms would overflow.
+  Value first_term = o.div(o.k(1 / std::sqrt(M_PI), ax), ax);
+  Value positive = o.sel(near, product, o.sel(o.gt(ax, o.k(1e9, ax)), first_term, fraction));
   Value negative = o.sub(o.mul(o.k(2, x), exp_of_square(o, ax)), positive);
   return o.sel(o.b.compare(Compare::kLT, x, o.k(0, x)), negative, positive);
+}
+
+// sign(x) as CPU's and CUDA's (0 < x) - (x < 0): NaN and -0.0 give 0. Complex numbers: x / |x|.
+V sign(LoweringContext& c) {
+  Value x = c.raw(0);
+  if (is_complex(x.type.dtype)) return {c.b.unary(UnaryOp::kSign, x)};
+  if (x.type.dtype == DType::kBool) return {x};
+  Value r = opmath(c, 0), zero = c.b.constant(0, r.type);
+  auto indicator = [&](const Value& p) { return c.b.convert(p, r.type.dtype); };
+  return {c.b.binary(BinaryOp::kSubtract, indicator(c.b.compare(Compare::kGT, r, zero)),
+                     indicator(c.b.compare(Compare::kLT, r, zero)))};
+}
+
+// erf; in float32 XLA's approximation stops 3 ulps short of +-1 (0.99999982 from |x| = 3.9 on,
+// which 1 + erf(x), as in special.ndtr, turns into 9e-8 at -inf): from where erf(x) rounds to +-1
+// (|x| > 3.9192), +-1.
+V erf(LoweringContext& c) {
+  Ops o(c);
+  Value x = opmath(c, 0), e = o.u(UnaryOp::kErf, x);
+  if (x.type.dtype != DType::kF32) return {e};
+  Value one = o.sel(o.b.compare(Compare::kLT, x, o.k(0, x)), o.k(-1, x), o.k(1, x));
+  return {o.sel(o.b.compare(Compare::kGT, o.u(UnaryOp::kAbs, x), o.k(3.9192, x)), one, e)};
 }
 
 // frexp(x) -> (mantissa, exponent) with x = mantissa 2^exponent, 0.5 <= |mantissa| < 1 (0, inf
@@ -234,14 +259,15 @@ TORCHTPU_LOWERINGS(unary) {
                   {"tanh", UnaryOp::kTanh}, {"asin", UnaryOp::kAsin}, {"acos", UnaryOp::kAcos},
                   {"atan", UnaryOp::kAtan}, {"sinh", UnaryOp::kSinh}, {"cosh", UnaryOp::kCosh},
                   {"asinh", UnaryOp::kAsinh}, {"acosh", UnaryOp::kAcosh}, {"atanh", UnaryOp::kAtanh},
-                  {"sigmoid", UnaryOp::kLogistic}, {"erf", UnaryOp::kErf}, {"erfc", UnaryOp::kErfc},
+                  {"sigmoid", UnaryOp::kLogistic}, {"erfc", UnaryOp::kErfc},
                   {"erfinv", UnaryOp::kErfInv}, {"lgamma", UnaryOp::kLgamma},
                   {"ceil", UnaryOp::kCeil}, {"floor", UnaryOp::kFloor},
                   {"round", UnaryOp::kRoundNearestEven}, {"bitwise_not", UnaryOp::kNot}})
     register_with_variants(e.name, {""}, unary(e.op));
 
-  register_with_variants("sign", {""}, unary(UnaryOp::kSign));
-  register_with_variants("sgn", {""}, unary(UnaryOp::kSign));
+  register_with_variants("sign", {""}, sign);
+  register_with_variants("erf", {""}, erf);
+  register_with_variants("sgn", {""}, sign);
   register_with_variants("trunc", {""}, formula([](Ops& o, const Value& x) {
     return o.sel(o.gt(x, o.k(0, x)), o.u(UnaryOp::kFloor, x), o.u(UnaryOp::kCeil, x));
   }));
