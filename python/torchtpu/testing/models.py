@@ -44,6 +44,7 @@ import argparse
 import copy
 import datetime
 import difflib
+import functools
 import json
 import math
 import os
@@ -201,6 +202,44 @@ _decoder("stablelm", "StableLmConfig", "StableLmForCausalLM")
 _decoder("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM", hidden_dropout=0.0)
 _decoder("falcon", "FalconConfig", "FalconForCausalLM", hidden_dropout=0.0)
 _decoder("mamba", "MambaConfig", "MambaForCausalLM", state_size=8)  # a state-space model, no attention
+_decoder("opt", "OPTConfig", "OPTForCausalLM", ffn_dim=64, word_embed_proj_dim=32, dropout=0.0,
+         activation_dropout=0.0, layerdrop=0.0)
+_decoder("bloom", "BloomConfig", "BloomForCausalLM", n_layer=2, n_head=4, hidden_dropout=0.0)  # ALiBi
+_decoder("biogpt", "BioGptConfig", "BioGptForCausalLM", hidden_dropout_prob=0.0,
+         attention_probs_dropout_prob=0.0, activation_dropout=0.0, layerdrop=0.0)
+_decoder("persimmon", "PersimmonConfig", "PersimmonForCausalLM", hidden_dropout=0.0, num_key_value_heads=4)
+_decoder("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM", head_dim=8, sliding_window=8,
+         query_pre_attn_scalar=8)
+_decoder("granite", "GraniteConfig", "GraniteForCausalLM")
+_decoder("olmo2", "Olmo2Config", "Olmo2ForCausalLM")
+_decoder("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", head_dim=8, num_experts=4,
+         num_experts_per_tok=2, moe_intermediate_size=32)
+
+
+def _gpt_style(name, config_cls, model_cls, **extra):
+    """Decoders configured with GPT-2's key names (n_embd, n_layer, n_head, n_positions)."""
+    def build():
+        import transformers
+        kw = dict(_lm_common(), n_embd=32, n_layer=2, n_head=4, n_positions=64, n_inner=64,
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        kw.update(extra)
+        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
+    _register(Spec(name, "HF decoder", build, _causal_batch, _hf_loss, generate=_causal_generate))
+
+
+_gpt_style("gptj", "GPTJConfig", "GPTJForCausalLM", rotary_dim=4)
+_gpt_style("codegen", "CodeGenConfig", "CodeGenForCausalLM", rotary_dim=4, n_ctx=64)
+_gpt_style("gpt_bigcode", "GPTBigCodeConfig", "GPTBigCodeForCausalLM", multi_query=True)
+
+
+def _mpt():
+    import transformers
+    cfg = transformers.MptConfig(d_model=32, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=64,
+                                 resid_pdrop=0.0, emb_pdrop=0.0, attn_config={"attn_pdrop": 0}, **_lm_common())
+    return transformers.MptForCausalLM(cfg)
+
+
+_register(Spec("mpt", "HF decoder", _mpt, _causal_batch, _hf_loss, generate=_causal_generate))
 
 
 def _encoder(name, config_cls, model_cls, **extra):
@@ -231,6 +270,37 @@ _encoder("electra", "ElectraConfig", "ElectraForMaskedLM", embedding_size=32)
 _encoder("deberta_v2", "DebertaV2Config", "DebertaV2ForMaskedLM")
 _encoder("distilbert", "DistilBertConfig", "DistilBertForMaskedLM", dim=32, n_layers=2, n_heads=4,
          hidden_dim=64, dropout=0.0, attention_dropout=0.0)
+_encoder("bigbird", "BigBirdConfig", "BigBirdForMaskedLM", attention_type="original_full")
+_encoder("convbert", "ConvBertConfig", "ConvBertForMaskedLM", embedding_size=32, head_ratio=2,
+         conv_kernel_size=3)
+_encoder("roformer", "RoFormerConfig", "RoFormerForMaskedLM", embedding_size=32)
+
+
+def _configured(name, family, config_cls, model_cls, batch, **kw):
+    """A model built from its config's own key names."""
+    def build():
+        import transformers
+        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
+    _register(Spec(name, family, build, batch, _hf_loss))
+
+
+_ROBERTA_LIKE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64 + 2, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+_pad1 = functools.partial(_masked_batch, pad=1)
+_configured("xlm_roberta", "HF encoder", "XLMRobertaConfig", "XLMRobertaForMaskedLM", _pad1, **_ROBERTA_LIKE)
+_configured("mpnet", "HF encoder", "MPNetConfig", "MPNetForMaskedLM", _pad1, **_ROBERTA_LIKE)
+_configured("longformer", "HF encoder", "LongformerConfig", "LongformerForMaskedLM", _pad1, attention_window=4,
+            **_ROBERTA_LIKE)
+_configured("esm", "HF encoder", "EsmConfig", "EsmForMaskedLM", _pad1, mask_token_id=3,
+            position_embedding_type="rotary",
+            **{k: v for k, v in _ROBERTA_LIKE.items() if k not in ("bos_token_id", "eos_token_id")})
+_configured("funnel", "HF encoder", "FunnelConfig", "FunnelForMaskedLM", _masked_batch, vocab_size=VOCAB,
+            block_sizes=[1, 1], num_decoder_layers=1, d_model=32, n_head=4, d_head=8, d_inner=64,
+            hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD)
+_configured("xlnet", "HF encoder", "XLNetConfig", "XLNetLMHeadModel", _masked_batch, vocab_size=VOCAB,
+            d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0, pad_token_id=PAD, bos_token_id=BOS,
+            eos_token_id=EOS)
 
 
 def _t5():
@@ -242,20 +312,25 @@ def _t5():
     return transformers.T5ForConditionalGeneration(cfg)
 
 
-def _bart():
-    import transformers
-    cfg = transformers.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
-                                  encoder_attention_heads=4, decoder_attention_heads=4,
-                                  encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                                  dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                                  pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
-                                  decoder_start_token_id=EOS, forced_eos_token_id=None)
-    return transformers.BartForConditionalGeneration(cfg)
+def _bart_like(name, config_cls, model_cls, **extra):
+    """BART and its relatives (mBART, Marian, Pegasus), configured with BART's key names."""
+    def build():
+        import transformers
+        kw = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                  decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+                  activation_dropout=0.0, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
+                  decoder_start_token_id=EOS, forced_eos_token_id=None)
+        kw.update(extra)
+        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
+    _register(Spec(name, "HF encoder-decoder", build, _seq2seq_batch, _hf_loss, generate=_seq2seq_generate))
 
 
 _register(Spec("t5", "HF encoder-decoder", _t5, _seq2seq_batch, _hf_loss, generate=_seq2seq_generate))
-_register(Spec("bart", "HF encoder-decoder", _bart, _seq2seq_batch, _hf_loss,
-               generate=_seq2seq_generate))
+_bart_like("bart", "BartConfig", "BartForConditionalGeneration")
+_bart_like("mbart", "MBartConfig", "MBartForConditionalGeneration")
+_bart_like("marian", "MarianConfig", "MarianMTModel", decoder_start_token_id=PAD, decoder_vocab_size=VOCAB)
+_bart_like("pegasus", "PegasusConfig", "PegasusForConditionalGeneration", decoder_start_token_id=PAD)
 
 
 def _whisper():
@@ -336,6 +411,25 @@ _register(Spec("clip", "HF multimodal", _clip, _clip_batch,
 
 # torchvision ---------------------------------------------------------------------------------
 
+def _frozen_bn(build):
+    """``build``'s model with its BatchNorm frozen, as fine-tuning does (torchvision uses
+    FrozenBatchNorm2d whenever a backbone is pretrained): a few images normalized over 1x1 maps
+    are where rounding differences flip signs and no two implementations agree."""
+    def frozen():
+        import torch
+        from torchvision.ops.misc import FrozenBatchNorm2d
+        model = build()
+        for parent in list(model.modules()):
+            for child_name, child in list(parent.named_children()):
+                if isinstance(child, torch.nn.BatchNorm2d):
+                    f = FrozenBatchNorm2d(child.num_features, eps=child.eps)
+                    for k in ("weight", "bias", "running_mean", "running_var"):
+                        getattr(f, k).copy_(getattr(child, k).detach())
+                    setattr(parent, child_name, f)
+        return model
+    return frozen
+
+
 def _tv_cls_loss(model, batch):
     import torch
     return torch.nn.functional.cross_entropy(model(batch["pixel_values"]), batch["labels"])
@@ -388,6 +482,25 @@ _tv_cls("swin_mini", _swin_small_cfg, size=32, batch=BATCH,
         note="torchvision SwinTransformer: 2 stages of 2 blocks, 16 wide, 4x4 windows")
 
 
+def _maxvit_mini():
+    from torchvision.models.maxvit import MaxVit
+    return MaxVit(input_size=(64, 64), stem_channels=16, partition_size=2, block_channels=[16, 32],
+                  block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+
+
+_tv_cls("maxvit_mini", _maxvit_mini, note="torchvision MaxVit: 2 blocks of 16 and 32 channels, 2x2 partitions")
+_tv_cls("squeezenet1_1", _tvm("squeezenet1_1", num_classes=10, dropout=0.0))
+# Deeper CNNs with BatchNorm over 4 images of 64 px are chaotic (CPU's own float32 runs from
+# weights one rounding apart differ by up to 100% in loss): they train with it frozen, as fine-tuning does.
+for _name, _kw, _size in [("densenet121", {}, 64), ("googlenet", dict(aux_logits=False, init_weights=True), 64),
+                          ("inception_v3", dict(aux_logits=False, init_weights=True), 80),
+                          ("mnasnet0_5", {}, 64), ("regnet_y_400mf", {}, 64), ("vgg11_bn", {}, 64),
+                          ("mobilenet_v2", {}, 64), ("efficientnet_v2_s", dict(stochastic_depth_prob=0.0), 64)]:
+    _dropout = {} if _name in ("densenet121", "regnet_y_400mf") else dict(dropout=0.0)
+    _tv_cls(_name, _frozen_bn(_tvm(_name, num_classes=10, **_dropout, **_kw)), size=_size,
+            note=f"4 images of {_size} px, BatchNorm frozen")
+
+
 def _det_batch(step, size=64, classes=3):
     import torch
     g = _gen(step)
@@ -419,25 +532,6 @@ def _cpu_randperm():
     torch.randperm = randperm
 
 
-def _frozen_bn(build):
-    """Detection models fine-tune with their BatchNorm frozen (torchvision uses FrozenBatchNorm2d
-    whenever a backbone is pretrained): a batch of 2 images normalized over 1x1 maps is where
-    rounding differences flip signs and no two implementations agree."""
-    def frozen():
-        import torch
-        from torchvision.ops.misc import FrozenBatchNorm2d
-        model = build()
-        for parent in list(model.modules()):
-            for child_name, child in list(parent.named_children()):
-                if isinstance(child, torch.nn.BatchNorm2d):
-                    f = FrozenBatchNorm2d(child.num_features, eps=child.eps)
-                    for k in ("weight", "bias", "running_mean", "running_var"):
-                        getattr(f, k).copy_(getattr(child, k).detach())
-                    setattr(parent, child_name, f)
-        return model
-    return frozen
-
-
 def _tv_det(name, fn, **kw):
     build = _frozen_bn(_tvm(fn, weights_backbone=None, num_classes=3, **kw))
     _register(Spec(name, "torchvision detection", build, _det_batch, _det_loss, optimizer="sgd",
@@ -448,6 +542,8 @@ def _tv_det(name, fn, **kw):
 _tv_det("fasterrcnn_mobilenet_v3_large_fpn", "detection.fasterrcnn_mobilenet_v3_large_fpn", min_size=64,
         max_size=64)
 _tv_det("ssdlite320_mobilenet_v3_large", "detection.ssdlite320_mobilenet_v3_large")
+_tv_det("retinanet_resnet50_fpn", "detection.retinanet_resnet50_fpn", min_size=64, max_size=64)
+_tv_det("fcos_resnet50_fpn", "detection.fcos_resnet50_fpn", min_size=64, max_size=64)
 
 
 def _seg_batch(step, size=64, classes=3, batch=4):
@@ -580,8 +676,8 @@ def _execute(spec, model, device, batches, steps, do_generate, phase=lambda labe
 def _rel(a, b):
     if a is None or b is None:
         return None
-    if math.isnan(a) or math.isnan(b):
-        return 0.0 if (math.isnan(a) and math.isnan(b)) else float("inf")
+    if math.isnan(a) or math.isnan(b):  # b, CPU's, is finite (run_model checks): a NaN never matches
+        return float("inf")
     return abs(a - b) / max(abs(b), 1e-12)
 
 
@@ -638,6 +734,11 @@ def run_model(name, steps=3, trace="auto", mode=None, progress=None):
         rec.update(status="error", error="CPU reference: " + cpu["error"], traceback=cpu["traceback"])
         return rec
     rec["loss_cpu"] = cpu["losses"]
+    diverged = [i for i, v in enumerate(cpu["losses"]) if not math.isfinite(v)]
+    if diverged:  # NaN on both sides would "match": such a model tests nothing
+        rec.update(status="error", error=f"CPU reference diverged: loss {cpu['losses'][diverged[0]]} at step "
+                   f"{diverged[0]}; nothing to compare")
+        return rec
 
     rec["phase"] = "tpu"
     save(rec)
