@@ -76,3 +76,20 @@ def test_harness_names_a_wrong_lowering():
     fd = rec["trace"]["first_divergence"]
     assert fd["op"] == "aten::tanh" and fd["where"] == "step 1 forward: 1" and fd["input_rel"] == 0.0
     assert list(rec["trace"]["replay_mismatches"]) == ["aten::tanh"]
+
+
+def test_a_diverging_cpu_reference_is_an_error_not_a_match():
+    """NaN losses on both sides compared equal, so a model that blew up on CPU and on tpu alike
+    (Mask R-CNN at this size) counted as a pass."""
+    import torch
+
+    def batch(step):
+        return {"pixel_values": torch.ones(2, 4), "labels": torch.zeros(2, dtype=torch.long)}
+
+    models._register(models.Spec("nan_linear", "test", lambda: torch.nn.Linear(4, 2), batch,
+                                 lambda model, b: model(b["pixel_values"]).sum() * float("nan"), optimizer="sgd"))
+    try:
+        rec = models.run_model("nan_linear")
+    finally:
+        del models.MODELS["nan_linear"]
+    assert rec["status"] == "error" and "CPU reference diverged" in rec["error"], rec
