@@ -493,7 +493,6 @@ _tv_cls("squeezenet1_1", _tvm("squeezenet1_1", num_classes=10, dropout=0.0))
 # Deeper CNNs with BatchNorm over 4 images of 64 px are chaotic (CPU's own float32 runs from
 # weights one rounding apart differ by up to 100% in loss): they train with it frozen, as fine-tuning does.
 for _name, _kw, _size in [("densenet121", {}, 64), ("googlenet", dict(aux_logits=False, init_weights=True), 64),
-                          ("inception_v3", dict(aux_logits=False, init_weights=True), 80),
                           ("mnasnet0_5", {}, 64), ("regnet_y_400mf", {}, 64), ("vgg11_bn", {}, 64),
                           ("mobilenet_v2", {}, 64), ("efficientnet_v2_s", dict(stochastic_depth_prob=0.0), 64)]:
     _dropout = {} if _name in ("densenet121", "regnet_y_400mf") else dict(dropout=0.0)
