@@ -501,10 +501,22 @@ TORCHTPU_LOWERINGS(binary) {
     Value pi = c.b.select(is_negative(c, y), c.full(-M_PI, y), c.full(M_PI, y));
     return V{c.b.select(both_zero, c.b.select(is_negative(c, x), pi, y), bin(c, BinaryOp::kAtan2, y, x))};
   });
+  // hypot as C's: inf when either side is infinite, even beside NaN; without overflow, in float64
+  // for the narrower dtypes (a^2 overflows float32 from 1.8e19 on), float64 itself scaled by the
+  // larger magnitude.
   register_with_variants("hypot", {""}, [](LoweringContext& c) {
-    Value a = c.in_b(0), b = c.in_b(1);
-    Value s = bin(c, BinaryOp::kAdd, bin(c, BinaryOp::kMultiply, a, a), bin(c, BinaryOp::kMultiply, b, b));
-    return V{c.b.unary(UnaryOp::kSqrt, s)};
+    Math m{c.b};
+    Value x = c.b.unary(UnaryOp::kAbs, c.bcast(c.in_as(0, DType::kF64)));
+    Value y = c.b.unary(UnaryOp::kAbs, c.bcast(c.in_as(1, DType::kF64)));
+    Value big = c.b.binary(BinaryOp::kMaximum, x, y), small = c.b.binary(BinaryOp::kMinimum, x, y);
+    Value scaled = m.mul(big, c.b.unary(UnaryOp::kSqrt, m.add(m.k(1, big), m.square(m.div(small, big)))));
+    Value h = c.out().dtype == DType::kF64 ? c.b.select(c.b.compare(Compare::kEQ, big, m.k(0, big)), big, scaled)
+                                           : c.b.unary(UnaryOp::kSqrt, m.add(m.square(x), m.square(y)));
+    Value nan = c.b.compare(Compare::kNE, m.add(x, y), m.add(x, y));  // maximum/minimum drop a NaN
+    h = c.b.select(nan, m.add(x, y), h);
+    Value infinite = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kEQ, x, m.k(INFINITY, x)),
+                                c.b.compare(Compare::kEQ, y, m.k(INFINITY, y)));
+    return V{c.b.select(infinite, m.k(INFINITY, h), h)};
   });
   register_with_variants("copysign", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     Value mag = c.b.unary(UnaryOp::kAbs, c.in_b(0)), b = c.in_b(1);

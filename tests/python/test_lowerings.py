@@ -380,6 +380,15 @@ def test_unary_functions_at_extremes_and_alone_match_cpu(fn, no_fallbacks):
         assert not fn(torch.tensor([-0.0], device="tpu")).cpu().signbit().item()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_hypot_of_infinities_large_values_and_nan_as_cpu(dtype, no_fallbacks):
+    """hypot was sqrt(a^2 + b^2) in the input's dtype: inf from 1.8e19 on in float32 (CPU: 1.4e38
+    for 1e38, 1e38), and NaN beside an infinity (C's hypot: inf)."""
+    a = torch.tensor([float("nan"), float("inf"), 1e38, 3e19, 3.0, 0.0, -0.0, 1e-30, 5.0, float("nan")], dtype=dtype)
+    b = torch.tensor([float("inf"), float("nan"), 1e38, 4e19, 4.0, 0.0, 0.0, 1e-30, float("nan"), 2.0], dtype=dtype)
+    torch.testing.assert_close(torch.hypot(a.to("tpu"), b.to("tpu")).cpu(), torch.hypot(a, b), equal_nan=True)
+
+
 def test_layer_norm_statistics_have_cpus_dtypes():
     # mean and rstd in bfloat16 for bfloat16 input (float only with float affine parameters), as on CPU
     x = torch.randn(2, 3, 4, dtype=torch.bfloat16)
