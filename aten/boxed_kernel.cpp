@@ -379,7 +379,7 @@ void check_same_device(const c10::FunctionSchema& schema, const std::vector<c10:
 // CPU's error for arguments PyTorch's meta kernel rejects, which words many errors differently
 // ("a and b must have same reduction dim" where CPU and CUDA say "mat1 and mat2 shapes cannot be
 // multiplied (2x3 and 4x5)"): the op runs on zeroed CPU stand-ins of its arguments. Only ATen's
-// ops (a collective's CPU kernel would talk to the process group), with arguments of a few MB,
+// ops (a collective's CPU kernel would talk to the process group), with arguments of up to 64 MB,
 // and never a random op (it would draw from CPU's generator); returns when CPU has no kernel or
 // accepts the arguments.
 void raise_cpu_error(const c10::OperatorHandle& op, const OpPlan& plan, const std::vector<c10::IValue>& args) {
