@@ -105,6 +105,8 @@ Tensor encoder_layer(const Tensor& src, int64_t embed_dim, int64_t num_heads, co
 struct Packed {
   Tensor lengths;  // int64 [B] on the host
   int64_t width;   // D
+
+  int64_t longest() const { return lengths.numel() ? lengths.max().item<int64_t>() : 0; }
 };
 
 // The positions b * max_length + s (s < length_b) of the packed rows in the padded [B * max_length, D].
@@ -133,13 +135,14 @@ Packed packed_layout(const Tensor& nested) {
   return {sizes.select(1, 0).contiguous(), width};
 }
 
-Tensor unpack(const Tensor& nested, double padding, int64_t length) {
-  auto [lengths, width] = packed_layout(nested);
+// [B, length, D], rows past each component's own length filled with `padding`.
+Tensor unpack(const Tensor& nested, const Packed& layout, double padding, int64_t length) {
   Tensor buffer = at::native::get_buffer(nested);
-  Tensor rows = packed_rows(lengths, length).to(buffer.device());
-  return at::full({lengths.size(0) * length, width}, padding, buffer.options())
-      .index_copy(0, rows, buffer.view({-1, width}))
-      .view({lengths.size(0), length, width});
+  Tensor rows = packed_rows(layout.lengths, length).to(buffer.device());
+  int64_t batch = layout.lengths.size(0);
+  return at::full({batch * length, layout.width}, padding, buffer.options())
+      .index_copy(0, rows, buffer.view({-1, layout.width}))
+      .view({batch, length, layout.width});
 }
 
 // The first mask.sum(1) rows of each batch element, as CPU (the mask marks rows to keep).
@@ -155,16 +158,17 @@ Tensor nested_from_mask(const Tensor& t, const Tensor& mask, bool mask_check) {
 }
 
 Tensor to_padded(const Tensor& self, double padding, at::OptionalIntArrayRef output_size) {
-  auto [lengths, width] = packed_layout(self);
-  int64_t length = lengths.numel() ? lengths.max().item<int64_t>() : 0;
+  Packed layout = packed_layout(self);
+  int64_t length = layout.longest();
   if (output_size) {
-    TORCH_CHECK(output_size->size() == 3 && (*output_size)[0] == lengths.size(0) && (*output_size)[2] == width,
+    TORCH_CHECK(output_size->size() == 3 && (*output_size)[0] == layout.lengths.size(0) &&
+                    (*output_size)[2] == layout.width,
                 "Length of output_size does not match NestedTensor dims. Broadcasting is not supported.");
     TORCH_CHECK((*output_size)[1] >= length,
                 "Value in output_size is less than NestedTensor padded size. Truncation is not supported.");
     length = (*output_size)[1];
   }
-  return unpack(self, padding, length);
+  return unpack(self, layout, padding, length);
 }
 
 // The packed rows attend only to each other: the layer runs on the padded batch with the padding
@@ -176,14 +180,14 @@ Tensor nested_encoder_layer(const Tensor& src, int64_t embed_dim, int64_t num_he
                             const Tensor& ffn_weight_1, const Tensor& ffn_bias_1, const Tensor& ffn_weight_2,
                             const Tensor& ffn_bias_2, const OptionalTensor& mask, std::optional<int64_t> mask_type) {
   TORCH_CHECK(!mask, "a nested src carries its own padding: no mask can be given with it");
-  Tensor lengths = packed_layout(src).lengths;
-  int64_t length = lengths.numel() ? lengths.max().item<int64_t>() : 0;
-  Tensor padded = unpack(src, 0.0, length);
-  Tensor padding = at::arange(length, at::kLong).ge(lengths.unsqueeze(1)).to(padded.device());
+  Packed layout = packed_layout(src);
+  int64_t length = layout.longest();
+  Tensor padded = unpack(src, layout, 0.0, length);
+  Tensor padding = at::arange(length, at::kLong).ge(layout.lengths.unsqueeze(1)).to(padded.device());
   Tensor out = encoder_layer(padded, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
                              norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
                              ffn_bias_1, ffn_weight_2, ffn_bias_2, padding, 1);
-  return pack(out, lengths);
+  return pack(out, layout.lengths);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -163,15 +163,20 @@ def _lm_common():
                 tie_word_embeddings=True)
 
 
-def _decoder(name, config_cls, model_cls, **extra):
+def _from_config(config_cls, model_cls, **kw):
+    """A build function: transformers' ``model_cls`` from ``config_cls(**kw)``."""
     def build():
         import transformers
-        kw = dict(_lm_common(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                  attention_dropout=0.0)
-        kw.update(extra)
         return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
-    _register(Spec(name, "HF decoder", build, _causal_batch, _hf_loss, generate=_causal_generate))
+    return build
+
+
+def _decoder(name, config_cls, model_cls, **extra):
+    kw = dict(_lm_common(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+              attention_dropout=0.0)
+    _register(Spec(name, "HF decoder", _from_config(config_cls, model_cls, **dict(kw, **extra)), _causal_batch,
+                   _hf_loss, generate=_causal_generate))
 
 
 def _gpt2():
@@ -218,13 +223,10 @@ _decoder("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", head_dim=8, num_e
 
 def _gpt_style(name, config_cls, model_cls, **extra):
     """Decoders configured with GPT-2's key names (n_embd, n_layer, n_head, n_positions)."""
-    def build():
-        import transformers
-        kw = dict(_lm_common(), n_embd=32, n_layer=2, n_head=4, n_positions=64, n_inner=64,
-                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        kw.update(extra)
-        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
-    _register(Spec(name, "HF decoder", build, _causal_batch, _hf_loss, generate=_causal_generate))
+    kw = dict(_lm_common(), n_embd=32, n_layer=2, n_head=4, n_positions=64, n_inner=64,
+              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    _register(Spec(name, "HF decoder", _from_config(config_cls, model_cls, **dict(kw, **extra)), _causal_batch,
+                   _hf_loss, generate=_causal_generate))
 
 
 _gpt_style("gptj", "GPTJConfig", "GPTJForCausalLM", rotary_dim=4)
@@ -243,14 +245,11 @@ _register(Spec("mpt", "HF decoder", _mpt, _causal_batch, _hf_loss, generate=_cau
 
 
 def _encoder(name, config_cls, model_cls, **extra):
-    def build():
-        import transformers
-        kw = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0, pad_token_id=PAD)
-        kw.update(extra)
-        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
-    _register(Spec(name, "HF encoder", build, _masked_batch, _hf_loss))
+    kw = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+              attention_probs_dropout_prob=0.0, pad_token_id=PAD)
+    _register(Spec(name, "HF encoder", _from_config(config_cls, model_cls, **dict(kw, **extra)), _masked_batch,
+                   _hf_loss))
 
 
 def _roberta():
@@ -278,10 +277,7 @@ _encoder("roformer", "RoFormerConfig", "RoFormerForMaskedLM", embedding_size=32)
 
 def _configured(name, family, config_cls, model_cls, batch, **kw):
     """A model built from its config's own key names."""
-    def build():
-        import transformers
-        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
-    _register(Spec(name, family, build, batch, _hf_loss))
+    _register(Spec(name, family, _from_config(config_cls, model_cls, **kw), batch, _hf_loss))
 
 
 _ROBERTA_LIKE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -314,16 +310,13 @@ def _t5():
 
 def _bart_like(name, config_cls, model_cls, **extra):
     """BART and its relatives (mBART, Marian, Pegasus), configured with BART's key names."""
-    def build():
-        import transformers
-        kw = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
-                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-                  decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
-                  activation_dropout=0.0, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
-                  decoder_start_token_id=EOS, forced_eos_token_id=None)
-        kw.update(extra)
-        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kw))
-    _register(Spec(name, "HF encoder-decoder", build, _seq2seq_batch, _hf_loss, generate=_seq2seq_generate))
+    kw = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+              decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+              activation_dropout=0.0, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
+              decoder_start_token_id=EOS, forced_eos_token_id=None)
+    _register(Spec(name, "HF encoder-decoder", _from_config(config_cls, model_cls, **dict(kw, **extra)),
+                   _seq2seq_batch, _hf_loss, generate=_seq2seq_generate))
 
 
 _register(Spec("t5", "HF encoder-decoder", _t5, _seq2seq_batch, _hf_loss, generate=_seq2seq_generate))
