@@ -385,6 +385,13 @@ Lowering bitwise(BinaryOp op) {
   };
 }
 
+// x >> s: sign-filling for signed integers, zero-filling for unsigned ones (a uint8 254 >> 1 is 127).
+V right_shift(LoweringContext& c) {
+  DType t = c.promoted(0, 1);
+  BinaryOp op = is_unsigned(t) ? BinaryOp::kShiftRightLogical : BinaryOp::kShiftRightArithmetic;
+  return V{bin(c, op, c.bcast(c.in_as(0, t)), c.bcast(c.in_as(1, t)))};
+}
+
 Value truthy(LoweringContext& c, size_t i) {
   Value v = c.bcast(c.raw(i));
   return v.type.dtype == DType::kBool ? v : c.b.compare(Compare::kNE, v, c.full(0, v));
@@ -563,13 +570,13 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("bitwise_or", {"Tensor", "Scalar"}, bitwise(BinaryOp::kOr));
   register_with_variants("bitwise_xor", {"Tensor", "Scalar"}, bitwise(BinaryOp::kXor));
   register_with_variants("bitwise_left_shift", {"Tensor"}, bitwise(BinaryOp::kShiftLeft));
-  register_with_variants("bitwise_right_shift", {"Tensor"}, bitwise(BinaryOp::kShiftRightArithmetic));
+  register_with_variants("bitwise_right_shift", {"Tensor"}, right_shift);
   // x << s, x >>= s (Python's operators)
   register_lowering({"__lshift__.Tensor", "__lshift__.Scalar", "__lshift__.Tensor_out", "__lshift__.Scalar_out",
                      "__ilshift__.Tensor", "__ilshift__.Scalar"}, bitwise(BinaryOp::kShiftLeft),
                     with_meta(shift_meta("bitwise_left_shift")));
   register_lowering({"__rshift__.Tensor", "__rshift__.Scalar", "__rshift__.Tensor_out", "__rshift__.Scalar_out",
-                     "__irshift__.Tensor", "__irshift__.Scalar"}, bitwise(BinaryOp::kShiftRightArithmetic),
+                     "__irshift__.Tensor", "__irshift__.Scalar"}, right_shift,
                     with_meta(shift_meta("bitwise_right_shift")));
   register_with_variants("logical_and", {""}, logical(BinaryOp::kAnd));
   register_with_variants("logical_or", {""}, logical(BinaryOp::kOr));

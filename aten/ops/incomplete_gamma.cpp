@@ -4,9 +4,7 @@
 // fraction (evaluated by Lentz's method). Each runs in a stablehlo.while until every element
 // that uses it has converged (at most kMaxIterations steps); the other is 1 minus it. The prefactor's
 // exponent a log x - x - lgamma(a) cancels for large a: float32 results there are good to a few
-// 1e-5 (CPU switches to Temme's expansion for a > 20). Edges as CPU:
-// NaN for negative arguments and for a = x = 0, P = 1 at a = 0 or x = inf, P = 0 at x = 0 or
-// a = inf.
+// 1e-5 (CPU switches to Temme's expansion for a > 20). Edges as CPU's, in its order (below).
 // Also the gradient of a standard gamma sample x with respect to its concentration a
 // (_standard_gamma_grad: Gamma, Chi2, StudentT rsample), -(dP/da) / (dP/dx), as CPU approximates it.
 #include <cmath>
@@ -67,15 +65,23 @@ std::pair<Value, Value> incomplete_gamma(Builder& b, const Value& a, const Value
   Value p_series = m.mul(prefactor, series(b, safe_a, safe_x, both(regular, use_series)));
   Value q_fraction = m.mul(prefactor, continued_fraction(b, safe_a, safe_x, both(regular, b.unary(UnaryOp::kNot, use_series))));
   Value p = b.select(use_series, p_series, m.sub(m.k(1, a), q_fraction));
-  // the edges: P = 0 at x = 0 or a = inf, 1 at a = 0 or x = inf; NaN for negatives, NaN, a = x = 0
-  Value zero = either(is(Compare::kEQ, x, 0), is(Compare::kEQ, a, INFINITY));
-  Value one = either(is(Compare::kEQ, a, 0), is(Compare::kEQ, x, INFINITY));
-  Value invalid = either(either(is(Compare::kLT, a, 0), is(Compare::kLT, x, 0)),
-                         either(b.compare(Compare::kNE, a, a), b.compare(Compare::kNE, x, x)));
-  invalid = either(invalid, both(zero, one));
-  p = b.select(zero, m.k(0, p), b.select(one, m.k(1, p), p));
-  p = b.select(invalid, m.k(NAN, p), p);
-  Value q = b.select(regular, b.select(use_series, m.sub(m.k(1, p), p_series), q_fraction), m.sub(m.k(1, p), p));
+  Value q = b.select(use_series, m.sub(m.k(1, p), p_series), q_fraction);
+  // The edges, checked in CPU's order (so a NaN beside a deciding argument gives CPU's value, not
+  // NaN): NaN for a negative argument; at a = 0, P = 1 for x > 0 (else NaN); P = 0 at x = 0; at
+  // a = inf, P = 0 (NaN if x = inf too); P = 1 at x = inf. Q takes the complementary values.
+  Value nan = m.k(NAN, a);
+  auto edges = [&](Value r, double at_zero_x) {
+    Value zero_x = m.k(at_zero_x, a), inf_x = m.k(1 - at_zero_x, a);
+    Value x_inf = is(Compare::kEQ, x, INFINITY);
+    r = b.select(regular, r, nan);
+    r = b.select(x_inf, inf_x, r);
+    r = b.select(is(Compare::kEQ, a, INFINITY), b.select(x_inf, nan, zero_x), r);
+    r = b.select(is(Compare::kEQ, x, 0), zero_x, r);
+    r = b.select(is(Compare::kEQ, a, 0), b.select(is(Compare::kGT, x, 0), inf_x, nan), r);
+    return b.select(either(is(Compare::kLT, a, 0), is(Compare::kLT, x, 0)), nan, r);
+  };
+  p = edges(p, 0);
+  q = edges(q, 1);
   return {p, q};
 }
 

@@ -163,7 +163,23 @@ Value hurwitz_zeta(Ops& o, const Value& s, const Value& q) {
     a = o.add(a, o.k(1, a));
   }
   Value tail = o.b.binary(BinaryOp::kZeta, s, o.sel(negative, a, q));
-  return o.sel(negative, o.add(partial, tail), tail);
+  Value sum = o.sel(negative, o.add(partial, tail), tail);
+  // XLA's zeta is NaN for s beyond ~1e4 in float32 and ~1e10 in float64. There (q > 0) the first term,
+  // q^-s, is the sum to the dtype's precision; at s = inf and q > 1, CPU's Euler-Maclaurin tail
+  // computes inf * 0: NaN.
+  double large = s.type.dtype == DType::kF64 ? 1e10 : 1000;
+  Value first = o.b.binary(BinaryOp::kPower, q, minus_s);
+  Value nan_tail = o.b.binary(BinaryOp::kAnd, o.b.compare(Compare::kEQ, s, o.k(INFINITY, s)), o.gt(q, o.k(1, q)));
+  Value only_first = o.b.binary(BinaryOp::kAnd, o.b.compare(Compare::kGE, s, o.k(large, s)), o.gt(q, o.k(0, q)));
+  sum = o.sel(only_first, o.sel(nan_tail, o.k(NAN, s), first), sum);
+  // CPU's checks, in its order (a NaN s beside a pole q gives inf there): inf at s = 1, NaN for
+  // s < 1; for q <= 0, inf at an integer q, NaN for a non-integer s.
+  auto eq = [&](const Value& l, const Value& r) { return o.b.compare(Compare::kEQ, l, r); };
+  Value inf = o.k(INFINITY, s), nan = o.k(NAN, s);
+  Value pole = o.b.binary(BinaryOp::kAnd, negative, eq(q, o.u(UnaryOp::kFloor, q)));
+  Value fractional_s = o.b.binary(BinaryOp::kAnd, negative, o.b.compare(Compare::kNE, s, o.u(UnaryOp::kFloor, s)));
+  sum = o.sel(pole, inf, o.sel(fractional_s, nan, sum));
+  return o.sel(eq(s, o.k(1, s)), inf, o.sel(o.gt(o.k(1, s), s), nan, sum));
 }
 
 // digamma with CPU's pole at zero: -inf at +0, +inf at -0 (XLA's gives NaN there).

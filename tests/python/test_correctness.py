@@ -478,6 +478,15 @@ def test_shift_operators_as_cpu(no_fallbacks):
         torch.tensor([1.5], device="tpu") << 2
 
 
+def test_right_shifts_of_unsigned_integers_fill_with_zeros_as_cpu(no_fallbacks):
+    """uint8 254 >> 1 gave 255: the shift filled with the sign bit, as for signed integers."""
+    x = torch.tensor([254, 255, 128, 7, 0], dtype=torch.uint8)
+    s = torch.tensor([1, 7, 3, 9, 2], dtype=torch.uint8)
+    for case in (lambda x, s: x >> 1, lambda x, s: x >> s, lambda x, s: torch.bitwise_right_shift(x, s),
+                 lambda x, s: x.clone().__irshift__(s), lambda x, s: x.to(torch.int8) >> s.to(torch.int8)):
+        torch.testing.assert_close(case(x.to("tpu"), s.to("tpu")).cpu(), case(x, s), rtol=0, atol=0)
+
+
 def test_shifts_of_bools_promote_as_cpu(no_fallbacks):
     """bools << 1 is int64 on CPU (shifts compute in the promoted dtype); PyTorch's meta kernel for
     the operators refuses bools, and tpu raised with it. Bools shifted by bools stay refused."""
