@@ -381,7 +381,8 @@ void check_same_device(const c10::FunctionSchema& schema, const std::vector<c10:
 // multiplied (2x3 and 4x5)"): the op runs on zeroed CPU stand-ins of its arguments. Only ATen's
 // ops (a collective's CPU kernel would talk to the process group), with arguments of up to 64 MB,
 // and never a random op (it would draw from CPU's generator); returns when CPU has no kernel or
-// accepts the arguments.
+// accepts the arguments. Also asked when the op's program fails to lower or compile (in strict and
+// debug modes, where that happens in the op's call).
 void raise_cpu_error(const c10::OperatorHandle& op, const OpPlan& plan, const std::vector<c10::IValue>& args) {
   constexpr int64_t kMaxBytes = 64 << 20;
   const auto& schema_args = op.schema().arguments();
@@ -690,7 +691,12 @@ void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::
   int device = device_of(args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   Destinations d = destinations(plan, args, *meta);
-  run_program(plan, args, *meta, d, device);
+  try {
+    run_program(plan, args, *meta, d, device);
+  } catch (const c10::Error&) {  // a dtype the lowering cannot compile (logcumsumexp of int8): CPU's refusal
+    raise_cpu_error(op, plan, args);
+    throw;
+  }
   push_returns(plan, args, d, stack);
 }
 

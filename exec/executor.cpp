@@ -285,9 +285,13 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   std::string what = describe(nodes);
   auto text = [&] { return w.program_text(); };
   auto names = [&] { return ProgramNames{what, identity_of(nodes)}; };
-  std::shared_ptr<runtime::Executable> exe = m == Mode::kFused
-                                                 ? cached_executable_or_compile_async(w.key(), text, names)
-                                                 : cached_executable(w.key(), text, names);
+  std::shared_ptr<runtime::Executable> exe;
+  try {
+    exe = m == Mode::kFused ? cached_executable_or_compile_async(w.key(), text, names)
+                            : cached_executable(w.key(), text, names);
+  } catch (const runtime::PjrtError&) {
+    // A window XLA cannot compile runs op by op: an op that cannot compile alone is then named.
+  }
   if (exe) {
     const char* kind = m == Mode::kFused ? "fused window" : "lazy window";
     int64_t ops = static_cast<int64_t>(nodes.size());
@@ -295,7 +299,13 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
     record_window(ops);
   } else {
     counters().op_by_op_windows++;
-    for (const NodePtr& n : nodes) execute_single(n, "op (its fused window is compiling)");
+    for (const NodePtr& n : nodes) {
+      try {
+        execute_single(n, "op (its fused window is compiling)");
+      } catch (const runtime::PjrtError& e) {
+        throw std::runtime_error(op_of(*n) + ": " + e.what());
+      }
+    }
   }
 }
 

@@ -246,7 +246,8 @@ Value cumulative(hlo::Builder& b, const Value& x, int64_t dim, BinaryOp op, doub
   return cumulative(b, x, dim, combine_with(op), init);
 }
 
-// log(exp(a) + exp(b)) of two scalars, the step of logcumsumexp; equal infinities give themselves.
+// log(exp(a) + exp(b)) of two scalars, the step of logcumsumexp; equal infinities give themselves,
+// a NaN gives NaN.
 // A complex sum at real part -inf is -inf + 0i: CPU's running value starts at the identity
 // -inf + 0i and wins the tie at -inf, so no imaginary part survives.
 std::vector<Value> log_add_exp(hlo::Builder& b, const std::vector<Value>& a) {
@@ -258,7 +259,10 @@ std::vector<Value> log_add_exp(hlo::Builder& b, const std::vector<Value>& a) {
   Value hi = b.binary(BinaryOp::kMaximum, a[0], a[1]), lo = b.binary(BinaryOp::kMinimum, a[0], a[1]);
   Value r = b.binary(BinaryOp::kAdd, hi, b.unary(UnaryOp::kLogPlusOne, b.unary(UnaryOp::kExponential, b.binary(BinaryOp::kSubtract, lo, hi))));
   Value same_inf = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, hi, lo), b.unary(UnaryOp::kNot, b.unary(UnaryOp::kIsFinite, hi)));
-  return {b.select(same_inf, hi, r)};
+  r = b.select(same_inf, hi, r);
+  // A NaN carries on (XLA's maximum/minimum in a window's body need not propagate it).
+  Value sum_is_nan = b.compare(Compare::kNE, a[0], a[0]);
+  return {b.select(sum_is_nan, a[0], b.select(b.compare(Compare::kNE, a[1], a[1]), a[1], r))};
 }
 
 // unfold_backward(grad, input_sizes, dim, size, step): each window offset's gradient slice padded

@@ -283,6 +283,26 @@ def test_bad_shapes_give_cpus_error(case):
     assert errors[1] == errors[0]
 
 
+def test_a_dtype_the_lowering_cannot_compile_gives_cpus_error_or_names_the_op():
+    """logcumsumexp of int8 failed in XLA's compiler ("'stablehlo.exponential' op operand #0 must
+    be ... float"): in strict and debug mode tpu now raises CPU's NotImplementedError; in fused and
+    lazy mode, where the op's program compiles later with others, the error names the op and its
+    line, and the tensors computed before it stay usable."""
+    x = torch.tensor([1, 2, 3], dtype=torch.int8)
+    with pytest.raises(NotImplementedError) as cpu:
+        torch.logcumsumexp(x, 0)
+    for mode in ("strict", "debug"):
+        with torchtpu.eager_mode(mode), pytest.raises(NotImplementedError) as tpu_error:
+            torch.logcumsumexp(x.to("tpu"), 0)
+        assert str(tpu_error.value) == str(cpu.value)
+    for mode in ("fused", "lazy"):
+        with torchtpu.eager_mode(mode):
+            doubled = x.to("tpu") * 2
+            with pytest.raises(RuntimeError, match=r"aten::_logcumsumexp at .*test_device.py:\d+: compiling"):
+                torch.logcumsumexp(doubled, 0).cpu()
+            assert doubled.cpu().tolist() == [2, 4, 6]
+
+
 def test_probabilities_outside_0_1_raise_as_on_cpu():
     """bernoulli with p > 1 or NaN returned ones where CPU raises."""
     for fn in (lambda d: torch.empty(2, device=d).bernoulli_(1.5), lambda d: torch.bernoulli(torch.ones(2, device=d), -0.5),

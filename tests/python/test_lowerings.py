@@ -407,6 +407,16 @@ def test_igamma_and_zeta_at_their_edges_as_cpu(fn, dtype, no_fallbacks):
     torch.testing.assert_close(fn(a.to("tpu"), b.to("tpu")).cpu(), fn(a, b), equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
+def test_logcumsumexp_carries_nan_as_cpu(dtype, no_fallbacks):
+    """A NaN did not carry on: logcumsumexp([1, NaN, 3, -inf]) gave [1, 1.69, 3.24, 3.24] (CPU: NaN
+    from the NaN on); XLA's max and min in a window's body dropped it."""
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[1.0, nan, 3.0, -inf], [nan, 1.0, 2.0, 3.0], [-inf, -inf, nan, inf], [1.0, inf, nan, 2.0]]).to(dtype)
+    for dim in (0, 1):
+        torch.testing.assert_close(torch.logcumsumexp(x.to("tpu"), dim).cpu(), torch.logcumsumexp(x, dim), equal_nan=True)
+
+
 def test_layer_norm_statistics_have_cpus_dtypes():
     # mean and rstd in bfloat16 for bfloat16 input (float only with float affine parameters), as on CPU
     x = torch.randn(2, 3, 4, dtype=torch.bfloat16)
