@@ -72,11 +72,15 @@ Value along_dim(hlo::Builder& b, const Value& index, const std::vector<int64_t>&
   return b.broadcast_in_dim(flat, shape, {dim});
 }
 
-// self with slice index[i] along `dim` replaced by (or combined with) slice i of `updates`.
-Value index_scatter(LoweringContext& c, const Value& updates, const hlo::RegionBody& combine) {
+// self with slice index[i] along `dim` replaced by (or combined with) slice i of `updates`. Only
+// index_fill takes negative indices (from the end), as on CPU.
+Value index_scatter(LoweringContext& c, const Value& updates, const hlo::RegionBody& combine,
+                    bool negative_from_end = false) {
   Value self = c.in(0);
   int64_t dim = self.type.rank() == 0 ? 0 : wrap_dim(c.arg(1).toInt(), self.type.rank());
-  Value index = along_dim(c.b, c.raw(2), updates.type.dims, dim);
+  Value raw = c.raw(2);
+  if (negative_from_end) raw = wrapped_index(c.b, raw, self.type.rank() == 0 ? 1 : self.type.dims[dim]);
+  Value index = along_dim(c.b, raw, updates.type.dims, dim);
   return scatter_along(c, self, dim, index, updates, combine);
 }
 
@@ -548,7 +552,7 @@ TORCHTPU_LOWERINGS(indexing) {
     // The filled slices: self's shape with as many entries along dim as the index has.
     std::vector<int64_t> shape = c.out().dims;
     if (!shape.empty()) shape[wrap_dim(c.arg(1).toInt(), shape.size())] = c.raw(2).type.element_count();
-    return V{index_scatter(c, c.b.broadcast_in_dim(c.in(3), shape, {}), replace())};
+    return V{index_scatter(c, c.b.broadcast_in_dim(c.in(3), shape, {}), replace(), true)};
   }, checked_runtime("index out of range in self"));
   LoweringOptions index_options = checked("index out of range in self");
   index_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {

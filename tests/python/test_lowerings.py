@@ -417,6 +417,18 @@ def test_logcumsumexp_carries_nan_as_cpu(dtype, no_fallbacks):
         torch.testing.assert_close(torch.logcumsumexp(x.to("tpu"), dim).cpu(), torch.logcumsumexp(x, dim), equal_nan=True)
 
 
+def test_index_fill_counts_negative_indices_from_the_end_as_cpu(no_fallbacks):
+    """index_fill(1, [-1], v) raised "index out of range" on tpu; CPU (alone among the index_*
+    ops) counts a negative index from the end."""
+    a = torch.arange(24.0).reshape(4, 6)
+    for fn in (lambda x, d: x.index_fill(1, torch.tensor([-1, -6, 2], device=d), -3.0),
+               lambda x, d: x[0].index_fill_(0, torch.tensor(-2, device=d), torch.tensor(9.0, device=d)),
+               lambda x, d: x.index_fill(0, torch.tensor([-4, 3], device=d), 1.0)):
+        torch.testing.assert_close(fn(a.to("tpu"), "tpu").cpu(), fn(a.clone(), "cpu"))
+    with pytest.raises(RuntimeError, match="index out of range"):
+        a.to("tpu").index_fill(1, torch.tensor([-7], device="tpu"), 0.0).cpu()
+
+
 def test_layer_norm_statistics_have_cpus_dtypes():
     # mean and rstd in bfloat16 for bfloat16 input (float only with float affine parameters), as on CPU
     x = torch.randn(2, 3, 4, dtype=torch.bfloat16)
