@@ -79,6 +79,9 @@ def torch_setup(runtime):
         import torch_xla
         return torch_xla.device(), torch_xla.sync, lambda m: m
     device = "cuda" if runtime.endswith("cuda") else "cpu"
+    if device == "cuda":  # float32 math in full precision, as torchtpu's XLA programs (no TF32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     wrap = torch.compile if runtime.startswith("inductor") else (lambda m: m)
     return device, (lambda: None), wrap
 
@@ -220,6 +223,7 @@ def run_child(name, runtime, size, device):
     env = dict(os.environ)
     if runtime == "jax-jit":
         env["JAX_PLATFORMS"] = "cuda" if device == "gpu" else "cpu"
+        env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # JAX's GPU default is TF32; the others use float32
     if runtime == "torch-xla":
         env["PJRT_DEVICE"] = "CPU"
     cmd = [python, os.path.abspath(__file__), "--child", name, runtime, "--size", size]
@@ -229,13 +233,15 @@ def run_child(name, runtime, size, device):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run_children(names, rts, size, device, jobs):
-    """{workload: {runtime: result}}, in the order given (the first runtime is the reference)."""
+def run_children(names, rts, size, device, jobs, save=lambda pair, r: None):
+    """{workload: {runtime: result}}, in the order given (the first runtime is the reference).
+    ``save`` gets each result as it comes (a run cut short keeps what it measured)."""
     def run_one(name, rt):
         t = time.perf_counter()
         r = run_child(name, rt, size, device)
         status = r["error"] if "error" in r else f"median {statistics.median(r['step_s']) * 1e3:.2f} ms"
         print(f"{name:14} {rt:16} {status}  ({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
+        save((name, rt), r)
         return r
 
     pairs = [(name, rt) for name in names for rt in rts]
@@ -346,6 +352,18 @@ def write_chart(path, rows):
     fig.savefig(path, dpi=110)
 
 
+def partial_saver(path):
+    """Appends each child's result to PATH.partial as one JSON line (none without --json)."""
+    if not path:
+        return lambda pair, r: None
+    open(path + ".partial", "w").close()
+
+    def save(pair, r):
+        with open(path + ".partial", "a") as f:
+            f.write(json.dumps({"workload": pair[0], "runtime": pair[1], **r}) + "\n")
+    return save
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write all measurements here")
@@ -368,7 +386,7 @@ def main(argv=None):
     rts = args.runtimes or runtimes(args.device)
     if args.jobs > 1 and size != "tiny":
         ap.error("--jobs runs children side by side, which skews their times: only with --tiny")
-    results = run_children(names, rts, size, args.device, args.jobs)
+    results = run_children(names, rts, size, args.device, args.jobs, save=partial_saver(args.json))
     check_parity(results)
     rows = summarize(results)
     import jax
