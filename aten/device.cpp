@@ -7,6 +7,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "aten/device.h"
@@ -93,6 +94,30 @@ void check_index(c10::DeviceIndex index) {
               ": there are ", int(device_count()), " tpu device(s)");
 }
 
+// The tpu dtype holding a PyTorch dtype; std::nullopt for those tpu tensors cannot hold.
+std::optional<DType> tpu_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::kBool: return DType::kBool;
+    case c10::kChar: return DType::kS8;
+    case c10::kShort: return DType::kS16;
+    case c10::kInt: return DType::kS32;
+    case c10::kLong: return DType::kS64;
+    case c10::kByte: return DType::kU8;
+    case c10::kUInt32: return DType::kU32;
+    case c10::kUInt64: return DType::kU64;
+    case c10::kHalf: return DType::kF16;
+    case c10::kBFloat16: return DType::kBF16;
+    case c10::kFloat: return DType::kF32;
+    case c10::kDouble: return DType::kF64;
+    case c10::kComplexFloat: return DType::kC64;
+    case c10::kComplexDouble: return DType::kC128;
+    case c10::kComplexHalf: return DType::kC32;
+    default: return std::nullopt;
+  }
+}
+
+std::atomic<int> sync_debug{0};  // torch.tpu.set_sync_debug_mode
+
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
   c10::Device exchangeDevice(c10::Device d) const override {
@@ -135,6 +160,15 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
     if (event) synchronizeDevice(static_cast<TpuEvent*>(event)->device);
   }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete static_cast<TpuEvent*>(event); }
+  // torch.accelerator.get_device_capability: the dtypes a tpu tensor can hold.
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+    c10::DeviceCapability capability;
+#define TORCHTPU_HOLDS(_, name) \
+    capability.capability_data.supported_scalar_types.has_##name = tpu_dtype(c10::ScalarType::name).has_value();
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(TORCHTPU_HOLDS)
+#undef TORCHTPU_HOLDS
+    return capability;
+  }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     auto* a = static_cast<TpuEvent*>(start);
     auto* b = static_cast<TpuEvent*>(end);
@@ -216,6 +250,18 @@ void set_current_device(c10::DeviceIndex index) {
 
 c10::Allocator* tpu_allocator() { return &allocator; }
 
+void set_sync_debug_mode(int mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2, "invalid value of debug_mode, expected one of 0, 1, 2 (got ", mode, ")");
+  sync_debug = mode;
+}
+int sync_debug_mode() { return sync_debug; }
+
+void warn_or_error_on_sync(const std::string& reason) {
+  if (sync_debug == 0) return;
+  TORCH_CHECK(sync_debug != 2, "called a synchronizing tpu operation (", reason, ")");
+  TORCH_WARN("called a synchronizing tpu operation (", reason, ")");
+}
+
 void register_device() {
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator);
   static TpuHooks hooks;
@@ -225,25 +271,9 @@ void register_device() {
 // ---- the tensor bridge ----
 
 DType to_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::kBool: return DType::kBool;
-    case c10::kChar: return DType::kS8;
-    case c10::kShort: return DType::kS16;
-    case c10::kInt: return DType::kS32;
-    case c10::kLong: return DType::kS64;
-    case c10::kByte: return DType::kU8;
-    case c10::kUInt32: return DType::kU32;
-    case c10::kUInt64: return DType::kU64;
-    case c10::kHalf: return DType::kF16;
-    case c10::kBFloat16: return DType::kBF16;
-    case c10::kFloat: return DType::kF32;
-    case c10::kDouble: return DType::kF64;
-    case c10::kComplexFloat: return DType::kC64;
-    case c10::kComplexDouble: return DType::kC128;
-    case c10::kComplexHalf: return DType::kC32;
-    default:
-      TORCH_CHECK_TYPE(false, "tpu tensors do not support dtype ", t);
-  }
+  std::optional<DType> dtype = tpu_dtype(t);
+  TORCH_CHECK_TYPE(dtype, "tpu tensors do not support dtype ", t);
+  return *dtype;
 }
 
 exec::BufferRef& buffer_ref(const at::Tensor& t) {

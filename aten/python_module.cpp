@@ -142,6 +142,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_initialized", &exec::client_started);
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
   m.def("_set_device", [](int index) { aten::set_current_device(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_set_sync_debug_mode", &aten::set_sync_debug_mode);
+  m.def("_sync_debug_mode", &aten::sync_debug_mode);
   exec::set_warning_handler(warn_in_python);
   aten::install_interrupt_check();
   aten::register_profiler();

@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "aten/device.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
 #include "aten/tensor_operand.h"
@@ -64,7 +65,10 @@ at::Tensor download_contiguous(const at::Tensor& src, const char* kind = "cpu") 
     copy_on_device(src, dense);
   }
   at::Tensor host = at::empty(src.sizes(), src.options().device(c10::kCPU));
-  if (host.numel() > 0) download_to_host(buffer_ref(dense), host.data_ptr(), sync_reason(kind));
+  if (host.numel() == 0) return host;
+  std::string reason = sync_reason(kind);
+  warn_or_error_on_sync(reason);
+  download_to_host(buffer_ref(dense), host.data_ptr(), reason);
   return host;
 }
 

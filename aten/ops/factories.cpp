@@ -17,21 +17,26 @@ namespace {
 
 constexpr c10::DispatchKeySet kTpuKeys{c10::DispatchKey::PrivateUse1};
 
+// The dtype a new tensor gets; one tpu tensors cannot hold (uint16, float8) raises here, not at
+// the tensor's first use.
+c10::ScalarType held_dtype(std::optional<c10::ScalarType> dtype) {
+  c10::ScalarType t = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  to_dtype(t);
+  return t;
+}
+
 at::Tensor empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                  std::optional<c10::Layout>, std::optional<c10::Device> device,
                  std::optional<bool>, std::optional<c10::MemoryFormat> memory_format) {
   c10::DeviceGuard guard(device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device())));
-  return at::detail::empty_generic(size, tpu_allocator(), kTpuKeys,
-                                   dtype.value_or(c10::get_default_dtype_as_scalartype()),
-                                   memory_format);
+  return at::detail::empty_generic(size, tpu_allocator(), kTpuKeys, held_dtype(dtype), memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::ScalarType> dtype, std::optional<c10::Layout>,
                          std::optional<c10::Device> device, std::optional<bool>) {
   c10::DeviceGuard guard(device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device())));
-  return at::detail::empty_strided_generic(size, stride, tpu_allocator(), kTpuKeys,
-                                           dtype.value_or(c10::get_default_dtype_as_scalartype()));
+  return at::detail::empty_strided_generic(size, stride, tpu_allocator(), kTpuKeys, held_dtype(dtype));
 }
 
 // Whether `value` is stored as all-zero bytes in any dtype (not -0.0).

@@ -61,6 +61,25 @@ def synchronize(device=None) -> None:
     _C._synchronize(_device_index(device), "synchronize")
 
 
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """As ``torch.cuda.set_sync_debug_mode``: "warn" (1) or "error" (2) whenever the host waits for
+    the device to read a tensor (``item()``, ``.cpu()``, ``print``, a data-dependent size such as
+    ``nonzero``'s), "default" (0) to allow it silently. Explicit waits (``synchronize``,
+    ``torchtpu.sync()``) never warn."""
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError(f"invalid value of debug_mode, expected one of {', '.join(_SYNC_DEBUG_MODES)}")
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    _C._set_sync_debug_mode(int(debug_mode))
+
+
+def get_sync_debug_mode() -> int:
+    return _C._sync_debug_mode()
+
+
 def get_device_name(device=None) -> str:
     return _C._platform_info()["device_kinds"][_device_index(device)]
 

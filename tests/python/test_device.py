@@ -1,6 +1,7 @@
 """The tpu device as PyTorch code sees it: storage semantics, torch.tpu, RNG, errors."""
 
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -536,6 +537,46 @@ def test_torch_accelerator_api_on_tpu():
     end.synchronize()
     assert end.query() and start.elapsed_time(end) >= 0 and y[0, 0].item() == 64
     acc.synchronize()
+    # the dtypes a tpu tensor holds: exactly those torch.empty accepts (it raised "Backend doesn't
+    # support getting device capabilities")
+    supported = acc.get_device_capability()["supported_dtypes"]
+    for dtype in (torch.bool, torch.uint8, torch.int64, torch.bfloat16, torch.float64, torch.complex64, torch.uint16,
+                  torch.float8_e4m3fn, torch.qint8):
+        try:
+            torch.empty(2, dtype=dtype, device="tpu")
+            holds = True
+        except (TypeError, NotImplementedError):  # NotImplementedError: quantized tensors
+            holds = False
+        assert (dtype in supported) == holds, dtype
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "lazy"])
+def test_sync_debug_mode_warns_or_raises_on_host_reads_as_cuda(mode):
+    """torch.tpu.set_sync_debug_mode as torch.cuda's: every host read of device data warns (1) or
+    raises (2), naming the read; explicit waits do not."""
+    x = torch.arange(6.0, device="tpu")
+    with torchtpu.eager_mode(mode):
+        assert torch.tpu.get_sync_debug_mode() == 0
+        try:
+            torch.tpu.set_sync_debug_mode("warn")
+            for read, name in ((lambda: (x * 2).sum().item(), "item"), (lambda: (x + 1).cpu(), "cpu"),
+                               (lambda: torch.nonzero(x > 2), "item"), (lambda: print(x - 1), "print")):
+                with pytest.warns(UserWarning, match=rf"called a synchronizing tpu operation \({name}\)"):
+                    read()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                torch.tpu.synchronize()
+                torchtpu.sync()
+                y = x * 3  # no read
+            torch.tpu.set_sync_debug_mode(2)
+            with pytest.raises(RuntimeError, match="called a synchronizing tpu operation"):
+                y.sum().item()
+            torch.tpu.set_sync_debug_mode("default")
+            assert y.sum().item() == 45.0
+            with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+                torch.tpu.set_sync_debug_mode("loud")
+        finally:
+            torch.tpu.set_sync_debug_mode(0)
 
 
 def test_availability_does_not_start_the_runtime():
