@@ -193,6 +193,12 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   std::string name = op.substr(op.find("::") + 2);
   bool inplace = name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_';  // not __lshift__
   if (inplace) name.pop_back();
+  // Truncating division of complex numbers, which PyTorch's meta kernel lets through.
+  if (name == "div" && args.size() > 2 && args[2].isString() && args[2].toStringRef() == "trunc") {
+    c10::ScalarType computed = result_type(args);
+    TORCH_CHECK_NOT_IMPLEMENTED(!c10::isComplexType(computed),
+                                "\"div_trunc_cpu\" not implemented for '", c10::toString(computed), "'");
+  }
   auto [first, last] = refusals().equal_range(name);
   if (first == last) return;
   for (auto it = first; it != last; ++it)

@@ -234,6 +234,25 @@ def test_scalars_that_overflow_the_dtype_raise_where_cpu_raises(op):
             torch.testing.assert_close(outcomes["tpu"], outcomes["cpu"], rtol=0, atol=0, msg=f"{dtype} {value}")
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_rounding_division_of_complex_numbers_is_refused_as_on_cpu(mode):
+    """div(rounding_mode="trunc") of complex numbers returned the untruncated quotient on tpu; CPU
+    refuses both rounding modes for them."""
+    a, b = torch.tensor([1 + 2j, 3 - 1j]), torch.tensor([2.0, -1.5])
+    cases = [lambda x, y: torch.div(x, y, rounding_mode="trunc"), lambda x, y: torch.div(y, x, rounding_mode="floor"),
+             lambda x, y: torch.div(y, 2 + 1j, rounding_mode="trunc"), lambda x, y: x.div_(3, rounding_mode="trunc"),
+             lambda x, y: torch.div(x.to(torch.complex128), y, rounding_mode="trunc"),
+             lambda x, y: torch.div(x.to(torch.chalf), 2, rounding_mode="trunc")]
+    with torchtpu.eager_mode(mode):
+        for fn in cases:
+            with pytest.raises(NotImplementedError) as cpu:
+                fn(a.clone(), b)
+            with pytest.raises(NotImplementedError) as on_tpu:
+                fn(tpu(a), tpu(b)).cpu()
+            assert str(on_tpu.value) == str(cpu.value)
+        assert torch.equal(torch.div(tpu(b), 0.7, rounding_mode="trunc").cpu(), torch.div(b, 0.7, rounding_mode="trunc"))
+
+
 def test_is_set_to_and_in_place_promotion_errors_as_cpu():
     """is_set_to ran on the CPU fallback, whose copies never share a storage (x.is_set_to(x) was
     False); int.add_(float) raised with another message than CPU's."""
