@@ -144,7 +144,7 @@ def _short_error(e):
     return msg[:400]
 
 
-def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
+def _worker(units, out_path, grad_dtypes, time_limit, layout):
     import torch
     from torch.utils._pytree import tree_flatten, tree_map
 
@@ -321,11 +321,11 @@ def _worker(units, out_path, grad_dtypes, time_limit, noncontiguous):
         op = entry.opinfo
         if entry.kind == "op_db":
             for s in op.sample_inputs("cpu", dtype, requires_grad=want_grad):
-                yield s
+                yield s.noncontiguous() if layout == "noncontiguous" else s
             return
         # foreach: as test_foreach.py's parity test, contiguous and not; "cpu:0" so the samples
         # also intersperse empty tensors (the generator skips those for device "cpu")
-        for nc in ([False, True] if noncontiguous else [False]):
+        for nc in {"both": [False, True], "contiguous": [False], "noncontiguous": [True]}[layout]:
             for s in op.sample_inputs("cpu:0", dtype, requires_grad=want_grad and not nc,
                                       noncontiguous=nc, allow_higher_dtype_scalars=True):
                 yield s
@@ -473,6 +473,9 @@ def main(argv=None):
     parser.add_argument("--no-foreach", action="store_true", help="only op_db (when --ops is not given)")
     parser.add_argument("--foreach-contiguous-only", action="store_true",
                         help="foreach samples only with contiguous tensors (default: both)")
+    parser.add_argument("--noncontiguous", action="store_true",
+                        help="every sample's tensors as strided views (op_db: PyTorch's SampleInput.noncontiguous(); "
+                             "foreach: its non-contiguous lists only), as test_noncontiguous_samples does")
     parser.add_argument("--chunk", type=int, default=150, help="(op, dtype) units per worker process")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes at once")
     parser.add_argument("--time-limit", type=float, default=120,
@@ -484,11 +487,12 @@ def main(argv=None):
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     grad_dtypes = [] if args.no_grad else args.grad_dtypes
+    layout = "noncontiguous" if args.noncontiguous else "contiguous" if args.foreach_contiguous_only else "both"
 
     if args._worker is not None:
         with open(args._worker) as f:
             units = [tuple(u) for u in json.load(f)]
-        _worker(units, args._out, grad_dtypes, args.time_limit, not args.foreach_contiguous_only)
+        _worker(units, args._out, grad_dtypes, args.time_limit, layout)
         return 0
 
     wall_start = time.time()
@@ -514,6 +518,8 @@ def main(argv=None):
             cmd.append("--no-grad")
         if args.foreach_contiguous_only:
             cmd.append("--foreach-contiguous-only")
+        if args.noncontiguous:
+            cmd.append("--noncontiguous")
         return cmd
 
     results = run_units(todo, worker_command, args.jobs, args.chunk, args.stall_limit)
