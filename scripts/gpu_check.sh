@@ -27,6 +27,7 @@ mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1
 left() { echo $((BUDGET_S - SECONDS)); }
+until_end_less() { local s=$(($(left) - $1)); echo $((s > 10 ? s : 10)); }  # a timeout for the next step
 step() { printf '\n== [%ds] %s\n' "$SECONDS" "$*"; }
 
 nvidia-smi -L
@@ -65,18 +66,18 @@ step "dispatch overhead (strict mode) beside PyTorch eager on the CPU"
 timeout 120 python3 benchmarks/dispatch_overhead.py --repeats 10 --json "$OUT/dispatch_gpu.json" 2>&1 | grep -v Warn
 
 step "torchtpu beside PyTorch CUDA eager, Inductor and JAX on the GPU (benchmarks/run.py)"
-timeout $(($(left) - 20)) python3 benchmarks/run.py --device gpu --only gpt_train add_chain mlp_train resnet_train \
+timeout "$(until_end_less 20)" python3 benchmarks/run.py --device gpu --only gpt_train add_chain mlp_train resnet_train \
   --json "$OUT/bench_gpu.json" 2>&1 | tail -45
 
 if [ "$(left)" -gt 30 ]; then
   step "runtime benchmark"
-  timeout $(($(left) - 10)) .device/runtime_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  timeout "$(until_end_less 10)" .device/runtime_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
     > "$OUT/runtime_bench.log" 2>&1
   grep -E "median|Run on" "$OUT/runtime_bench.log"
 fi
 if [ "$(left)" -gt 60 ]; then
   step "Python tests on the CUDA plugin, as far as the time left goes"
-  timeout $(($(left) - 5)) python3 -m pytest tests/python -q -p no:cacheprovider > "$OUT/pytest.log" 2>&1
+  timeout "$(until_end_less 5)" python3 -m pytest tests/python -q -p no:cacheprovider > "$OUT/pytest.log" 2>&1
   grep -E "passed|failed|Error" "$OUT/pytest.log" | tail -20
 fi
 step "done"  # $OUT: 8 files at most come back
