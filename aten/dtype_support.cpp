@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 namespace torchtpu::aten {
@@ -54,7 +55,15 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, "", true}},
       {"addcmul", {Kind::kBool, "addcmul_cpu_out"}},
       {"logaddexp2", {Kind::kComplex, "logaddexp2_cpu"}},
-      {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor"}},
+      // Judged on the dtype the arguments promote to: bools ** 2.0 computes in float, hypot of an
+      // int8 and an int64 tensor is refused in int64.
+      {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor", false, true}},
+      {"atan2", {Kind::kComplex, "atan2_cpu", nullptr, false, nullptr, false, true}},
+      {"xlogy", {Kind::kComplex, "xlogy_cpu", nullptr, false, nullptr, false, true}},
+      {"hypot", {Kind::kBool, "hypot_cpu", nullptr, false, nullptr, false, true}},
+      {"hypot", {Kind::kInteger, "hypot_cpu", nullptr, false, nullptr, false, true}},
+      {"hypot", {Kind::kComplex, "hypot_cpu", nullptr, false, nullptr, false, true}},
+      {"nextafter", {Kind::kInteger, "nextafter_cpu", nullptr, false, nullptr, false, true}},
       {"max", {Kind::kComplex, "max_all", nullptr, false, ""}},
       {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
       {"clamp_min", {Kind::kComplex, "maximum_cpu", nullptr, false, "Tensor"}},
@@ -204,17 +213,19 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   for (auto it = first; it != last; ++it)
     if (it->second.kind == Kind::kComplexHalf && result_type(args) == c10::kComplexHalf)
       TORCH_CHECK_NOT_IMPLEMENTED(false, '"', it->second.kernel, "\" not implemented for 'ComplexHalf'");
-  if (args.empty() || !args[0].isTensor()) return;
-  const at::Tensor& self = args[0].toTensor();
-  c10::ScalarType t = self.scalar_type();
-  TORCH_CHECK(!(inplace && name == "abs" && c10::isComplexType(t)), "In-place abs is not supported for complex tensors.");
+  if (args.empty()) return;
+  bool tensor_self = args[0].isTensor();  // not xlogy(2.0, t)
+  std::optional<c10::ScalarType> t;
+  if (tensor_self) t = args[0].toTensor().scalar_type();
+  TORCH_CHECK(!(inplace && name == "abs" && c10::isComplexType(*t)), "In-place abs is not supported for complex tensors.");
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
     if (r.kind == Kind::kComplexHalf || (r.overload && overload != r.overload)) continue;
+    if (!tensor_self && !r.all_promote) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
-    c10::ScalarType computed = r.all_promote ? result_type(args) : t;
+    c10::ScalarType computed = r.all_promote ? result_type(args) : *t;
     for (size_t i = 1; r.scalars_promote && i < args.size(); ++i)
-      if (args[i].isScalar()) computed = c10::promoteTypes(computed, at::result_type(self, args[i].toScalar()));
+      if (args[i].isScalar()) computed = c10::promoteTypes(computed, at::result_type(args[0].toTensor(), args[i].toScalar()));
     if (!is(r.kind, computed)) continue;
     if (!r.message) TORCH_CHECK_NOT_IMPLEMENTED(false, '"', r.kernel, "\" not implemented for '", c10::toString(computed), "'");
     if (r.runtime_error) TORCH_CHECK(false, r.message);

@@ -253,6 +253,45 @@ def test_rounding_division_of_complex_numbers_is_refused_as_on_cpu(mode):
         assert torch.equal(torch.div(tpu(b), 0.7, rounding_mode="trunc").cpu(), torch.div(b, 0.7, rounding_mode="trunc"))
 
 
+def _t(values, dtype, device):
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+# Found by comparing binary ops over every pair of dtypes with CPU: refusals judged on the dtype
+# the arguments promote to (pow refused bools raised to an int8 power, which CPU computes; complex
+# atan2 and xlogy, integer hypot and nextafter gave values where CPU raises).
+PROMOTED_REFUSALS = {
+    "pow(bool, uint8)": lambda d: torch.pow(_t([True, False], torch.bool, d), _t([2, 3], torch.uint8, d)),
+    "pow(bool, 0-d float)": lambda d: torch.pow(_t([True, False], torch.bool, d), _t(2.0, torch.float32, d)),
+    "pow(bool, bool)": lambda d: torch.pow(_t([True, False], torch.bool, d), _t([True, True], torch.bool, d)),
+    "atan2(float, complex)": lambda d: torch.atan2(torch.ones(2, device=d), torch.ones(2, dtype=torch.cfloat, device=d)),
+    "atan2_(complex, float)": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).atan2_(torch.ones(2, device=d)),
+    "xlogy(complex Scalar, float)": lambda d: torch.xlogy(1 + 2j, torch.ones(2, device=d)),
+    "xlogy(complex, 2)": lambda d: torch.xlogy(torch.ones(2, dtype=torch.cfloat, device=d), 2),
+    "xlogy(2.0, float)": lambda d: torch.xlogy(2.0, torch.full((2,), 3.0, device=d)),
+    "hypot(int8, 0-d int64)": lambda d: torch.hypot(_t([1, 2], torch.int8, d), _t(3, torch.int64, d)),
+    "hypot(int8, float)": lambda d: torch.hypot(_t([1, 2], torch.int8, d), torch.ones(2, device=d)),
+    "hypot(bool, 0-d bool)": lambda d: torch.hypot(_t([True, False], torch.bool, d), _t(True, torch.bool, d)),
+    "hypot(float, complex)": lambda d: torch.hypot(torch.ones(2, device=d), _t(1j, torch.cfloat, d)),
+    "nextafter(uint8, int8)": lambda d: torch.nextafter(_t([1, 2], torch.uint8, d), _t([3, -1], torch.int8, d)),
+}
+
+
+@pytest.mark.parametrize("case", PROMOTED_REFUSALS)
+def test_dtype_refusals_judged_on_the_promoted_dtype_as_cpu(case):
+    fn = PROMOTED_REFUSALS[case]
+    try:
+        expected = fn("cpu")
+    except NotImplementedError as e:
+        with pytest.raises(NotImplementedError) as on_tpu:
+            fn("tpu").cpu()
+        assert str(on_tpu.value) == str(e)
+        return
+    actual = fn("tpu").cpu()
+    assert actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected)
+
+
 def test_is_set_to_and_in_place_promotion_errors_as_cpu():
     """is_set_to ran on the CPU fallback, whose copies never share a storage (x.is_set_to(x) was
     False); int.add_(float) raised with another message than CPU's."""
