@@ -221,6 +221,14 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
     TORCH_CHECK_NOT_IMPLEMENTED(!c10::isComplexType(computed),
                                 "\"div_trunc_cpu\" not implemented for '", c10::toString(computed), "'");
   }
+  // ldexp: CPU's exact kernel (a float x, an integer exponent) refuses bool exponents, and an
+  // in-place ldexp_ raises its own cast error where the meta kernel lets it through.
+  if (name == "ldexp" && args.size() > 1 && args[0].isTensor() && args[1].isTensor()) {
+    c10::ScalarType x = args[0].toTensor().scalar_type(), e = args[1].toTensor().scalar_type();
+    TORCH_CHECK_NOT_IMPLEMENTED(!(c10::isFloatingType(x) && e == c10::kBool), "\"ldexp_cpu_exp\" not implemented for 'Bool'");
+    TORCH_CHECK(!inplace || c10::isFloatingType(x) || c10::isComplexType(x), "ldexp can't be cast to the desired output type ",
+                c10::toString(x));
+  }
   auto [first, last] = refusals().equal_range(name);
   if (first == last) return;
   for (auto it = first; it != last; ++it)

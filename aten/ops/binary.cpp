@@ -349,6 +349,44 @@ V power(LoweringContext& c) {
   return {bin(c, BinaryOp::kPower, x, e)};
 }
 
+// 2^k for integers k as a float of type `t`, exactly, from its bits: 0 below t's normal range
+// (as XLA flushes subnormals), inf above it.
+Value power_of_two(hlo::Builder& b, const Value& k, DType t) {
+  bool f64 = t == DType::kF64;
+  DType bits = f64 ? DType::kS64 : DType::kS32;
+  int64_t bias = f64 ? 1023 : 127, mantissa = f64 ? 52 : 23;
+  hlo::TensorType type{bits, k.type.dims};
+  Value e = b.clamp(b.constant_int(-bias, type), b.convert(k, bits), b.constant_int(bias + 1, type));
+  Value biased = b.binary(BinaryOp::kAdd, e, b.constant_int(bias, type));
+  return b.bitcast_convert(b.binary(BinaryOp::kShiftLeft, biased, b.constant_int(mantissa, type)), t);
+}
+
+// ldexp(x, e) = x * 2^e. A float x with an integer e is scaled exactly, as CPU's std::ldexp: by
+// three powers of two of e's sign, so that no partial product overflows or underflows before the
+// result does (e is first clamped to where any result saturates). Otherwise x * 2 ** e, as CPU:
+// 2 ** e in e's dtype, or float32 for an integer e (a Python 2.0 to a tensor's power).
+V ldexp(LoweringContext& c) {
+  hlo::Builder& b = c.b;
+  DType x = c.raw(0).type.dtype, e_dtype = c.raw(1).type.dtype, out = c.out().dtype;
+  Value e = c.bcast(c.raw(1));
+  if (is_floating(e_dtype) || is_complex(e_dtype)) {
+    Value two_to_e = bin(c, BinaryOp::kPower, b.constant(2, e.type), e);
+    return {bin(c, BinaryOp::kMultiply, c.in_b(0), cast(b, two_to_e, out))};
+  }
+  if (!is_floating(x)) return {bin(c, BinaryOp::kMultiply, c.in_b(0), cast(b, power_of_two(b, e, DType::kF32), out))};
+  DType wide = out == DType::kF64 ? DType::kF64 : DType::kF32;
+  int64_t limit = wide == DType::kF64 ? 2 * 1023 + 52 + 3 : 2 * 127 + 23 + 3;
+  e = b.convert(e, DType::kS64);
+  e = b.clamp(b.constant_int(-limit, e.type), e, b.constant_int(limit, e.type));
+  Value third = b.binary(BinaryOp::kDivide, e, b.constant_int(3, e.type));
+  Value rest = b.binary(BinaryOp::kSubtract, e, third);
+  Value half = b.binary(BinaryOp::kDivide, rest, b.constant_int(2, e.type));
+  Value r = cast(b, c.in_b(0), wide);
+  for (const Value& k : {third, half, b.binary(BinaryOp::kSubtract, rest, half)})
+    r = b.binary(BinaryOp::kMultiply, r, power_of_two(b, k, wide));
+  return {cast(b, r, out)};
+}
+
 // PyTorch's meta kernels give pow(bool tensor, bool) an int64 result (and so refuse pow_) where
 // CPU keeps bools, as the promotion of the tensor and the scalar says.
 std::vector<c10::IValue> pow_scalar_meta(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
@@ -534,6 +572,7 @@ TORCHTPU_LOWERINGS(binary) {
         c.b.compare(Compare::kLT, bin(c, BinaryOp::kDivide, c.full(1, b), b), zero));
     return V{c.b.select(negative, c.b.unary(UnaryOp::kNegate, mag), mag)};
   });
+  register_with_variants("ldexp", {"Tensor", ""}, ldexp);
   register_with_variants("xlogy", {"Tensor", "Scalar_Other"}, [](LoweringContext& c) {
     Value x = c.in_b(0), y = c.in_b(1);
     Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLog, y));

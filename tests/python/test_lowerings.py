@@ -417,6 +417,32 @@ def test_logcumsumexp_carries_nan_as_cpu(dtype, no_fallbacks):
         torch.testing.assert_close(torch.logcumsumexp(x.to("tpu"), dim).cpu(), torch.logcumsumexp(x, dim), equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64])
+def test_ldexp_with_integer_exponents_as_cpu(dtype, no_fallbacks):
+    """ldexp(x, int tensor) failed with "DispatchStub: missing kernel for tpu" (PyTorch 2.11 scales a
+    float x by an integer exponent in a CPU/CUDA-only kernel). Exact, as std::ldexp: huge exponents
+    saturate to inf or 0 without overflowing early."""
+    x = torch.tensor([1.5, -2.25, 3e38, 1e-30, 0.0, float("inf"), float("nan"), 1.0, 1.0, 3.0, 7.0, -5.0])
+    e = torch.tensor([2, -3, 1, 5, 7, 1, 2, 200, -200, 2**31 - 1, -140, 56])
+    x = x.to(dtype)
+    # (a float exponent: 2 ** e in float32, whose subnormals XLA flushes even for a float64 x)
+    for exponent in (e, e.to(torch.int32), e.to(torch.int8), e.to(torch.uint8), e.float().clamp(-100, 100)):
+        expected = torch.ldexp(x, exponent)
+        actual = torch.ldexp(x.to("tpu"), exponent.to("tpu")).cpu()
+        assert actual.dtype == expected.dtype
+        tiny = torch.finfo(expected.dtype).tiny if expected.dtype.is_floating_point else 0
+        expected = torch.where(expected.abs() < tiny, 0.0, expected).to(expected.dtype)  # XLA flushes subnormals
+        torch.testing.assert_close(actual, expected, equal_nan=True, rtol=0, atol=0)
+    y = x.to("tpu")
+    if dtype.is_floating_point:
+        torch.testing.assert_close(y.clone().ldexp_(e.to("tpu")).cpu(), x.clone().ldexp_(e), equal_nan=True, rtol=0, atol=1e-37)
+        with pytest.raises(NotImplementedError, match="ldexp_cpu_exp"):
+            torch.ldexp(y, (e > 0).to("tpu"))
+    else:
+        with pytest.raises(RuntimeError, match="ldexp can't be cast to the desired output type Long"):
+            y.ldexp_(e.to("tpu"))
+
+
 def test_index_fill_counts_negative_indices_from_the_end_as_cpu(no_fallbacks):
     """index_fill(1, [-1], v) raised "index out of range" on tpu; CPU (alone among the index_*
     ops) counts a negative index from the end."""
