@@ -104,6 +104,9 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"exp", {Kind::kComplexHalf, "exp_vml_cpu"}},
       {"mm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
       {"addmm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
+      {"logical_and", {Kind::kComplexHalf, "logical_and_cpu"}},
+      {"logical_or", {Kind::kComplexHalf, "logical_or_cpu"}},
+      {"logical_xor", {Kind::kComplexHalf, "logical_xor_cpu"}},
   };
   return table;
 }
@@ -245,6 +248,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
     if (!tensor_self && !r.all_promote) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
     c10::ScalarType computed = r.all_promote ? result_type(args) : *t;
+    if (inplace && tensor_self && !c10::canCast(computed, *t)) continue;  // the meta kernel's cast error comes first
     for (size_t i = 1; r.scalars_promote && i < args.size(); ++i)
       if (args[i].isScalar()) computed = c10::promoteTypes(computed, at::result_type(args[0].toTensor(), args[i].toScalar()));
     if (!is(r.kind, computed)) continue;

@@ -286,6 +286,10 @@ PROMOTED_REFUSALS = {
     "fmin(int8, complex)": lambda d: torch.fmin(_t([1, 2], torch.int8, d), _t([2 + 1j, 1j], torch.cfloat, d)),
     "lt(float, 1j)": lambda d: torch.lt(torch.ones(2, device=d), 1j),
     "ge(int8, complex)": lambda d: torch.ge(_t([1, 2], torch.int8, d), _t([2 + 1j, 1j], torch.cfloat, d)),
+    "bool.remainder_(complex)": lambda d: _t([True, False], torch.bool, d).remainder_(_t([2 + 1j, 1j], torch.cfloat, d)),
+    "float.copysign_(complex)": lambda d: torch.ones(2, device=d).copysign_(_t([2 + 1j, 1j], torch.cfloat, d)),
+    "logical_and(half, 0-d complex)": lambda d: torch.logical_and(torch.ones(2, dtype=torch.half, device=d),
+                                                                  _t(1 + 1j, torch.cfloat, d)),
 }
 
 
