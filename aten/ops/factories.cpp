@@ -1,5 +1,13 @@
-// Allocation and filling: empty, empty_strided, fill_, zero_.
+// Allocation and filling: empty, empty_strided, fill_, zero_, and the Kaiser window.
 #include <ATen/EmptyTensor.h>
+#include <ATen/OpMathType.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/special_i0.h>
+#include <ATen/ops/sqrt.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -100,8 +108,42 @@ at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::Scala
   return zero(zeros);
 }
 
+// torch.kaiser_window computes its values in a CPU/CUDA kernel (kaiser_window_stub) a tpu device
+// has none of; here CPU's formula from lowered ops: I0(beta * sqrt(1 - ((n - a) / a)^2)) / I0(beta)
+// with a = (N - 1) / 2, over the window's positions counted in its dtype, computed in float32
+// for 16-bit floats.
+at::Tensor kaiser_window(int64_t length, bool periodic, double beta, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  at::TensorOptions options = at::TensorOptions().dtype(held_dtype(dtype)).layout(layout).device(device)
+                                  .pinned_memory(pin_memory);
+  TORCH_CHECK(length >= 0, "kaiser_window requires non-negative window_length, got window_length=", length);
+  TORCH_CHECK(at::isFloatingType(options.dtype().toScalarType()), "kaiser_window expects floating point dtypes, got: ",
+              options);
+  if (length <= 1) return at::ones({length}, options);
+  int64_t n = periodic ? length + 1 : length;
+  c10::ScalarType math = at::toOpMathType(options.dtype().toScalarType());
+  at::Tensor position = at::arange(n, options).to(math);
+  double half = (n - 1) / 2.0;
+  at::Tensor window = at::special_i0(beta * at::sqrt(1 - at::pow((position - half) / half, 2))) /
+                      at::special_i0(at::scalar_tensor(beta, position.options()));
+  return window.narrow(0, 0, length).to(options.dtype().toScalarType());
+}
+at::Tensor kaiser_window_beta(int64_t length, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                              std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  return kaiser_window(length, true, 12.0, dtype, layout, device, pin_memory);
+}
+at::Tensor kaiser_window_periodic(int64_t length, bool periodic, std::optional<c10::ScalarType> dtype,
+                                  std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                  std::optional<bool> pin_memory) {
+  return kaiser_window(length, periodic, 12.0, dtype, layout, device, pin_memory);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_efficientzerotensor", efficient_zero_tensor);
+  m.impl("kaiser_window", kaiser_window_beta);
+  m.impl("kaiser_window.periodic", kaiser_window_periodic);
+  m.impl("kaiser_window.beta", kaiser_window);
   m.impl("empty.memory_format", empty);
   m.impl("empty_strided", empty_strided);
   m.impl("fill_.Scalar", fill_scalar);

@@ -443,6 +443,22 @@ def test_ldexp_with_integer_exponents_as_cpu(dtype, no_fallbacks):
             y.ldexp_(e.to("tpu"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_kaiser_window_as_cpu(dtype, no_fallbacks):
+    """torch.kaiser_window(..., device="tpu") failed with "DispatchStub: missing kernel for tpu"
+    (torchaudio's resampling windows use it)."""
+    tolerance = dict(rtol=2e-6, atol=1e-7) if dtype in (torch.float32, torch.float64) else dict(rtol=1e-2, atol=1e-4)
+    for args in ((6,), (6, False), (7, False, 5.0), (1,), (0,), (300, True, 8.0)):
+        expected = torch.kaiser_window(*args, dtype=dtype)
+        actual = torch.kaiser_window(*args, dtype=dtype, device="tpu")
+        assert actual.device.type == "tpu"
+        torch.testing.assert_close(actual.cpu(), expected, **tolerance)
+    with pytest.raises(RuntimeError, match="requires non-negative window_length, got window_length=-1"):
+        torch.kaiser_window(-1, device="tpu")
+    with pytest.raises(RuntimeError, match="kaiser_window expects floating point dtypes"):
+        torch.kaiser_window(3, dtype=torch.int64, device="tpu")
+
+
 def test_index_fill_counts_negative_indices_from_the_end_as_cpu(no_fallbacks):
     """index_fill(1, [-1], v) raised "index out of range" on tpu; CPU (alone among the index_*
     ops) counts a negative index from the end."""
