@@ -26,6 +26,11 @@ struct Refusal {
   bool all_promote = false;        // judged on the dtype all arguments promote to (the shifts')
 };
 
+// A refusal judged on the dtype all arguments promote to (atan2 of a float and a complex tensor).
+constexpr Refusal promoted(Kind kind, const char* kernel, const char* runtime_error_message = nullptr) {
+  return {kind, kernel, runtime_error_message, runtime_error_message != nullptr, nullptr, false, true};
+}
+
 // By the op's name without the in-place underscore; measured against CPU PyTorch 2.11.
 const std::unordered_multimap<std::string, Refusal>& refusals() {
   static const std::unordered_multimap<std::string, Refusal> table = {
@@ -46,10 +51,10 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"erf", {Kind::kComplex, "erf_vml_cpu"}},
       {"erfc", {Kind::kComplex, "erfc_vml_cpu"}},
       {"lgamma", {Kind::kComplex, "lgamma_vml_cpu"}},
-      {"maximum", {Kind::kComplex, nullptr, "maximum not implemented for complex tensors.", true, nullptr, false, true}},
-      {"minimum", {Kind::kComplex, nullptr, "minimum not implemented for complex tensors.", true, nullptr, false, true}},
-      {"fmax", {Kind::kComplex, nullptr, "fmax not implemented for complex tensors.", true, nullptr, false, true}},
-      {"fmin", {Kind::kComplex, nullptr, "fmin not implemented for complex tensors.", true, nullptr, false, true}},
+      {"maximum", promoted(Kind::kComplex, nullptr, "maximum not implemented for complex tensors.")},
+      {"minimum", promoted(Kind::kComplex, nullptr, "minimum not implemented for complex tensors.")},
+      {"fmax", promoted(Kind::kComplex, nullptr, "fmax not implemented for complex tensors.")},
+      {"fmin", promoted(Kind::kComplex, nullptr, "fmin not implemented for complex tensors.")},
       {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, "", true}},
       {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, "", true}},
       {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, "", true}},
@@ -58,36 +63,35 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       // Judged on the dtype the arguments promote to: bools ** 2.0 computes in float, hypot of an
       // int8 and an int64 tensor is refused in int64.
       {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor", false, true}},
-      {"atan2", {Kind::kComplex, "atan2_cpu", nullptr, false, nullptr, false, true}},
-      {"xlogy", {Kind::kComplex, "xlogy_cpu", nullptr, false, nullptr, false, true}},
-      {"hypot", {Kind::kBool, "hypot_cpu", nullptr, false, nullptr, false, true}},
-      {"hypot", {Kind::kInteger, "hypot_cpu", nullptr, false, nullptr, false, true}},
-      {"hypot", {Kind::kComplex, "hypot_cpu", nullptr, false, nullptr, false, true}},
-      {"nextafter", {Kind::kInteger, "nextafter_cpu", nullptr, false, nullptr, false, true}},
+      {"atan2", promoted(Kind::kComplex, "atan2_cpu")},
+      {"xlogy", promoted(Kind::kComplex, "xlogy_cpu")},
+      {"hypot", promoted(Kind::kBool, "hypot_cpu")},
+      {"hypot", promoted(Kind::kInteger, "hypot_cpu")},
+      {"hypot", promoted(Kind::kComplex, "hypot_cpu")},
+      {"nextafter", promoted(Kind::kInteger, "nextafter_cpu")},
       // XLA's CPU compiler crashes on a complex remainder: CPU refuses it, as the others here.
-      {"remainder", {Kind::kComplex, "remainder_cpu", nullptr, false, nullptr, false, true}},
-      {"fmod", {Kind::kComplex, "fmod_cpu", nullptr, false, nullptr, false, true}},
-      {"copysign", {Kind::kComplex, "copysign_cpu", nullptr, false, nullptr, false, true}},
-      {"gcd", {Kind::kComplex, "gcd_cpu", nullptr, false, nullptr, false, true}},
-      {"lcm", {Kind::kComplex, "lcm_cpu", nullptr, false, nullptr, false, true}},
-      {"special_xlog1py", {Kind::kComplex, "xlog1py_cpu", nullptr, false, nullptr, false, true}},
-      {"heaviside", {Kind::kComplex, nullptr, "heaviside is not yet implemented for complex tensors.", true, nullptr,
-                     false, true}},
-      {"lt", {Kind::kComplex, "lt_cpu", nullptr, false, nullptr, false, true}},
-      {"le", {Kind::kComplex, "le_cpu", nullptr, false, nullptr, false, true}},
-      {"gt", {Kind::kComplex, "gt_cpu", nullptr, false, nullptr, false, true}},
-      {"ge", {Kind::kComplex, "ge_cpu", nullptr, false, nullptr, false, true}},
+      {"remainder", promoted(Kind::kComplex, "remainder_cpu")},
+      {"fmod", promoted(Kind::kComplex, "fmod_cpu")},
+      {"copysign", promoted(Kind::kComplex, "copysign_cpu")},
+      {"gcd", promoted(Kind::kComplex, "gcd_cpu")},
+      {"lcm", promoted(Kind::kComplex, "lcm_cpu")},
+      {"special_xlog1py", promoted(Kind::kComplex, "xlog1py_cpu")},
+      {"heaviside", promoted(Kind::kComplex, nullptr, "heaviside is not yet implemented for complex tensors.")},
+      {"lt", promoted(Kind::kComplex, "lt_cpu")},
+      {"le", promoted(Kind::kComplex, "le_cpu")},
+      {"gt", promoted(Kind::kComplex, "gt_cpu")},
+      {"ge", promoted(Kind::kComplex, "ge_cpu")},
       {"max", {Kind::kComplex, "max_all", nullptr, false, ""}},
       {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
       {"clamp_min", {Kind::kComplex, "maximum_cpu", nullptr, false, "Tensor"}},
       {"clamp_max", {Kind::kComplex, "minimum_cpu", nullptr, false, "Tensor"}},
       // Shifts compute in the promoted dtype: bools << 1 is int64, bools << bools is refused.
-      {"__lshift__", {Kind::kNotInteger, "lshift_cpu", nullptr, false, nullptr, false, true}},
-      {"__ilshift__", {Kind::kNotInteger, "lshift_cpu", nullptr, false, nullptr, false, true}},
-      {"bitwise_left_shift", {Kind::kNotInteger, "lshift_cpu", nullptr, false, nullptr, false, true}},
-      {"__rshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
-      {"__irshift__", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
-      {"bitwise_right_shift", {Kind::kNotInteger, "rshift_cpu", nullptr, false, nullptr, false, true}},
+      {"__lshift__", promoted(Kind::kNotInteger, "lshift_cpu")},
+      {"__ilshift__", promoted(Kind::kNotInteger, "lshift_cpu")},
+      {"bitwise_left_shift", promoted(Kind::kNotInteger, "lshift_cpu")},
+      {"__rshift__", promoted(Kind::kNotInteger, "rshift_cpu")},
+      {"__irshift__", promoted(Kind::kNotInteger, "rshift_cpu")},
+      {"bitwise_right_shift", promoted(Kind::kNotInteger, "rshift_cpu")},
       {"_standard_gamma_grad", {Kind::kHalfFloat, "_standard_gamma_grad_cpu"}},
       {"threshold", {Kind::kBool, "threshold_cpu"}},
       // (CPU names its kernel by the dimension, "softmax_lastdim_kernel_impl" for the last one.)
@@ -241,14 +245,14 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   bool tensor_self = args[0].isTensor();  // not xlogy(2.0, t)
   std::optional<c10::ScalarType> t;
   if (tensor_self) t = args[0].toTensor().scalar_type();
-  TORCH_CHECK(!(inplace && name == "abs" && c10::isComplexType(*t)), "In-place abs is not supported for complex tensors.");
+  TORCH_CHECK(!(inplace && name == "abs" && t && c10::isComplexType(*t)), "In-place abs is not supported for complex tensors.");
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
     if (r.kind == Kind::kComplexHalf || (r.overload && overload != r.overload)) continue;
     if (!tensor_self && !r.all_promote) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
     c10::ScalarType computed = r.all_promote ? result_type(args) : *t;
-    if (inplace && tensor_self && !c10::canCast(computed, *t)) continue;  // the meta kernel's cast error comes first
+    if (inplace && !c10::canCast(computed, *t)) continue;  // the meta kernel's cast error comes first
     for (size_t i = 1; r.scalars_promote && i < args.size(); ++i)
       if (args[i].isScalar()) computed = c10::promoteTypes(computed, at::result_type(args[0].toTensor(), args[i].toScalar()));
     if (!is(r.kind, computed)) continue;

@@ -352,13 +352,11 @@ V power(LoweringContext& c) {
 // 2^k for integers k as a float of type `t`, exactly, from its bits: 0 below t's normal range
 // (as XLA flushes subnormals), inf above it.
 Value power_of_two(hlo::Builder& b, const Value& k, DType t) {
-  bool f64 = t == DType::kF64;
-  DType bits = f64 ? DType::kS64 : DType::kS32;
-  int64_t bias = f64 ? 1023 : 127, mantissa = f64 ? 52 : 23;
-  hlo::TensorType type{bits, k.type.dims};
-  Value e = b.clamp(b.constant_int(-bias, type), b.convert(k, bits), b.constant_int(bias + 1, type));
-  Value biased = b.binary(BinaryOp::kAdd, e, b.constant_int(bias, type));
-  return b.bitcast_convert(b.binary(BinaryOp::kShiftLeft, biased, b.constant_int(mantissa, type)), t);
+  FloatFormat f = float_format(t);
+  hlo::TensorType type{f.bits, k.type.dims};
+  Value e = b.clamp(b.constant_int(-f.bias, type), b.convert(k, f.bits), b.constant_int(f.bias + 1, type));
+  Value biased = b.binary(BinaryOp::kAdd, e, b.constant_int(f.bias, type));
+  return b.bitcast_convert(b.binary(BinaryOp::kShiftLeft, biased, b.constant_int(f.fraction, type)), t);
 }
 
 // ldexp(x, e) = x * 2^e. A float x with an integer e is scaled exactly, as CPU's std::ldexp: by
@@ -375,7 +373,8 @@ V ldexp(LoweringContext& c) {
   }
   if (!is_floating(x)) return {bin(c, BinaryOp::kMultiply, c.in_b(0), cast(b, power_of_two(b, e, DType::kF32), out))};
   DType wide = out == DType::kF64 ? DType::kF64 : DType::kF32;
-  int64_t limit = wide == DType::kF64 ? 2 * 1023 + 52 + 3 : 2 * 127 + 23 + 3;
+  FloatFormat f = float_format(wide);
+  int64_t limit = 2 * f.bias + f.fraction + 3;
   e = b.convert(e, DType::kS64);
   e = b.clamp(b.constant_int(-limit, e.type), e, b.constant_int(limit, e.type));
   Value third = b.binary(BinaryOp::kDivide, e, b.constant_int(3, e.type));

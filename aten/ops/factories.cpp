@@ -129,8 +129,9 @@ at::Tensor kaiser_window(int64_t length, bool periodic, double beta, std::option
                       at::special_i0(at::scalar_tensor(beta, position.options()));
   return window.narrow(0, 0, length).to(options.dtype().toScalarType());
 }
-at::Tensor kaiser_window_beta(int64_t length, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
-                              std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+at::Tensor kaiser_window_default(int64_t length, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                 std::optional<bool> pin_memory) {
   return kaiser_window(length, true, 12.0, dtype, layout, device, pin_memory);
 }
 at::Tensor kaiser_window_periodic(int64_t length, bool periodic, std::optional<c10::ScalarType> dtype,
@@ -141,7 +142,7 @@ at::Tensor kaiser_window_periodic(int64_t length, bool periodic, std::optional<c
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_efficientzerotensor", efficient_zero_tensor);
-  m.impl("kaiser_window", kaiser_window_beta);
+  m.impl("kaiser_window", kaiser_window_default);
   m.impl("kaiser_window.periodic", kaiser_window_periodic);
   m.impl("kaiser_window.beta", kaiser_window);
   m.impl("empty.memory_format", empty);

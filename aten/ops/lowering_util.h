@@ -28,6 +28,19 @@ inline hlo::Value opmath_b(LoweringContext& c, size_t i) { return c.bcast(opmath
 // A possibly negative dimension index made non-negative (a 0-d tensor has one "dimension").
 inline int64_t wrap_dim(int64_t dim, int64_t rank) { return dim < 0 ? dim + (rank > 0 ? rank : 1) : dim; }
 
+// The bit layout of a float dtype: the integer dtype of its width, its fraction bits and its
+// exponent bias (float16's and bfloat16's for any other dtype).
+struct FloatFormat {
+  DType bits;
+  int64_t width, fraction, bias;
+};
+inline FloatFormat float_format(DType t) {
+  return t == DType::kF64   ? FloatFormat{DType::kS64, 64, 52, 1023}
+         : t == DType::kF32 ? FloatFormat{DType::kS32, 32, 23, 127}
+         : t == DType::kF16 ? FloatFormat{DType::kS16, 16, 10, 15}
+                            : FloatFormat{DType::kS16, 16, 7, 127};
+}
+
 inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
   return v.type.dtype == to ? v : b.convert(v, to);
 }

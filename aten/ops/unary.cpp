@@ -120,15 +120,8 @@ V erf(LoweringContext& c) {
 V frexp(LoweringContext& c) {
   Builder& b = c.b;
   Value x = c.raw(0);
-  struct Format {
-    DType bits;
-    int64_t width, fraction, bias;
-  };
   DType t = x.type.dtype;
-  Format f = t == DType::kF64   ? Format{DType::kS64, 64, 52, 1023}
-             : t == DType::kF32 ? Format{DType::kS32, 32, 23, 127}
-             : t == DType::kF16 ? Format{DType::kS16, 16, 10, 15}
-                                : Format{DType::kS16, 16, 7, 127};
+  FloatFormat f = float_format(t);
   hlo::TensorType int_type{f.bits, x.type.dims};
   auto i = [&](int64_t v) { return b.constant_int(v, int_type); };
   auto op = [&](BinaryOp o, const Value& p, const Value& q) { return b.binary(o, p, q); };
