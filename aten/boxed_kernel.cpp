@@ -772,6 +772,23 @@ MetaFn shaped_like(size_t like) {
   };
 }
 
+std::vector<c10::IValue> laid_out(std::vector<c10::IValue> returns, at::MemoryFormat format, int64_t rank) {
+  if (format == at::MemoryFormat::Contiguous) return returns;
+  for (c10::IValue& r : returns)
+    if (r.isTensor() && r.toTensor().defined() && r.toTensor().dim() == rank) r = r.toTensor().contiguous(format);
+  return returns;
+}
+
+MetaFn in_layout_of(size_t like, MetaFn meta) {
+  return [like, meta](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    std::vector<c10::IValue> returns =
+        meta ? meta(schema, args) : meta_kernel(schema.name(), schema.overload_name(), args);
+    if (!schema.arguments().empty() && schema.arguments().back().is_out()) return returns;
+    const at::Tensor& model = args.at(like).toTensor();
+    return laid_out(std::move(returns), model.suggest_memory_format(), model.dim());
+  };
+}
+
 void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
                        LoweringOptions options) {
   for (const char* op : ops) registry()[std::string("aten::") + op] = {fn, options};

@@ -602,7 +602,7 @@ TORCHTPU_LOWERINGS(indexing) {
     split.insert(split.begin() + 1, groups);
     for (int64_t d = 3; d <= rank; ++d) perm.push_back(d);
     return V{c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), x.type.dims)};
-  });
+  }, with_meta(in_layout_of(0)));
   register_lowering({"take", "take.out"}, take, checked("take(): index out of range"));
   // nonzero with a static size (torch.compile-friendly): (self, size, fill_value)
   register_lowering({"nonzero_static", "nonzero_static.out"}, [](LoweringContext& c) {
@@ -653,11 +653,12 @@ TORCHTPU_LOWERINGS(indexing) {
   }());
   LoweringOptions pad_options;
   pad_options.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
-    // PyTorch has no meta kernel for constant_pad_nd: each pad pair widens a trailing dim.
+    // PyTorch has no meta kernel for constant_pad_nd: each pad pair widens a trailing dim; CPU
+    // keeps the input's layout.
     const at::Tensor& x = args[0].toTensor();
     std::vector<int64_t> sizes = x.sizes().vec(), pad = args[1].toIntVector();
     for (size_t i = 0; 2 * i + 1 < pad.size(); ++i) sizes[sizes.size() - 1 - i] += pad[2 * i] + pad[2 * i + 1];
-    return std::vector<c10::IValue>{at::empty(sizes, x.options())};
+    return std::vector<c10::IValue>{at::empty(sizes, x.options().memory_format(x.suggest_memory_format()))};
   };
   register_lowering({"constant_pad_nd", "constant_pad_nd.out"}, [](LoweringContext& c) {
     Value x = c.in(0);

@@ -46,7 +46,8 @@ at::ScalarType stat_dtype(const at::Tensor& x, const std::vector<std::optional<a
   return t;
 }
 
-// Batch norm's meta results on CPU: per-channel statistics when training (`stats`), else empty.
+// Batch norm's meta results on CPU: the output in the input's layout (channels-last stays so),
+// per-channel statistics when training (`stats`), else empty.
 std::vector<c10::IValue> batch_norm_meta(const std::vector<c10::IValue>& args, bool training,
                                          std::initializer_list<size_t> params) {
   const at::Tensor& x = args[0].toTensor();
@@ -55,7 +56,7 @@ std::vector<c10::IValue> batch_norm_meta(const std::vector<c10::IValue>& args, b
   at::ScalarType t = stat_dtype(x, p);
   int64_t channels = training ? (x.dim() > 1 ? x.size(1) : 1) : 0;
   auto stat = [&] { return at::empty({channels}, x.options().dtype(t)); };
-  return {at::empty_like(x, at::MemoryFormat::Contiguous), stat(), stat()};
+  return {at::empty_like(x, x.suggest_memory_format()), stat(), stat()};
 }
 
 // A statistic for output `i`, or zeros when PyTorch returns an empty tensor there (eval mode).
@@ -308,7 +309,8 @@ TORCHTPU_LOWERINGS(normalization) {
                     batch_norm_eval, eval_stats);
   register_lowering({"native_batch_norm_backward", "native_batch_norm_backward.out"}, batch_norm_backward);
   register_lowering({"native_group_norm", "native_group_norm.out"}, group_norm);
-  register_lowering({"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward);
+  register_lowering({"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward,
+                    with_meta(in_layout_of(1)));  // CPU: the input's layout, the meta kernel: the gradient's
   // mean and rstd in the input's dtype, as CPU and CUDA (PyTorch's meta kernel says float for
   // bfloat16/half): float only with float affine parameters (mixed types)
   LoweringOptions layer_norm_dtypes;

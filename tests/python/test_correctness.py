@@ -1300,3 +1300,57 @@ def test_zero_gradients_are_made_on_the_device(no_fallbacks):
             grads.append(leaf.grad.cpu())
         torch.testing.assert_close(grads[1], grads[0])
     assert torch.ops.aten._efficientzerotensor([2, 3], device="tpu").cpu().eq(0).all()
+
+
+# Layouts: a channels-last model stays channels-last, as on CPU and CUDA ----------------------
+
+def _dense_strides(t):  # the strides of dimensions longer than 1: the others mean nothing
+    return tuple(s for n, s in zip(t.shape, t.stride()) if n > 1)
+
+
+def _channels_last_net(dims):
+    Conv, ConvT, Norm, Pad, Pool = {
+        2: (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d, nn.ReflectionPad2d, nn.MaxPool2d),
+        3: (nn.Conv3d, nn.ConvTranspose3d, nn.BatchNorm3d, nn.ReflectionPad3d, nn.MaxPool3d)}[dims]
+    return nn.Sequential(Conv(3, 8, 3), Norm(8), nn.ReLU(), Pad(1), Conv(8, 8, 3, groups=8), Pool(2),
+                         ConvT(8, 4, 3, stride=2), nn.ConstantPad2d(1, 0.5) if dims == 2 else nn.ConstantPad3d(1, 0.5),
+                         nn.Hardswish())
+
+
+@pytest.mark.parametrize("dims,dtype", [(2, torch.float32), (3, torch.float32), (2, torch.float64), (3, torch.float64)])
+def test_channels_last_models_keep_their_layout_as_cpu(dims, dtype, no_fallbacks):
+    """Convolutions gave contiguous results for channels-last inputs and weights (PyTorch's meta
+    kernel says contiguous; CPU's and CUDA's kernels keep channels-last), and so did batch norm and
+    padding. Values were right, but strides are visible: `.view()` succeeds or fails by them, and
+    autograd copied every weight gradient into the parameter's layout. CPU's 3-d float64
+    convolution is the exception it keeps: contiguous."""
+    fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+    torch.manual_seed(0)
+    ref = _channels_last_net(dims).to(dtype).to(memory_format=fmt)
+    model = copy.deepcopy(ref).to("tpu")
+    x = torch.randn((2, 3) + (9,) * dims, dtype=dtype).contiguous(memory_format=fmt)
+    outs = []
+    for m, device in ((ref, "cpu"), (model, "tpu")):
+        out = m(x.to(device))
+        out.pow(2).sum().backward()
+        outs.append(out)
+    assert _dense_strides(outs[1]) == _dense_strides(outs[0])
+    torch.testing.assert_close(outs[1].cpu(), outs[0], atol=1e-4, rtol=1e-4)
+    for (name, p_ref), p in zip(ref.named_parameters(), model.parameters()):
+        assert _dense_strides(p.grad) == _dense_strides(p_ref.grad), name
+        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, atol=1e-3, rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nn.functional.pad(x, (1, 2, 0, 1)),
+    lambda x: torch.nn.functional.pad(x, (1, 2, 0, 1), mode="reflect"),
+    lambda x: torch.nn.functional.pad(x, (1, 2, 0, 1), mode="replicate"),
+    lambda x: torch.nn.functional.channel_shuffle(x, 2),
+    lambda x: torch.nn.functional.max_unpool2d(*torch.nn.functional.max_pool2d(x, 2, return_indices=True), 2),
+    lambda x: torch.nn.functional.conv2d(x.contiguous(), torch.ones(3, 4, 1, 1).contiguous(memory_format=torch.channels_last).to(x.device)),
+], ids=["constant_pad", "reflection_pad", "replication_pad", "channel_shuffle", "max_unpool2d", "conv_weight_channels_last"])
+def test_channels_last_results_of_single_ops_as_cpu(fn, no_fallbacks):
+    x = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    expected, got = fn(x), fn(x.to("tpu"))
+    assert _dense_strides(got) == _dense_strides(expected)
+    torch.testing.assert_close(got.cpu(), expected)
