@@ -384,10 +384,12 @@ Value nonzero_coordinates(hlo::Builder& b, const Value& x, int64_t rows, int64_t
 }
 
 // nonzero's output size depends on the data: count on the device first (a host sync, as on
-// CUDA), then place each true position's coordinates at its rank among the true positions.
+// CUDA), then place each true position's coordinates at its rank among the true positions. The
+// result is laid out column by column, as CPU's and CUDA's are: nonzero(as_tuple=True) and
+// `idx[:, d]` then give contiguous index tensors.
 at::Tensor nonzero(const at::Tensor& self) {
   int64_t count = self.ne(0).sum().item<int64_t>();
-  at::Tensor out = at::empty({count, self.dim()}, self.options().dtype(at::kLong));
+  at::Tensor out = at::empty({self.dim(), count}, self.options().dtype(at::kLong)).t();
   if (count == 0 || self.dim() == 0) return out;
   exec::Lowering lower = [count](hlo::Builder& b, const V& in) { return V{nonzero_coordinates(b, in[0], count, 0)}; };
   run_on_device({"nonzero", lower, {operand(self)}, {operand(out)}, origin_of("aten::nonzero")});

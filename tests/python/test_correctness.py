@@ -1305,7 +1305,7 @@ def test_zero_gradients_are_made_on_the_device(no_fallbacks):
 # Layouts: a channels-last model stays channels-last, as on CPU and CUDA ----------------------
 
 def _dense_strides(t):  # the strides of dimensions longer than 1: the others mean nothing
-    return tuple(s for n, s in zip(t.shape, t.stride()) if n > 1)
+    return tuple(s for n, s in zip(t.shape, t.stride()) if n > 1) if t.numel() else ()
 
 
 def _channels_last_net(dims):
@@ -1354,3 +1354,16 @@ def test_channels_last_results_of_single_ops_as_cpu(fn, no_fallbacks):
     expected, got = fn(x), fn(x.to("tpu"))
     assert _dense_strides(got) == _dense_strides(expected)
     torch.testing.assert_close(got.cpu(), expected)
+
+
+@pytest.mark.parametrize("fn", [
+    torch.nonzero, torch.argwhere, lambda t: torch.nonzero(t, as_tuple=True)[0], lambda t: t[t > 0],
+    lambda t: torch.geqrf(t.reshape(-1, 4))[0],
+], ids=["nonzero", "argwhere", "nonzero_as_tuple", "boolean_index", "geqrf"])
+def test_column_major_results_as_cpu(fn, no_fallbacks):
+    """CPU and CUDA return nonzero's coordinates column by column (each index tensor of
+    as_tuple=True contiguous) and LAPACK-style factors column-major; tpu returned them row-major."""
+    for x in (torch.randn(2, 3, 4), torch.zeros(3, 4), torch.tensor([1.0, -2.0, 3.0, 0.5])):
+        expected, got = fn(x), fn(x.to("tpu"))
+        assert _dense_strides(got) == _dense_strides(expected)
+        torch.testing.assert_close(got.cpu(), expected)
