@@ -144,7 +144,12 @@ def _short_error(e):
     return msg[:400]
 
 
-def _worker(units, out_path, grad_dtypes, time_limit, layout):
+def _dense_strides(t):
+    """The strides that mean something: of dimensions longer than 1, of a non-empty tensor."""
+    return tuple(s for n, s in zip(t.shape, t.stride()) if n > 1) if t.numel() else ()
+
+
+def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
     import torch
     from torch.utils._pytree import tree_flatten, tree_map
 
@@ -196,6 +201,8 @@ def _worker(units, out_path, grad_dtypes, time_limit, layout):
                 raise AssertionError(f"output on {a.device}, expected {out_device}")
             torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
                                        check_stride=False, check_layout=False)
+            if strides and e.layout == torch.strided and _dense_strides(a) != _dense_strides(e):
+                raise AssertionError(f"strides {tuple(a.stride())}, CPU's {tuple(e.stride())} (shape {tuple(e.shape)})")
         elif isinstance(e, (float, complex)) and isinstance(a, (float, complex)):
             torch.testing.assert_close(a, e, equal_nan=True)
         elif a != e:
@@ -476,6 +483,9 @@ def main(argv=None):
     parser.add_argument("--noncontiguous", action="store_true",
                         help="every sample's tensors as strided views (op_db: PyTorch's SampleInput.noncontiguous(); "
                              "foreach: its non-contiguous lists only), as test_noncontiguous_samples does")
+    parser.add_argument("--strides", action="store_true",
+                        help="also compare each result's strides with CPU's (dimensions longer than 1): "
+                             "a layout CPU's kernel chooses and tpu does not counts as a failure")
     parser.add_argument("--chunk", type=int, default=150, help="(op, dtype) units per worker process")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes at once")
     parser.add_argument("--time-limit", type=float, default=120,
@@ -492,7 +502,7 @@ def main(argv=None):
     if args._worker is not None:
         with open(args._worker) as f:
             units = [tuple(u) for u in json.load(f)]
-        _worker(units, args._out, grad_dtypes, args.time_limit, layout)
+        _worker(units, args._out, grad_dtypes, args.time_limit, layout, args.strides)
         return 0
 
     wall_start = time.time()
@@ -520,6 +530,8 @@ def main(argv=None):
             cmd.append("--foreach-contiguous-only")
         if args.noncontiguous:
             cmd.append("--noncontiguous")
+        if args.strides:
+            cmd.append("--strides")
         return cmd
 
     results = run_units(todo, worker_command, args.jobs, args.chunk, args.stall_limit)
