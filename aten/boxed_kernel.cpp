@@ -3,7 +3,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/add.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
@@ -770,35 +769,6 @@ MetaFn shaped_like(size_t like) {
       return std::vector<c10::IValue>{out};
     }
     return std::vector<c10::IValue>{at::empty_like(model)};
-  };
-}
-
-std::vector<c10::IValue> laid_out(std::vector<c10::IValue> returns, at::MemoryFormat format, int64_t rank) {
-  if (format == at::MemoryFormat::Contiguous) return returns;
-  for (c10::IValue& r : returns)
-    if (r.isTensor() && r.toTensor().defined() && r.toTensor().dim() == rank) r = r.toTensor().contiguous(format);
-  return returns;
-}
-
-MetaFn in_layout_of(size_t like, MetaFn meta) {
-  return [like, meta](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
-    std::vector<c10::IValue> returns =
-        meta ? meta(schema, args) : meta_kernel(schema.name(), schema.overload_name(), args);
-    if (!schema.arguments().empty() && schema.arguments().back().is_out()) return returns;
-    const at::Tensor& model = args.at(like).toTensor();
-    return laid_out(std::move(returns), model.suggest_memory_format(), model.dim());
-  };
-}
-
-MetaFn elementwise_layout(size_t a, size_t b) {
-  return [a, b](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
-    std::vector<c10::IValue> returns = meta_kernel(schema.name(), schema.overload_name(), args);
-    if (!schema.arguments().empty() && schema.arguments().back().is_out()) return returns;
-    at::Tensor like = at::add(args.at(a).toTensor(), args.at(b).toTensor());  // meta: TensorIterator's layout only
-    for (c10::IValue& r : returns)
-      if (r.isTensor() && r.toTensor().sizes() == like.sizes())
-        r = at::empty_like(like, like.options().dtype(r.toTensor().scalar_type()));
-    return returns;
   };
 }
 

@@ -186,16 +186,6 @@ inline MetaFn checked_meta(std::function<void(const std::vector<c10::IValue>& ar
 // An op PyTorch has no meta kernel for whose result is shaped like argument `like` (a gradient
 // like the forward's input, a scan like its input); an out= form's output is resized to it.
 MetaFn shaped_like(size_t like);
-// Meta results (`meta`, or PyTorch's meta kernel) laid out as CPU's kernel lays them out: in the
-// memory format argument `like` suggests (channels-last stays channels-last) where the meta kernel
-// says contiguous. Only returns of `like`'s rank change; out= tensors are the caller's.
-MetaFn in_layout_of(size_t like, MetaFn meta = nullptr);
-// PyTorch's meta kernel of an element-wise op CPU computes with one TensorIterator over arguments a
-// and b (a decides where their layouts differ: `hardswish_backward(grad, self)`), whose Python
-// meta kernel follows another argument's layout.
-MetaFn elementwise_layout(size_t a, size_t b);
-// The same with an explicit format (a convolution's follows its input or its weight).
-std::vector<c10::IValue> laid_out(std::vector<c10::IValue> returns, at::MemoryFormat format, int64_t rank);
 // Ops that only write arguments PyTorch allocated for them (no returns, no meta kernel).
 inline LoweringOptions written_only() {
   return with_meta([](const c10::FunctionSchema&, const std::vector<c10::IValue>&) { return std::vector<c10::IValue>{}; });

@@ -560,22 +560,15 @@ V max_unpool(LoweringContext& c, size_t spatial) {
   return {c.b.reshape(written, c.out().dims)};
 }
 
-// The layout of a convolution's results as CPU's kernels give it (oneDNN's and the 2-d slow
-// kernels'; cuDNN's on CUDA): channels-last when the input or the weight suggests it, where PyTorch's
-// meta kernel always says contiguous. Strides are visible: `.view()` succeeds or fails by them, and
-// autograd keeps a gradient without a copy only when its strides are the parameter's, so a
-// channels-last model's weight gradients must come out channels-last. CPU's 3-d float64 kernel
-// knows only the contiguous layout.
-MetaFn conv_layout(size_t input, size_t weight) {
-  return [input, weight](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
-    std::vector<c10::IValue> returns = meta_kernel(schema.name(), schema.overload_name(), args);
-    const at::Tensor &x = args[input].toTensor(), &w = args[weight].toTensor();
-    at::MemoryFormat format = x.suggest_memory_format();
-    if (format == at::MemoryFormat::Contiguous) format = w.suggest_memory_format();
-    bool slow_3d = x.dim() == 5 && x.scalar_type() == at::kDouble;
-    if (!schema.overload_name().empty() || slow_3d) return returns;  // out=: the caller's tensors
-    return laid_out(std::move(returns), format, x.dim());
-  };
+// Convolution results are contiguous, gradients included (PyTorch's meta kernel makes the
+// gradients like the input and weight): what torch.compile's fake tensors say for a device whose
+// convolution backend PyTorch does not know, so eager and compiled code see the same strides.
+std::vector<c10::IValue> contiguous_gradients(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  std::vector<c10::IValue> returns = meta_kernel(schema.name(), schema.overload_name(), args);
+  if (!schema.overload_name().empty()) return returns;  // out=: the caller's tensors
+  for (c10::IValue& r : returns)
+    if (r.isTensor() && r.toTensor().defined()) r = r.toTensor().contiguous();
+  return returns;
 }
 
 }  // namespace
@@ -583,14 +576,12 @@ MetaFn conv_layout(size_t input, size_t weight) {
 TORCHTPU_LOWERINGS(conv_pool) {
   register_lowering({"col2im", "col2im.out"}, col2im);
   register_lowering({"im2col", "im2col.out"}, im2col);
-  LoweringOptions unpool = checked_runtime("max_unpool: Found an invalid max index"), unpool_2d = unpool;
-  unpool_2d.meta = in_layout_of(0);  // CPU's 2-d kernel keeps channels-last, its 3-d one does not
-  register_lowering({"max_unpool2d", "max_unpool2d.out"}, [](LoweringContext& c) { return max_unpool(c, 2); }, unpool_2d);
+  LoweringOptions unpool = checked_runtime("max_unpool: Found an invalid max index");
+  register_lowering({"max_unpool2d", "max_unpool2d.out"}, [](LoweringContext& c) { return max_unpool(c, 2); }, unpool);
   register_lowering({"max_unpool3d", "max_unpool3d.out"}, [](LoweringContext& c) { return max_unpool(c, 3); }, unpool);
-  LoweringOptions conv = matmul_op(), conv_backward = matmul_op();
-  conv.meta = conv_layout(0, 1);
-  conv_backward.meta = conv_layout(1, 2);
-  register_lowering({"convolution", "convolution.out"}, convolution, conv);
+  register_lowering({"convolution", "convolution.out"}, convolution, matmul_op());
+  LoweringOptions conv_backward = matmul_op();
+  conv_backward.meta = contiguous_gradients;
   register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward, conv_backward);
   for (size_t n : {2, 3}) {
     std::string d = std::to_string(n) + "d";

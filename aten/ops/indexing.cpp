@@ -604,7 +604,7 @@ TORCHTPU_LOWERINGS(indexing) {
     split.insert(split.begin() + 1, groups);
     for (int64_t d = 3; d <= rank; ++d) perm.push_back(d);
     return V{c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), x.type.dims)};
-  }, with_meta(in_layout_of(0)));
+  });
   register_lowering({"take", "take.out"}, take, checked("take(): index out of range"));
   // nonzero with a static size (torch.compile-friendly): (self, size, fill_value)
   register_lowering({"nonzero_static", "nonzero_static.out"}, [](LoweringContext& c) {

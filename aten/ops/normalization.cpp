@@ -307,11 +307,9 @@ TORCHTPU_LOWERINGS(normalization) {
                     batch_norm_no_stats, no_stats);
   register_lowering({"_native_batch_norm_legit_no_training", "_native_batch_norm_legit_no_training.out"},
                     batch_norm_eval, eval_stats);
-  register_lowering({"native_batch_norm_backward", "native_batch_norm_backward.out"}, batch_norm_backward,
-                    with_meta(in_layout_of(1)));  // CPU: the input's layout, the meta kernel: the gradient's
+  register_lowering({"native_batch_norm_backward", "native_batch_norm_backward.out"}, batch_norm_backward);
   register_lowering({"native_group_norm", "native_group_norm.out"}, group_norm);
-  register_lowering({"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward,
-                    with_meta(in_layout_of(1)));  // CPU: the input's layout, the meta kernel: the gradient's
+  register_lowering({"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward);
   // mean and rstd in the input's dtype, as CPU and CUDA (PyTorch's meta kernel says float for
   // bfloat16/half): float only with float affine parameters (mixed types)
   LoweringOptions layer_norm_dtypes;

@@ -339,9 +339,9 @@ TORCHTPU_LOWERINGS(resample) {
     return V{dims.empty() || x.type.rank() == 0 ? x : c.b.reverse(x, dims)};  // a 0-d tensor is its own flip
   });
   register_lowering({"reflection_pad1d", "reflection_pad1d.out", "reflection_pad2d", "reflection_pad2d.out",
-                     "reflection_pad3d", "reflection_pad3d.out"}, reflection_pad, with_meta(in_layout_of(0)));
+                     "reflection_pad3d", "reflection_pad3d.out"}, reflection_pad);
   register_lowering({"replication_pad1d", "replication_pad1d.out", "replication_pad2d", "replication_pad2d.out",
-                     "replication_pad3d", "replication_pad3d.out"}, replication_pad, with_meta(in_layout_of(0)));
+                     "replication_pad3d", "replication_pad3d.out"}, replication_pad);
   // The .vec overloads are composites over these.
   register_lowering({"upsample_nearest1d", "upsample_nearest1d.out", "upsample_nearest2d", "upsample_nearest2d.out",
                      "upsample_nearest3d", "upsample_nearest3d.out"}, upsample_nearest(false));

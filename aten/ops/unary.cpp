@@ -309,11 +309,11 @@ TORCHTPU_LOWERINGS(unary) {
     Value slope = o.add(o.div(x, o.k(3, x)), o.k(0.5, x));
     Value below = o.le(x, o.k(-3, x)), inside = o.b.compare(Compare::kLT, x, o.k(3, x));
     return o.sel(below, o.k(0, x), o.sel(inside, o.mul(g, slope), g));
-  }), with_meta(elementwise_layout(0, 1)));
+  }));
   register_lowering({"hardsigmoid_backward", "hardsigmoid_backward.grad_input"}, backward([](Ops& o, const Value& g, const Value& x) {
     Value inside = o.b.binary(BinaryOp::kAnd, o.gt(x, o.k(-3, x)), o.b.compare(Compare::kLT, x, o.k(3, x)));
     return o.sel(inside, o.div(g, o.k(6, x)), o.k(0, x));
-  }), with_meta(elementwise_layout(0, 1)));
+  }));
   register_lowering({"logical_not", "logical_not_", "logical_not.out"}, [](LoweringContext& c) {
     Value x = c.raw(0);
     Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));
@@ -422,7 +422,7 @@ TORCHTPU_LOWERINGS(unary) {
     Value inside = c.b.binary(BinaryOp::kAnd, o.gt(x, c.bcast(c.in(2))),
                               c.b.compare(Compare::kLT, x, c.bcast(c.in(3))));
     return V{o.sel(inside, g, o.k(0, g))};
-  }, with_meta(elementwise_layout(0, 1)));
+  });
   // elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result): from the result
   // (in-place elu) or the input, as PyTorch's kernel.
   register_lowering({"elu_backward", "elu_backward.grad_input"}, [](LoweringContext& c) {
@@ -433,14 +433,14 @@ TORCHTPU_LOWERINGS(unary) {
                          ? o.mul(input_scale, o.add(x, o.mul(alpha, scale)))
                          : o.mul(o.mul(input_scale, o.mul(alpha, scale)), o.u(UnaryOp::kExponential, o.mul(x, input_scale)));
     return V{o.mul(g, o.sel(o.le(x, o.k(0, x)), negative, scale))};
-  }, with_meta(elementwise_layout(0, 5)));
+  });
   register_lowering({"softplus_backward", "softplus_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);  // (grad, self, beta, threshold)
     Value g = opmath_b(c, 0), x = opmath_b(c, 1);
     Value bx = o.mul(x, opmath_b(c, 2));
     Value z = o.u(UnaryOp::kExponential, bx);
     return V{o.sel(o.gt(bx, opmath_b(c, 3)), g, o.div(o.mul(g, z), o.add(z, o.k(1, z))))};
-  }, with_meta(elementwise_layout(0, 1)));
+  });
   // hardshrink / softshrink zero [-lambd, lambd]; NaN passes through both.
   register_lowering({"hardshrink", "hardshrink.out"}, [](LoweringContext& c) {
     Ops o(c);
@@ -480,7 +480,7 @@ TORCHTPU_LOWERINGS(unary) {
     Value outside = o.b.binary(BinaryOp::kOr, o.b.compare(Compare::kLT, x, o.k(lo, x)), o.gt(x, o.k(1 - lo, x)));
     Value grad = o.div(g, o.mul(x, o.sub(o.k(1, x), x)));
     return V{o.sel(outside, o.k(has_eps ? 0 : NAN, x), grad)};
-  }, with_meta(elementwise_layout(0, 1)));
+  });
   register_with_variants("sinc", {""}, formula([](Ops& o, const Value& x) {
     Value px = o.mul(x, o.k(M_PI, x));
     Value zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
