@@ -1373,6 +1373,7 @@ def _layout_cases():
             [True, False, False])[0],
         "geqrf": lambda x, w, g: A.geqrf(x[0, 0])[0],
         "eig_vectors": lambda x, w, g: A.linalg_eig(x[0, 0])[1].abs(),  # abs: free of each vector's phase
+        "svd_vh": lambda x, w, g: A._linalg_svd(x[0, 0])[2].abs(),
     }
 
 
