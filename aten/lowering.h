@@ -183,6 +183,19 @@ inline MetaFn checked_meta(std::function<void(const std::vector<c10::IValue>& ar
     return meta_kernel(schema.name(), schema.overload_name(), args);
   };
 }
+// A batch of matrices laid out column-major, as LAPACK's results on CPU.
+inline at::Tensor column_major(const at::Tensor& t) { return t.mT().contiguous().mT(); }
+// PyTorch's meta kernel with return `i` column-major: what torch.compile's fake tensors say for a
+// device that is not CUDA (the meta kernel, run on meta tensors, takes CUDA's row-major layout).
+// Returns that are not matrices (empty when not computed) and out= tensors stay as they are.
+inline MetaFn column_major_result(size_t i) {
+  return [i](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    std::vector<c10::IValue> returns = meta_kernel(schema.name(), schema.overload_name(), args);
+    if (schema.overload_name().empty() && i < returns.size() && returns[i].toTensor().dim() >= 2)
+      returns[i] = column_major(returns[i].toTensor());
+    return returns;
+  };
+}
 // An op PyTorch has no meta kernel for whose result is shaped like argument `like` (a gradient
 // like the forward's input, a scan like its input); an out= form's output is resized to it.
 MetaFn shaped_like(size_t like);

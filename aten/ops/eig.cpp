@@ -678,14 +678,7 @@ V linalg_eig(LoweringContext& c) {
 LoweringOptions eig_options() {
   LoweringOptions o = checked("torch.linalg.eig: input tensor should not contain infs or NaNs.");
   o.device_check_runtime_error = true;
-  // Eigenvectors column-major, as LAPACK's and as torch.compile's fake tensors say for a device
-  // that is not CUDA (the meta kernel, run on meta tensors, takes CUDA's row-major layout).
-  o.meta = [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
-    std::vector<c10::IValue> returns = meta_kernel(schema.name(), schema.overload_name(), args);
-    if (schema.name() == "aten::linalg_eig" && schema.overload_name().empty())
-      returns[1] = returns[1].toTensor().mT().contiguous().mT();
-    return returns;
-  };
+  o.meta = column_major_result(1);  // the eigenvectors (_linalg_eigvals has none)
   return o;
 }
 

@@ -125,9 +125,7 @@ std::vector<c10::IValue> geqrf_meta(const c10::FunctionSchema&, const std::vecto
     tau.resize_(tau_dims);
     return {a, tau};
   }
-  std::vector<int64_t> transposed = self.sizes().vec();  // reflectors column-major, as LAPACK's on CPU and CUDA
-  std::swap(transposed[transposed.size() - 1], transposed[transposed.size() - 2]);
-  return {at::empty(transposed, self.options()).mT(), at::empty(tau_dims, self.options())};
+  return {column_major(at::empty(self.sizes(), self.options())), at::empty(tau_dims, self.options())};
 }
 
 

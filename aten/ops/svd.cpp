@@ -108,15 +108,7 @@ V linalg_svd(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(svd) {
-  // Vᴴ column-major, as LAPACK's and as torch.compile's fake tensors say for a device that is not
-  // CUDA (the meta kernel, run on meta tensors, takes CUDA's row-major layout).
-  register_lowering({"_linalg_svd", "_linalg_svd.U"}, linalg_svd, with_meta([](const c10::FunctionSchema& schema,
-                                                                               const std::vector<c10::IValue>& args) {
-    std::vector<c10::IValue> returns = meta_kernel(schema.name(), schema.overload_name(), args);
-    const at::Tensor& vh = returns[2].toTensor();  // 1-d and empty without compute_uv
-    if (schema.overload_name().empty() && vh.dim() >= 2) returns[2] = vh.mT().contiguous().mT();
-    return returns;
-  }));
+  register_lowering({"_linalg_svd", "_linalg_svd.U"}, linalg_svd, with_meta(column_major_result(2)));  // Vᴴ
 }
 
 }  // namespace torchtpu::aten
