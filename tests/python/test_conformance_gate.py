@@ -31,3 +31,19 @@ def test_gated_ops_pass_every_opinfo_sample(tmp_path):
                    or r["fallback_ops"]}
     assert set(results) == set(ops)
     assert regressions == {}
+
+
+def test_strides_flag_fails_results_laid_out_unlike_cpu(tmp_path):
+    """`--strides` also compares layouts: lstsq's solution is row-major on tpu, column-major on CPU
+    (values equal), svd's factors are laid out as CPU's."""
+    def run(*flags):
+        out = tmp_path / "strides.json"
+        subprocess.run([sys.executable, "-m", "torchtpu.testing.opinfo", "--json", str(out), "--dtypes", "float32",
+                        "--no-grad", "--ops", "linalg.lstsq", "linalg.svd", *flags],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return json.load(open(out))["ops"]
+    values_only, with_strides = run(), run("--strides")
+    assert all(r["samples"] > 0 and r["passed"] == r["samples"] for r in values_only.values())
+    assert with_strides["linalg.svd"]["passed"] == with_strides["linalg.svd"]["samples"]
+    lstsq = with_strides["linalg.lstsq"]
+    assert lstsq["failed"] > 0 and "strides" in lstsq["first_failure"]
