@@ -7,6 +7,10 @@
 // too, so they read exactly what the forward wrote.
 #include <cmath>
 
+#include <ATen/ops/_embedding_bag_backward_native.h>
+#include <torch/library.h>
+
+
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
@@ -110,25 +114,24 @@ V embedding_bag(LoweringContext& c) {
           cast(c.b, max_indices, c.out(3).dtype)};
 }
 
-// Where the backward's arguments sit: _embedding_bag_backward(grad, indices, offsets, offset2bag,
-// bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
-// padding_idx) has two more than _embedding_bag_dense_backward (no offsets, no sparse).
-struct BackwardArgs {
-  size_t offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx;
+// _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+// scale_grad_by_freq, mode, per_sample_weights, padding_idx). _embedding_bag_backward is PyTorch's
+// device-generic kernel (registered below): it calls this one, or for sparse=True builds a sparse
+// gradient of device ops (sparse.cpp).
+enum BackwardArg : size_t {
+  kOffset2Bag = 2, kBagSize, kMaxIndices, kNumWeights, kScaleGradByFreq, kMode, kPerSampleWeights, kPaddingIdx
 };
-constexpr BackwardArgs kDenseBackward{2, 3, 4, 5, 6, 7, 8, 9};
-constexpr BackwardArgs kBackward{3, 4, 5, 6, 7, 8, 10, 11};
 
-V embedding_bag_backward(LoweringContext& c, const BackwardArgs& at) {
+V embedding_bag_backward(LoweringContext& c) {
   Math m{c.b};
   Value grad = cast(c.b, c.raw(0), accumulator(c.out().dtype));
   Value index = cast(c.b, c.raw(1), DType::kS64);
-  int64_t num_weights = c.arg(at.num_weights).toInt(), mode = c.arg(at.mode).toInt();
-  int64_t padding_idx = c.arg(at.padding_idx).toInt();
+  int64_t num_weights = c.arg(kNumWeights).toInt(), mode = c.arg(kMode).toInt();
+  int64_t padding_idx = c.arg(kPaddingIdx).toInt();
   int64_t num_indices = index.type.dims[0], d = grad.type.dims[1];
   Value zeros = c.b.constant(0, {grad.type.dtype, {num_weights, d}});
   if (mode == kMax) {
-    Value winner = cast(c.b, c.raw(at.max_indices), DType::kS64);
+    Value winner = cast(c.b, c.raw(kMaxIndices), DType::kS64);
     Value won = c.b.compare(Compare::kGE, winner, c.b.constant(0, winner.type));
     std::vector<int64_t> shape{grad.type.dims[0], d, 1};
     Value coords = c.b.concatenate({c.b.reshape(c.b.select(won, winner, c.b.constant(0, winner.type)), shape),
@@ -137,19 +140,19 @@ V embedding_bag_backward(LoweringContext& c, const BackwardArgs& at) {
     return {cast(c.b, c.b.scatter(zeros, coords, updates, {{}, {0, 1}, {0, 1}, 2}, combine_with(BinaryOp::kAdd)),
                  c.out().dtype)};
   }
-  Value bag = cast(c.b, c.raw(at.offset2bag), DType::kS64);
+  Value bag = cast(c.b, c.raw(kOffset2Bag), DType::kS64);
   Value rows = take_rows(c.b, grad, bag);
   std::vector<int64_t> dims = rows.type.dims;
   if (mode == kMean) {
-    Value bag_size = cast(c.b, c.raw(at.bag_size), DType::kS64);
+    Value bag_size = cast(c.b, c.raw(kBagSize), DType::kS64);
     Value sizes = take_rows(c.b, c.b.reshape(bag_size, {bag_size.type.dims[0], 1}), bag);
     Value divisor = c.b.binary(BinaryOp::kMaximum, c.b.reshape(sizes, {num_indices}), c.b.constant(1, {DType::kS64, {num_indices}}));
     rows = m.div(rows, spread_rows(c.b, cast(c.b, divisor, rows.type.dtype), dims));
   }
-  if (c.has(at.per_sample_weights))
-    rows = m.mul(rows, spread_rows(c.b, cast(c.b, c.raw(at.per_sample_weights), rows.type.dtype), dims));
+  if (c.has(kPerSampleWeights))
+    rows = m.mul(rows, spread_rows(c.b, cast(c.b, c.raw(kPerSampleWeights), rows.type.dtype), dims));
   rows = c.b.select(spread_rows(c.b, participating(c.b, index, padding_idx), dims), rows, m.k(0, rows));
-  if (c.arg(at.scale_grad_by_freq).toBool()) {  // scale_grad_by_freq: divide by how often each weight row was used
+  if (c.arg(kScaleGradByFreq).toBool()) {  // scale_grad_by_freq: divide by how often each weight row was used
     Value uses = scatter_values(c.b, c.b.constant(0, {rows.type.dtype, {num_weights}}), index,
                                 c.b.constant(1, {rows.type.dtype, {num_indices}}));
     Value per_index = c.b.reshape(take_rows(c.b, c.b.reshape(uses, {num_weights, 1}), index), {num_indices});
@@ -224,14 +227,14 @@ TORCHTPU_LOWERINGS(embedding) {
   register_lowering({"_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_forward_only.out"},
                     embedding_bag, checked("index out of range in self"));
   register_lowering({"_embedding_bag_dense_backward", "_embedding_bag_dense_backward.out"},
-                    [](LoweringContext& c) { return embedding_bag_backward(c, kDenseBackward); });
-  LoweringOptions dense_only;  // a sparse gradient is a sparse COO tensor: CPU for now
-  dense_only.cpu_when = [](const std::vector<c10::IValue>& args) { return args[9].toBool(); };
-  register_lowering({"_embedding_bag_backward"}, [](LoweringContext& c) { return embedding_bag_backward(c, kBackward); },
-                    dense_only);
+                    embedding_bag_backward);
   register_lowering({"_embedding_bag_per_sample_weights_backward",
                      "_embedding_bag_per_sample_weights_backward.out"}, per_sample_weights_backward);
   register_lowering({"embedding_dense_backward", "embedding_dense_backward.out"}, embedding_dense_backward);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_embedding_bag_backward", at::native::_embedding_bag_backward_symint);
 }
 
 }  // namespace torchtpu::aten

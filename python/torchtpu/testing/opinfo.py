@@ -113,6 +113,8 @@ def _describe(x, depth=0):
     import torch
     if isinstance(x, torch.Tensor):
         s = f"{SHORT.get(str(x.dtype).replace('torch.', ''), x.dtype)}{list(x.shape)}"
+        if x.layout != torch.strided:  # sparse layouts have no contiguity
+            return s + str(x.layout).replace("torch.", " ")
         return s + ("nc" if x.numel() > 1 and not x.is_contiguous() else "")
     if isinstance(x, (list, tuple)):
         if depth > 2:

@@ -1,0 +1,141 @@
+"""Sparse COO tensors on tpu (issue "Correct everywhere": nn.Embedding(sparse=True) failed, as did
+to_sparse). Every result is compared with CPU PyTorch's, and nothing may fall back to the CPU."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchtpu
+
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+
+
+@pytest.fixture
+def no_fallbacks():
+    torchtpu.metrics.reset()
+    yield
+    assert torchtpu.metrics.cpu_fallbacks() == {}
+
+
+def assert_same_sparse(tpu, cpu):
+    """Same shape, split, coalesced flag, and entries (indices and values, in order)."""
+    assert tpu.device.type == "tpu" and tpu.layout == torch.sparse_coo
+    assert (tpu.shape, tpu.sparse_dim(), tpu.dense_dim()) == (cpu.shape, cpu.sparse_dim(), cpu.dense_dim())
+    assert tpu.is_coalesced() == cpu.is_coalesced()
+    back = tpu.cpu()
+    torch.testing.assert_close(back._indices(), cpu._indices(), rtol=0, atol=0)
+    torch.testing.assert_close(back._values(), cpu._values())
+
+
+def duplicated(dense_sizes=()):
+    """An uncoalesced [4, 3, *dense_sizes] tensor: entries out of order, (1, 0) and (0, 2) twice."""
+    g = torch.Generator().manual_seed(0)
+    indices = torch.tensor([[0, 1, 1, 3, 0, 2], [2, 0, 0, 1, 2, 2]])
+    return torch.sparse_coo_tensor(indices, torch.randn(6, *dense_sizes, generator=g), (4, 3, *dense_sizes))
+
+
+@pytest.mark.parametrize("dense_sizes", [(), (2,)], ids=["plain", "hybrid"])
+def test_coalesce_to_dense_and_back(dense_sizes, no_fallbacks):
+    cpu = duplicated(dense_sizes)
+    tpu = cpu.to("tpu")
+    assert_same_sparse(tpu, cpu)
+    assert_same_sparse(tpu.coalesce(), cpu.coalesce())
+    torch.testing.assert_close(tpu.to_dense().cpu(), cpu.to_dense())
+    dense = cpu.to_dense()
+    for sparse_dim in range(1, dense.dim() + 1):
+        assert_same_sparse(dense.to("tpu").to_sparse(sparse_dim), dense.to_sparse(sparse_dim))
+    assert_same_sparse(dense.to("tpu").to_sparse(), dense.to_sparse())
+
+
+def test_arithmetic_matches_cpu(no_fallbacks):
+    cpu = duplicated()
+    tpu = cpu.to("tpu")
+    dense = torch.randn(4, 3)
+    torch.testing.assert_close((dense.to("tpu") + tpu).cpu(), dense + cpu)
+    torch.testing.assert_close(dense.to("tpu").add(tpu, alpha=-0.5).cpu(), dense.add(cpu, alpha=-0.5))
+    in_place = dense.to("tpu")
+    in_place.add_(tpu, alpha=2)
+    torch.testing.assert_close(in_place.cpu(), dense.add(cpu, alpha=2))
+    # Uncoalesced sums stay uncoalesced; their entries may be listed differently (CPU merges the
+    # two lists in step), the tensor they stand for is the same.
+    other = torch.sparse_coo_tensor(torch.tensor([[3, 0, 3], [1, 1, 1]]), torch.randn(3), (4, 3))
+    tpu_sum, cpu_sum = tpu + other.to("tpu"), cpu + other
+    assert not tpu_sum.is_coalesced() and not cpu_sum.is_coalesced()
+    assert_same_sparse(tpu_sum.coalesce(), cpu_sum.coalesce())
+    assert_same_sparse((tpu + tpu).coalesce(), (cpu + cpu).coalesce())
+    assert_same_sparse(tpu.coalesce() + tpu.coalesce(), cpu.coalesce() + cpu.coalesce())  # CPU merges
+    assert_same_sparse((tpu * 3).coalesce(), (cpu * 3).coalesce())
+    assert_same_sparse((tpu / 4).coalesce(), (cpu / 4).coalesce())
+    assert_same_sparse(dense.to("tpu").sparse_mask(tpu.coalesce()), dense.sparse_mask(cpu.coalesce()))
+    right = torch.randn(3, 5)
+    torch.testing.assert_close(torch.sparse.mm(tpu, right.to("tpu")).cpu(), torch.sparse.mm(cpu, right))
+    bias = torch.randn(4, 5)
+    torch.testing.assert_close(torch.addmm(bias.to("tpu"), tpu, right.to("tpu"), beta=0.5, alpha=2).cpu(),
+                               torch.addmm(bias, cpu, right, beta=0.5, alpha=2))
+
+
+def test_empty_and_all_zero(no_fallbacks):
+    zeros = torch.zeros(3, 4)
+    assert_same_sparse(zeros.to("tpu").to_sparse(), zeros.to_sparse())
+    empty = torch.sparse_coo_tensor(torch.empty(2, 0, dtype=torch.long), torch.empty(0), (3, 4))
+    assert_same_sparse(empty.to("tpu").coalesce(), empty.coalesce())
+    torch.testing.assert_close(empty.to("tpu").to_dense().cpu(), zeros)
+
+
+def test_errors_are_cpus():
+    tpu = duplicated().to("tpu")
+    with pytest.raises(RuntimeError, match=r"add\(sparse, dense\) is not supported"):
+        tpu + torch.ones(4, 3, device="tpu")
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        torch.sparse.mm(tpu, torch.ones(4, 2, device="tpu"))
+    with pytest.raises(RuntimeError, match="only the sparse COO layout"):
+        torch.ones(2, 2, device="tpu").to_sparse(layout=torch.sparse_csr)
+
+
+def embedding_step_weights(device, optimizer, bag, steps=3):
+    torch.manual_seed(0)
+    emb = (nn.EmbeddingBag(20, 4, mode="mean", sparse=True) if bag
+           else nn.Embedding(20, 4, padding_idx=1, sparse=True)).to(device)
+    head = nn.Linear(4, 1).to(device)
+    opt = optimizer(emb.parameters())
+    head_opt = torch.optim.SGD(head.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        idx = torch.randint(0, 20, (6, 5), generator=g).to(device)
+        opt.zero_grad()
+        head_opt.zero_grad()
+        head(emb(idx)).pow(2).mean().backward()
+        assert emb.weight.grad.is_sparse
+        opt.step()
+        head_opt.step()
+    return emb.weight.detach().cpu()
+
+
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.5),
+    "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.5),
+    "sparse_adam": lambda p: torch.optim.SparseAdam(p, lr=0.1),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("bag", [False, True], ids=["embedding", "embedding_bag"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_sparse_embedding_trains_like_cpu(optimizer, bag, mode, no_fallbacks):
+    expected = embedding_step_weights("cpu", OPTIMIZERS[optimizer], bag)
+    with torchtpu.eager_mode(mode):
+        got = embedding_step_weights("tpu", OPTIMIZERS[optimizer], bag)
+    torch.testing.assert_close(got, expected)
+
+
+def test_sparse_gradients_accumulate_like_cpu(no_fallbacks):
+    """Two backwards without zero_grad: AccumulateGrad adds sparse to sparse (uncoalesced)."""
+    grads = {}
+    for device in ("cpu", "tpu"):
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3, sparse=True).to(device)
+        for idx in ([1, 2, 2], [2, 7]):
+            emb(torch.tensor(idx, device=device)).sum().backward()
+        grads[device] = emb.weight.grad
+    assert_same_sparse(grads["tpu"], grads["cpu"])
+    assert_same_sparse(grads["tpu"].coalesce(), grads["cpu"].coalesce())
