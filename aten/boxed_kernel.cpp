@@ -785,9 +785,11 @@ void register_with_variants(const char* name, std::initializer_list<const char*>
     if (ov.empty() || ov == "Tensor") {
       // The Tensor form's out= and the in-place form are spelled either way (add.out, eq.Tensor_out;
       // add_.Tensor, floor_divide_.Tensor for a functional floor_divide with no overload name).
-      for (const char* form : {".out", ".Tensor_out", "_.Tensor"}) ops.push_back(name + std::string(form));
-    } else {
+      for (const char* form : {".out", ".Tensor_out", "_.Tensor", ".OutTensor"}) ops.push_back(name + std::string(form));
+    } else {  // div.Scalar_mode_out, div.out_mode (of div.Tensor_mode), xlogy.OutScalar_Other
       ops.push_back(std::string(name) + "." + ov + "_out");
+      if (ov.rfind("Tensor_", 0) == 0) ops.push_back(std::string(name) + ".out_" + ov.substr(7));
+      ops.push_back(std::string(name) + ".Out" + ov);
     }
     for (const std::string& op : ops) registry()["aten::" + op] = {fn, options};
   }

@@ -209,8 +209,9 @@ void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
                        LoweringOptions options = {});
 
 // Registers `fn` for `name.overload`, its in-place form `name_.overload` and its out= form
-// (`name.out` or `name.Tensor_out` for the "Tensor" or empty overload, `name.<overload>_out`
-// otherwise), for each overload. Forms PyTorch does not define are skipped at install time.
+// (`name.out`, `name.Tensor_out` or `name.OutTensor` for the "Tensor" or empty overload,
+// `name.<overload>_out`, `name.out_<mode>` for "Tensor_<mode>" or `name.Out<overload>` otherwise),
+// for each overload. Forms PyTorch does not define are skipped at install time.
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
                             Lowering fn, LoweringOptions options = {});
 

@@ -514,7 +514,7 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("remainder", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{py_remainder(c, c.in_b(0), c.in_b(1))};
   });
-  register_lowering({"remainder.Scalar_Tensor"}, [](LoweringContext& c) {
+  register_lowering({"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, [](LoweringContext& c) {
     return V{py_remainder(c, c.in_b(0), c.in_b(1))};
   });
   register_with_variants("gcd", {""}, [](LoweringContext& c) { return V{gcd(c, c.in_b(0), c.in_b(1))}; });

@@ -1,37 +1,20 @@
 // Sparse COO tensors on tpu. A sparse tensor is PyTorch's own SparseTensorImpl whose indices
-// ([sparse_dim, nnz] int64) and values ([nnz, *dense_sizes]) are ordinary tpu tensors, so every
-// kernel here is composed of device ops (sort, unique, index_add, index_put), as CUDA's are; the
-// bookkeeping kernels (nnz, resize, clone, copy, empty) are PyTorch's device-generic ones. What this
-// covers is what ordinary training needs: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
-// accumulation, the optimizers that take them (SGD, Adagrad, SparseAdam), to_sparse/to_dense,
-// coalesce, sparse_mask and sparse @ dense.
+// ([sparse_dim, nnz] int64) and values ([nnz, *dense_sizes]) are ordinary tpu tensors. Most sparse
+// kernels of PyTorch are device-generic (one function serves SparseCPU and SparseCUDA, composed of
+// other ops, so it never touches host memory): tpu runs those same kernels. The few that PyTorch
+// writes per device (coalesce, add, mul, addmm) are composed here of device ops (unique,
+// index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is to_sparse of a dense
+// tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
+// accumulation, and the optimizers that take them (SGD, Adagrad, SparseAdam).
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/native/SparseTensorUtils.h>
-#include <ATen/ops/_coalesced_native.h>
-#include <ATen/ops/_indices_native.h>
-#include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
-#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
-#include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
 #include <ATen/ops/_unique2.h>
-#include <ATen/ops/_values_native.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/clone_native.h>
-#include <ATen/ops/copy_sparse_to_sparse_native.h>
-#include <ATen/ops/copy_native.h>
-#include <ATen/ops/dense_dim_native.h>
-#include <ATen/ops/empty_native.h>
-#include <ATen/ops/indices_native.h>
-#include <ATen/ops/is_coalesced_native.h>
-#include <ATen/ops/resize_as_sparse_native.h>
+#include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
-#include <ATen/ops/sparse_dim_native.h>
-#include <ATen/ops/sparse_resize_and_clear_native.h>
-#include <ATen/ops/sparse_resize_native.h>
+#include <ATen/ops/searchsorted.h>
 #include <ATen/ops/stack.h>
-#include <ATen/ops/values_native.h>
-#include <ATen/ops/add_native.h>
-#include <ATen/ops/zero_native.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
@@ -86,13 +69,6 @@ Tensor coalesce(const Tensor& self) {
   return sparse_like(self, coordinates(positions, sparse_sizes), summed, true);
 }
 
-Tensor to_dense(const Tensor& self, std::optional<at::ScalarType> dtype, std::optional<bool> /*masked_grad*/) {
-  Tensor values = self._values();
-  Tensor dense = at::zeros(self.sizes(), values.options().dtype(dtype.value_or(self.scalar_type())));
-  if (self._nnz() == 0) return dense;
-  return dense.index_put_(index_list(self._indices()), values.to(dense.scalar_type()), true);
-}
-
 // CPU's dense_to_sparse: the positions over the first `sparse_dim` dimensions where any element
 // is non-zero, in row-major order (nonzero's), with the slices there as values; coalesced.
 Tensor dense_to_sparse_dim(const Tensor& self, int64_t sparse_dim) {
@@ -119,18 +95,6 @@ Tensor dense_to_sparse(const Tensor& self, std::optional<at::Layout> layout, at:
               "to_sparse: only the sparse COO layout is supported on tpu, not ", *layout);
   TORCH_CHECK(!blocksize, "to_sparse: blocksize is for block-compressed layouts, not supported on tpu");
   return dense_to_sparse_dim(self, self.dim() - dense_dim.value_or(0));
-}
-
-// The values of dense `self` at `mask`'s positions, as a sparse tensor with mask's indices.
-Tensor sparse_mask(const Tensor& self, const Tensor& mask) {
-  TORCH_CHECK(!self.is_sparse(), "sparse_mask: a sparse self is not supported on tpu; call to_dense() first");
-  TORCH_CHECK(self.sizes().equals(mask.sizes()), "sparse_mask(): operands have incompatible sizes; self has size ",
-              self.sizes(), " but mask has size ", mask.sizes());
-  Tensor indices = mask._indices().clone();
-  Tensor values = mask._nnz() == 0
-      ? at::empty({0}, self.options()).expand(mask._values().sizes()).contiguous()
-      : self.index(index_list(indices));
-  return sparse_like(mask, indices, values.contiguous(), mask.is_coalesced());
 }
 
 Tensor& set_sparse(Tensor& out, const Tensor& like, const Tensor& indices, const Tensor& values, bool coalesced) {
@@ -166,24 +130,42 @@ Tensor& add_out(const Tensor& self, const Tensor& other, const at::Scalar& alpha
   return set_sparse(out, self, sum._indices(), sum._values(), coalesce_result);
 }
 
-// A sparse tensor times (or divided by) a number or 0-d tensor: its values scaled.
-Tensor scale(const Tensor& self, const Tensor& factor, bool divide) {
-  TORCH_CHECK(self.is_sparse() && !factor.is_sparse() && factor.dim() == 0,
-              divide ? "div" : "mul", ": on tpu a sparse tensor can only be scaled by a number or a 0-d tensor");
-  Tensor values = divide ? self._values().div(factor) : self._values().mul(factor);
-  return sparse_like(self, self._indices().clone(), values, self.is_coalesced());
+// The entries of `a` and `b` (coalesced, same shape) at positions both hold: a's positions are
+// looked up among b's (both sorted), reading back only how many match.
+Tensor& mul_sparse_sparse(const Tensor& a, const Tensor& b, at::ScalarType type, Tensor& out) {
+  at::IntArrayRef sparse_sizes = a.sizes().slice(0, a.sparse_dim());
+  if (a._nnz() == 0 || b._nnz() == 0) {
+    Tensor none = a._values().narrow(0, 0, 0).to(out.scalar_type());
+    return set_sparse(out, a, a._indices().narrow(1, 0, 0).clone(), none, true);
+  }
+  Tensor a_positions = linear_index(a._indices(), sparse_sizes), b_positions = linear_index(b._indices(), sparse_sizes);
+  Tensor slot = at::searchsorted(b_positions, a_positions).clamp_max_(b._nnz() - 1);
+  Tensor both = at::nonzero(b_positions.index_select(0, slot).eq(a_positions)).squeeze(1);
+  Tensor values = a._values().index_select(0, both).to(type).mul(b._values().index_select(0, slot.index_select(0, both)));
+  return set_sparse(out, a, a._indices().index_select(1, both), values.to(out.scalar_type()), true);
 }
-Tensor mul(const Tensor& self, const Tensor& other) {
-  return self.is_sparse() ? scale(self, other, false) : scale(other, self, false);
-}
-Tensor& mul_(Tensor& self, const Tensor& other) {
-  Tensor product = scale(self, other, false);
-  return set_sparse(self, self, product._indices(), product._values().to(self.scalar_type()), self.is_coalesced());
-}
-Tensor div(const Tensor& self, const Tensor& other) { return scale(self, other, true); }
-Tensor& div_(Tensor& self, const Tensor& other) {
-  Tensor quotient = scale(self, other, true);
-  return set_sparse(self, self, quotient._indices(), quotient._values().to(self.scalar_type()), self.is_coalesced());
+
+// mul with a sparse operand: by a number or 0-d tensor (the values scaled), by a dense tensor of
+// the same shape (its elements at the sparse positions) or by a sparse one (where both hold).
+Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out) {
+  at::ScalarType type = at::result_type(self, other);
+  const Tensor& sparse = self.is_sparse() ? self : other;
+  const Tensor& factor = self.is_sparse() ? other : self;
+  TORCH_CHECK(out.is_sparse(), "mul: a product with a sparse operand is sparse, not a dense out");
+  if (factor.is_sparse()) {
+    TORCH_CHECK(self.sizes().equals(other.sizes()), "mul: sparse tensors of different sizes ", self.sizes(), " and ",
+                other.sizes(), " (broadcasting is not supported on tpu)");
+    return mul_sparse_sparse(self.coalesce(), other.coalesce(), type, out);
+  }
+  Tensor values = sparse._values().to(type);
+  if (factor.dim() == 0) {
+    values = values.mul(factor);
+  } else {
+    TORCH_CHECK(factor.sizes().equals(sparse.sizes()), "mul: a dense tensor of size ", factor.sizes(),
+                " and a sparse one of size ", sparse.sizes(), " (broadcasting is not supported on tpu)");
+    values = sparse._nnz() == 0 ? values : values.mul(factor.index(index_list(sparse._indices())));
+  }
+  return set_sparse(out, sparse, sparse._indices().clone(), values.to(out.scalar_type()), sparse.is_coalesced());
 }
 
 // 2-d sparse [n, k] @ dense [k, m]: each entry adds value * dense's row to its output row.
@@ -207,43 +189,45 @@ Tensor addmm(const Tensor& self, const Tensor& sparse, const Tensor& dense, cons
   return product.add_(self.mul(beta));
 }
 
+// The sparse ops whose SparseCPU and SparseCUDA kernel is one device-generic function
+// (native_functions.yaml; test_sparse.py keeps this list complete).
+constexpr const char* kGenericKernels[] = {
+    "abs", "abs_", "abs.out", "view_as_real", "view_as_complex", "sgn", "sgn_", "sgn.out", "conj_physical.out",
+    "add.Tensor", "add_.Tensor", "asinh", "asinh_", "asinh.out", "atanh", "atanh_", "atanh.out", "asin",
+    "asin_", "asin.out", "atan", "atan_", "atan.out", "_sparse_broadcast_to", "cat", "ceil", "ceil_",
+    "ceil.out", "copy_", "div.Tensor", "div_.Tensor", "div.out", "div.Tensor_mode", "div_.Tensor_mode",
+    "div.out_mode", "empty.memory_format", "empty_like", "erf", "erf_", "erf.out", "expm1", "expm1_",
+    "expm1.out", "floor", "floor_", "floor.out", "floor_divide", "floor_divide_.Tensor", "floor_divide.out",
+    "frac", "frac_", "frac.out", "isnan", "nan_to_num", "nan_to_num_", "nan_to_num.out", "log1p", "log1p_",
+    "log1p.out", "mm", "mm.out", "mul.Tensor", "mul_.Tensor", "mv", "narrow_copy", "permute", "rad2deg",
+    "rad2deg_", "rad2deg.out", "deg2rad", "deg2rad_", "deg2rad.out", "neg", "neg_", "neg.out", "round",
+    "round_", "round.out", "relu", "relu_", "sin", "sin_", "sin.out", "sinh", "sinh_", "sinh.out", "sum",
+    "sum.dim_IntList", "sqrt", "sqrt_", "sqrt.out", "tan", "tan_", "tan.out", "tanh", "tanh_", "tanh.out",
+    "threshold_backward.grad_input", "threshold_backward", "trunc", "trunc_", "trunc.out", "unsqueeze",
+    "zeros.out", "native_norm", "native_norm.ScalarOpt_dim_dtype", "norm.ScalarOpt_dim_dtype",
+    "norm.ScalarOpt_dim", "clone", "resize_as_sparse_", "zero_", "sub.out", "sub.Tensor", "sub_.Tensor",
+    "_sparse_coo_tensor_with_dims", "_sparse_coo_tensor_with_dims_and_tensors", "sparse_resize_",
+    "sparse_resize_and_clear_", "sparse_mask", "_sparse_mask_projection", "_to_dense", "sparse_dim", "_dimI",
+    "dense_dim", "_dimV", "_nnz", "is_coalesced", "_indices", "_values", "_coalesced_", "indices", "values",
+    "copy_sparse_to_sparse_", "_to_sparse.sparse_dim", "_to_sparse", "_to_sparse_csr", "_to_sparse_csc",
+    "_to_sparse_bsr", "_to_sparse_bsc", "erfinv", "erfinv_", "erfinv.out", "sign", "sign_", "sign.out",
+    "signbit", "signbit.out", "any", "pow.Tensor_Scalar_out", "pow.Tensor_Scalar", "isinf", "isposinf",
+    "isposinf.out", "isneginf", "isneginf.out",
+};
+
+// Runs the generic kernel through its SparseCPU registration, which is that same function.
+void run_generic_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  op.callBoxedForDispatchKey(c10::DispatchKey::SparseCPU, *stack);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
-  // PyTorch's device-generic bookkeeping.
-  m.impl("_sparse_coo_tensor_with_dims_and_tensors", at::native::new_with_dims_and_tensor_sparse_symint);
-  m.impl("_sparse_coo_tensor_with_dims", at::native::new_with_dims_sparse);
-  m.impl("empty.memory_format", at::native::empty_sparse_symint);
-  m.impl("_indices", at::native::_indices_sparse);
-  m.impl("_values", at::native::_values_sparse);
-  m.impl("indices", at::native::indices_sparse);
-  m.impl("values", at::native::values_sparse);
-  m.impl("sparse_dim", at::native::sparse_dim_sparse);
-  m.impl("dense_dim", at::native::dense_dim_sparse);
-  m.impl("_dimI", at::native::sparse_dim_sparse);
-  m.impl("_dimV", at::native::dense_dim_sparse);
-  m.impl("_nnz", at::native::_nnz_sparse);
-  m.impl("is_coalesced", at::native::is_coalesced_sparse);
-  m.impl("_coalesced_", at::native::_coalesced_sparse_);
-  m.impl("sparse_resize_", at::native::sparse_resize_);
-  m.impl("sparse_resize_and_clear_", at::native::sparse_resize_and_clear_);
-  m.impl("resize_as_sparse_", at::native::resize_as_sparse_);
-  m.impl("zero_", at::native::zero_sparse_);
-  m.impl("clone", at::native::clone_sparse);
-  m.impl("copy_", at::native::copy_sparse_wrapper_);
-  m.impl("copy_sparse_to_sparse_", at::native::copy_sparse_);
-  // Arithmetic, composed of device ops.
+  for (const char* name : kGenericKernels)
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&run_generic_kernel>());
   m.impl("_coalesce", coalesce);
-  m.impl("_to_dense", to_dense);
-  m.impl("sparse_mask", sparse_mask);
-  m.impl("add.Tensor", at::native::add_sparse);
-  m.impl("add_.Tensor", at::native::add_sparse_);
   m.impl("add.out", add_out);
-  m.impl("mul.Tensor", mul);
-  m.impl("mul_.Tensor", mul_);
-  m.impl("div.Tensor", div);
-  m.impl("div_.Tensor", div_);
-  m.impl("mm", sparse_dense_mm);
+  m.impl("mul.out", mul_out);
   m.impl("addmm", addmm);
 }
 

@@ -928,3 +928,56 @@ def test_weight_norm_trains_as_cpu(dtype, no_fallbacks):
             results[device] = [y.detach().cpu(), weight.original0.grad.cpu(), weight.original1.grad.cpu()]
         for actual, expected in zip(results["tpu"], results["cpu"]):
             torch.testing.assert_close(actual, expected, **tol)
+
+
+def test_every_out_form_of_an_op_with_a_tpu_kernel_runs_on_the_device():
+    """An out= form whose functional form has a tpu kernel must have one too (they ran on the CPU
+    fallback: div(..., rounding_mode=..., out=), xlogy(out=), nonzero(out=), ...)."""
+    def name(s):
+        return s.name + ("." + s.overload_name if s.overload_name else "")
+
+    def has_kernel(s):
+        return torch._C._dispatch_has_kernel_for_dispatch_key(name(s), "PrivateUse1")
+
+    not_device_tensors = {"aten::_to_sparse.out", "aten::_to_sparse.sparse_dim_out",  # sparse outs
+                          "aten::_nested_tensor_from_mask.out",  # a nested out
+                          "aten::_foreach_max.out",  # a list of outs (_foreach_max has no out= user)
+                          "aten::_copy_from.out", "aten::_copy_from_and_resize.out"}  # copy_'s internals
+    by_name = {}
+    for s in torch._C._jit_get_all_schemas():
+        if s.name.startswith("aten::"):
+            by_name.setdefault(s.name, []).append(s)
+    missing = []
+    for schemas in by_name.values():
+        functional = {tuple((a.name, str(a.type)) for a in s.arguments): s
+                      for s in schemas if not any(a.is_out for a in s.arguments)}
+        for s in schemas:
+            if not any(a.is_out for a in s.arguments) or has_kernel(s) or name(s) in not_device_tensors:
+                continue
+            f = functional.get(tuple((a.name, str(a.type)) for a in s.arguments if not a.is_out))
+            if f is not None and has_kernel(f):
+                missing.append(name(s))
+    assert missing == []
+
+
+def test_out_forms_match_cpu(no_fallbacks):
+    x = torch.tensor([[0.5, -2.0, 0.0], [3.0, 0.0, -1.5]])
+    y = torch.tensor([[2.0, 0.75, -3.0], [-1.0, 4.0, 2.5]])
+    cases = [
+        lambda a, b, o: torch.div(a, b, rounding_mode="floor", out=o),
+        lambda a, b, o: torch.div(a, b, rounding_mode="trunc", out=o),
+        lambda a, b, o: torch.xlogy(a, b.abs(), out=o),
+        lambda a, b, o: torch.xlogy(a, 2.0, out=o),
+        lambda a, b, o: torch.ops.aten.remainder.Scalar_Tensor_out(5.0, b, out=o),
+        lambda a, b, o: torch.masked_select(a, a > 0, out=o),
+    ]
+    for case in cases:
+        expected = case(x, y, torch.empty(0))
+        got = case(x.to("tpu"), y.to("tpu"), torch.empty(0, device="tpu"))
+        torch.testing.assert_close(got.cpu(), expected)
+    out = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.nonzero(x.to("tpu"), out=out)
+    torch.testing.assert_close(out.cpu(), torch.nonzero(x))
+    counts = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.ops.aten.bincount.out(torch.tensor([1, 1, 4], device="tpu"), out=counts)
+    torch.testing.assert_close(counts.cpu(), torch.tensor([0, 2, 0, 0, 1]))

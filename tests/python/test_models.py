@@ -9,7 +9,7 @@ import pytest
 from torchtpu.testing import models
 
 # a few seconds each on a 2-core machine, compiles included
-SUBSET = ["gpt2", "llama", "bert", "convnext_mini"]
+SUBSET = ["gpt2", "llama", "bert", "convnext_mini", "dlrm"]
 
 
 def _explain(rec):
@@ -42,7 +42,7 @@ def test_model_trains_like_cpu(name):
 def test_zoo_lists_the_families():
     families = {s.family for s in models.MODELS.values()}
     assert {"HF decoder", "HF encoder", "HF encoder-decoder", "torchvision classification",
-            "torchvision detection", "torchvision segmentation"} <= families
+            "torchvision detection", "torchvision segmentation", "recommendation"} <= families
 
 
 _WRONG_TANH = r"""

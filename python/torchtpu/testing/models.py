@@ -565,6 +565,58 @@ _tv_seg("fcn_resnet50", "segmentation.fcn_resnet50", aux_loss=True)
 
 
 # ---------------------------------------------------------------------------------------------
+# Recommendation: sparse embedding gradients
+# ---------------------------------------------------------------------------------------------
+
+def _dlrm():
+    import torch
+    from torch import nn
+
+    class DLRM(nn.Module):
+        """DLRM's shape: categorical features summed through EmbeddingBag(sparse=True) tables, dense
+        features through a bottom MLP, their pairwise dot products into a top MLP."""
+
+        def __init__(self, tables=(50, 30, 20), dim=8, dense=4):
+            super().__init__()
+            self.tables = nn.ModuleList(nn.EmbeddingBag(n, dim, mode="sum", sparse=True) for n in tables)
+            self.bottom = nn.Sequential(nn.Linear(dense, 16), nn.ReLU(), nn.Linear(16, dim), nn.ReLU())
+            features = len(tables) + 1
+            self.top = nn.Sequential(nn.Linear(dim + features * (features - 1) // 2, 16), nn.ReLU(), nn.Linear(16, 1))
+
+        def forward(self, dense, ids, offsets):
+            features = [self.bottom(dense)] + [t(i, o) for t, i, o in zip(self.tables, ids, offsets)]
+            stacked = torch.stack(features, 1)
+            dots = stacked @ stacked.transpose(1, 2)
+            i, j = torch.triu_indices(len(features), len(features), 1, device=dots.device)
+            return self.top(torch.cat([features[0], dots[:, i, j]], 1)).squeeze(1)
+
+    return DLRM()
+
+
+def _dlrm_batch(step, batch=8, tables=(50, 30, 20)):
+    """Each sample has 0-3 ids per table (an empty bag too), as offsets into a flat id list."""
+    import torch
+    g = _gen(step)
+    ids, offsets = [], []
+    for size in tables:
+        counts = torch.randint(0, 4, (batch,), generator=g)
+        ids.append(torch.randint(0, size, (int(counts.sum()),), generator=g))
+        offsets.append(torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)[:-1]]))
+    return {"dense": torch.randn(batch, 4, generator=g), "ids": ids, "offsets": offsets,
+            "labels": torch.randint(0, 2, (batch,), generator=g).float()}
+
+
+def _dlrm_loss(model, batch):
+    import torch
+    logits = model(batch["dense"], batch["ids"], batch["offsets"])
+    return torch.nn.functional.binary_cross_entropy_with_logits(logits, batch["labels"])
+
+
+_register(Spec("dlrm", "recommendation", _dlrm, _dlrm_batch, _dlrm_loss, optimizer="adagrad",
+               note="3 EmbeddingBag(sparse=True) tables, 8 samples; Adagrad takes the sparse gradients"))
+
+
+# ---------------------------------------------------------------------------------------------
 # Running one model
 # ---------------------------------------------------------------------------------------------
 
@@ -614,6 +666,8 @@ def _optimizer(kind, params):
     import torch
     if kind == "sgd":
         return torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4, foreach=True)
+    if kind == "adagrad":  # sparse and dense gradients alike (foreach takes no sparse ones)
+        return torch.optim.Adagrad(params, lr=0.05)
     return torch.optim.AdamW(params, lr=1e-3, foreach=True)
 
 
@@ -1434,7 +1488,8 @@ def write_markdown(path, records, args, seconds):
         "Each model is built from a small config (nothing downloaded: 2 layers, hidden 32, vocab "
         "100, images 32-64 px) with `torch.manual_seed(0)`. The same initial weights train for "
         f"{args.steps} steps on CPU and on tpu, on the same batches, dropout off (AdamW for "
-        "transformers, SGD with momentum for torchvision, `foreach=True` on both devices; "
+        "transformers, SGD with momentum for torchvision, `foreach=True` on both devices, Adagrad "
+        "for the recommender's sparse gradients; "
         "detection models with frozen BatchNorm, as torchvision fine-tunes them). Text batches are 2 "
         "sequences of 16 tokens, the second right-padded by 4 (8 target tokens for "
         "encoder-decoders). Language models then `generate` 6 tokens greedily.", "",
