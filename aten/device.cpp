@@ -112,6 +112,9 @@ std::optional<DType> tpu_dtype(c10::ScalarType t) {
     case c10::kComplexFloat: return DType::kC64;
     case c10::kComplexDouble: return DType::kC128;
     case c10::kComplexHalf: return DType::kC32;
+    case c10::kUInt16: return DType::kU16;
+    case c10::kFloat8_e4m3fn: return DType::kF8E4M3FN;
+    case c10::kFloat8_e5m2: return DType::kF8E5M2;
     default: return std::nullopt;
   }
 }

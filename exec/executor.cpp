@@ -250,6 +250,8 @@ bool has_non_finite(const graph::DeviceValue& v) {
   };
   if (t == DType::kF16) return any(uint16_t{}, [](uint16_t b) { return (b & 0x7c00) == 0x7c00; });
   if (t == DType::kBF16) return any(uint16_t{}, [](uint16_t b) { return (b & 0x7f80) == 0x7f80; });
+  if (t == DType::kF8E4M3FN) return any(uint8_t{}, [](uint8_t b) { return (b & 0x7f) == 0x7f; });
+  if (t == DType::kF8E5M2) return any(uint8_t{}, [](uint8_t b) { return (b & 0x7c) == 0x7c; });
   if (t == DType::kF64 || t == DType::kC128) return any(double{}, [](double x) { return !std::isfinite(x); });
   return any(float{}, [](float x) { return !std::isfinite(x); });
 }

@@ -59,6 +59,13 @@ std::string float_literal(double value, DType dtype) {
     case DType::kF16:
       bits = std::isnan(value) ? 0x7E00u : (neg ? 0xFC00u : 0x7C00u);
       break;
+    case DType::kF8E5M2:
+      bits = std::isnan(value) ? 0x7Eu : (neg ? 0xFCu : 0x7Cu);
+      break;
+    case DType::kF8E4M3FN:  // no infinities: they saturate, as the integer types' do
+      if (!std::isnan(value)) return float_literal(neg ? lowest_value(dtype) : highest_value(dtype), dtype);
+      bits = 0x7Fu;
+      break;
     default:
       throw std::invalid_argument("non-finite constant for a non-float type");
   }

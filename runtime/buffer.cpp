@@ -22,6 +22,8 @@ constexpr TypePair kTypes[] = {
     {DType::kF32, PJRT_Buffer_Type_F32},   {DType::kF64, PJRT_Buffer_Type_F64},
     {DType::kC64, PJRT_Buffer_Type_C64},   {DType::kC128, PJRT_Buffer_Type_C128},
     {DType::kC32, PJRT_Buffer_Type_U32},  // float16 pairs in 32-bit words; from_pjrt finds kU32 first
+    {DType::kU16, PJRT_Buffer_Type_U16},   {DType::kF8E4M3FN, PJRT_Buffer_Type_F8E4M3FN},
+    {DType::kF8E5M2, PJRT_Buffer_Type_F8E5M2},
 };
 
 }  // namespace

@@ -14,6 +14,10 @@ enum class DType : uint8_t {
   // holding the float16 real and imaginary parts (PyTorch's own layout). Programs see ui32 and
   // convert (hlo::Builder::convert) to complex64 to compute; is_complex() is false for it.
   kC32,
+  kU16,
+  // float8 (torch.float8_e4m3fn: no infinities, one NaN pattern per sign; torch.float8_e5m2:
+  // IEEE-like). PyTorch computes with them in float32 and rounds each result, as XLA does.
+  kF8E4M3FN, kF8E5M2,
 };
 
 // Size of one element in bytes.

@@ -140,6 +140,19 @@ TORCHTPU_LOWERINGS(linalg) {
     Value product = matmul(c, c.in_as(0, acc), c.in_as(1, acc), 0, 1);
     return V{c.b.binary(BinaryOp::kMultiply, product, c.bcast(c.in_as(2, acc)))};
   });
+  // float8 matmul with per-tensor scales (_scaled_mm(self, mat2, scale_a, scale_b, bias,
+  // scale_result, out_dtype, use_fast_accum)): in float32 as CPU's kernel, the product scaled by
+  // scale_a * scale_b, the bias added, a float8 result divided by scale_result, rounded once.
+  register_lowering({"_scaled_mm", "_scaled_mm.out"}, [](LoweringContext& c) {
+    auto f32 = [&](size_t i) { return c.in_as(i, DType::kF32); };
+    Value product = matmul(c, f32(0), f32(1), 0, 0);
+    Value scale = c.b.binary(BinaryOp::kMultiply, f32(2), f32(3));
+    Value out = c.b.binary(BinaryOp::kMultiply, product, c.bcast(scale));
+    if (c.has(4)) out = c.b.binary(BinaryOp::kAdd, out, c.bcast(f32(4)));
+    bool float8 = c.out().dtype == DType::kF8E4M3FN || c.out().dtype == DType::kF8E5M2;
+    if (float8 && c.has(5)) out = c.b.binary(BinaryOp::kDivide, out, c.bcast(f32(5)));
+    return V{cast(c.b, out, c.out().dtype)};
+  }, matmul_op());
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return V{matmul(c, c.in(0), c.in(1), 1, 1)};
   }, same_dtype_matmul(0, true));

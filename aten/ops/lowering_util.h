@@ -13,7 +13,10 @@
 namespace torchtpu::aten {
 
 // Low-precision floats accumulate in f32, as PyTorch does on CPU.
-inline DType accumulator(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+inline DType accumulator(DType t) {
+  bool narrow = t == DType::kBF16 || t == DType::kF16 || t == DType::kF8E4M3FN || t == DType::kF8E5M2;
+  return narrow ? DType::kF32 : t;
+}
 
 // For lowerings of CPU kernels that compute in their `scalar_t`: the dtype to round every step to
 // (Math::rounding) when that is bfloat16/float16, none otherwise.

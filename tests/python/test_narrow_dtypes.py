@@ -1,0 +1,114 @@
+"""uint16 and the float8 dtypes on tpu (torch.float8_e4m3fn, torch.float8_e5m2): they could not be
+tpu tensors at all. Every value and every rounding is compared bit for bit with CPU PyTorch's,
+and nothing may fall back to the CPU."""
+
+import pytest
+import torch
+
+import torchtpu
+
+FLOAT8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+@pytest.fixture
+def no_fallbacks():
+    torchtpu.metrics.reset()
+    yield
+    assert torchtpu.metrics.cpu_fallbacks() == {}
+
+
+def same_bits(tpu, cpu):
+    """Bit for bit, but any NaN for a NaN: converting a NaN to float8_e5m2, CPU keeps payload bits
+    XLA drops (0xFF vs 0xFE); PyTorch promises no NaN payload."""
+    assert tpu.device.type == "tpu" and tpu.dtype == cpu.dtype and tpu.shape == cpu.shape
+    back = tpu.cpu()
+    width = {1: torch.uint8, 2: torch.int16}[cpu.element_size()]
+    if cpu.is_floating_point():
+        nan = cpu.float().isnan()
+        assert torch.equal(back.float().isnan(), nan)
+        back, cpu = back[~nan], cpu[~nan]
+    assert torch.equal(back.view(width), cpu.view(width))
+
+
+def every_float8(dtype):
+    return torch.arange(256, dtype=torch.int16).to(torch.uint8).view(dtype)
+
+
+def float32_probes():
+    """Every float16 value (NaN and infinities included), float32 values around each float8
+    rounding boundary and overflow, and random magnitudes from 2^-30 to 2^20."""
+    halves = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    edges = torch.tensor([448.0, 464.0, 479.9, 480.0, 500.0, 57344.0, 61439.0, 61440.0, 65536.0, 1e30,
+                          2.0 ** -9, 2.0 ** -10, 2.0 ** -16, 2.0 ** -17, 2.0 ** -18, 1.5 * 2.0 ** -17])
+    g = torch.Generator().manual_seed(0)
+    random = torch.randn(20000, generator=g) * torch.exp2(torch.randint(-30, 20, (20000,), generator=g).float())
+    return torch.cat([halves, edges, -edges, random])
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_widens_and_rounds_as_cpu(dtype, no_fallbacks):
+    every = every_float8(dtype)
+    same_bits(every.to("tpu"), every)
+    for wide in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        torch.testing.assert_close(every.to("tpu").to(wide).cpu(), every.to(wide), rtol=0, atol=0, equal_nan=True)
+    probes = float32_probes()
+    same_bits(probes.to("tpu").to(dtype), probes.to(dtype))
+    for narrow in (torch.bfloat16, torch.float16, torch.float64):
+        same_bits(probes.to(narrow).to("tpu").to(dtype), probes.to(narrow).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_ops_cpu_supports(dtype, no_fallbacks):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(6, 5, generator=g) * 4).to(dtype)
+    y = (torch.randn(6, 5, generator=g) * 4).to(dtype)
+    cases = {
+        "mul": lambda a, b: a * b,
+        "abs": lambda a, b: a.abs(),
+        "cat": lambda a, b: torch.cat([a, b], 1),
+        "stack": lambda a, b: torch.stack([a, b]),
+        "flip": lambda a, b: a.flip(0),
+        "clone of a transpose": lambda a, b: a.t().contiguous(),
+        "fill_": lambda a, b: a.clone().fill_(0.3),
+        "zero_": lambda a, b: a.clone().zero_(),
+        "where": lambda a, b: torch.where(a.float() > 0, a, b),
+        "index": lambda a, b: a[torch.tensor([0, 2, 2]).to(a.device)],
+        "index_put_": lambda a, b: a.clone().index_put_((torch.tensor([1]).to(a.device),), b[0]),
+        "copy_ from float32": lambda a, b: a.clone().copy_(b.float() * 3),
+        "view as uint8": lambda a, b: a.view(torch.uint8),
+    }
+    for name, case in cases.items():
+        expected = case(x, y)
+        same_bits(case(x.to("tpu"), y.to("tpu")), expected)
+    for name, case in {"eq": lambda a, b: a == b, "isnan": lambda a, b: a.isnan()}.items():
+        assert torch.equal(case(x.to("tpu"), y.to("tpu")).cpu(), case(x, y)), name
+    factory = torch.ones(3, dtype=dtype, device="tpu")
+    same_bits(factory, torch.ones(3, dtype=dtype))
+
+
+def test_uint16_as_cpu(no_fallbacks):
+    values = torch.arange(0, 65536, 7, dtype=torch.int32).to(torch.uint16)
+    tpu = values.to("tpu")
+    same_bits(tpu, values)
+    torch.testing.assert_close(tpu.to(torch.int32).cpu(), values.to(torch.int32), rtol=0, atol=0)
+    same_bits(torch.tensor([70000, -1, 3]).to("tpu").to(torch.uint16), torch.tensor([70000, -1, 3]).to(torch.uint16))
+    same_bits(torch.cat([tpu, tpu[:5]]), torch.cat([values, values[:5]]))
+    assert torch.equal((tpu == 7).cpu(), values == 7)
+    assert torch.zeros(2, 3, dtype=torch.uint16, device="tpu").cpu().sum().item() == 0
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn], ids=str)
+def test_scaled_mm_as_cpu(out_dtype, no_fallbacks):
+    """float8 matmul with per-tensor scales (torchao's float8 training calls it)."""
+    g = torch.Generator().manual_seed(2)
+    a = (torch.randn(16, 32, generator=g) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(48, 32, generator=g) * 2).to(torch.float8_e4m3fn).t()
+    scale_a, scale_b, bias = torch.tensor(0.5), torch.tensor(0.25), torch.randn(48, generator=g).to(out_dtype)
+    kwargs = dict(out_dtype=out_dtype, bias=None if out_dtype == torch.float8_e4m3fn else bias)
+    expected = torch._scaled_mm(a, b, scale_a, scale_b, **kwargs)
+    on_tpu = {k: v.to("tpu") if torch.is_tensor(v) else v for k, v in kwargs.items()}
+    got = torch._scaled_mm(a.to("tpu"), b.to("tpu"), scale_a.to("tpu"), scale_b.to("tpu"), **on_tpu)
+    assert got.dtype == expected.dtype and got.device.type == "tpu"
+    # the sums' order may differ: a float8 result may land one rounding step away
+    tolerance = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float8_e4m3fn: 0.13}[out_dtype]
+    torch.testing.assert_close(got.cpu().float(), expected.float(), rtol=tolerance, atol=1e-5)
