@@ -11,8 +11,9 @@
 namespace torchtpu::aten {
 namespace {
 
-// kComplexHalf: the op's result type (all its tensor and Scalar arguments promoted) is complex32.
-enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloating, kNotInteger, kHalfFloat };
+// kComplexHalf, kFloat8: the op's result type (all its tensor and Scalar arguments promoted) is
+// complex32, or a float8 type.
+enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloat8, kFloating, kNotInteger, kHalfFloat };
 
 struct Refusal {
   Kind kind;
@@ -108,6 +109,23 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"exp", {Kind::kComplexHalf, "exp_vml_cpu"}},
       {"mm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
       {"addmm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
+      // float8: CPU stores, converts, copies, indexes, multiplies and matmuls them, little else.
+      {"add", {Kind::kFloat8, "add_stub"}},
+      {"sub", {Kind::kFloat8, "add_stub"}},
+      {"neg", {Kind::kFloat8, "neg_cpu"}},
+      {"div", {Kind::kFloat8, "div_cpu"}},
+      {"exp", {Kind::kFloat8, "exp_vml_cpu"}},
+      {"sum", {Kind::kFloat8, "sum_cpu"}},
+      {"mean", {Kind::kFloat8, "sum_cpu"}},
+      {"max", {Kind::kFloat8, "max_all", nullptr, false, ""}},
+      {"min", {Kind::kFloat8, "min_all", nullptr, false, ""}},
+      {"amax", {Kind::kFloat8, "max_values_cpu"}},
+      {"relu", {Kind::kFloat8, "clamp_min_scalar_cpu"}},
+      {"clamp", {Kind::kFloat8, "clamp_scalar_cpu"}},
+      {"masked_fill", {Kind::kFloat8, "masked_fill"}},
+      {"sort", {Kind::kFloat8, "sorting_kernel_method_name"}},
+      {"gt", {Kind::kFloat8, "gt_cpu"}},
+      {"lt", {Kind::kFloat8, "lt_cpu"}},
       {"logical_and", {Kind::kComplexHalf, "logical_and_cpu"}},
       {"logical_or", {Kind::kComplexHalf, "logical_or_cpu"}},
       {"logical_xor", {Kind::kComplexHalf, "logical_xor_cpu"}},
@@ -121,6 +139,7 @@ bool is(Kind kind, c10::ScalarType t) {
     case Kind::kComplex: return c10::isComplexType(t);
     case Kind::kInteger: return c10::isIntegralType(t, /*includeBool=*/false);
     case Kind::kComplexHalf: return t == c10::kComplexHalf;
+    case Kind::kFloat8: return t == c10::kFloat8_e4m3fn || t == c10::kFloat8_e5m2;
     case Kind::kFloating: return c10::isFloatingType(t) || c10::isComplexType(t);
     case Kind::kNotInteger: return !c10::isIntegralType(t, /*includeBool=*/false);
     case Kind::kHalfFloat: return t == c10::kHalf || t == c10::kBFloat16;
@@ -238,9 +257,13 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   }
   auto [first, last] = refusals().equal_range(name);
   if (first == last) return;
-  for (auto it = first; it != last; ++it)
-    if (it->second.kind == Kind::kComplexHalf && result_type(args) == c10::kComplexHalf)
-      TORCH_CHECK_NOT_IMPLEMENTED(false, '"', it->second.kernel, "\" not implemented for 'ComplexHalf'");
+  for (auto it = first; it != last; ++it) {
+    const Refusal& r = it->second;
+    if (r.kind != Kind::kComplexHalf && r.kind != Kind::kFloat8) continue;
+    if (r.overload && overload != r.overload) continue;
+    c10::ScalarType computed = result_type(args);
+    TORCH_CHECK_NOT_IMPLEMENTED(!is(r.kind, computed), '"', r.kernel, "\" not implemented for '", c10::toString(computed), "'");
+  }
   if (args.empty()) return;
   bool tensor_self = args[0].isTensor();  // not xlogy(2.0, t)
   std::optional<c10::ScalarType> t;
@@ -248,7 +271,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   TORCH_CHECK(!(inplace && name == "abs" && t && c10::isComplexType(*t)), "In-place abs is not supported for complex tensors.");
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
-    if (r.kind == Kind::kComplexHalf || (r.overload && overload != r.overload)) continue;
+    if (r.kind == Kind::kComplexHalf || r.kind == Kind::kFloat8 || (r.overload && overload != r.overload)) continue;
     if (!tensor_self && !r.all_promote) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
     c10::ScalarType computed = r.all_promote ? result_type(args) : *t;

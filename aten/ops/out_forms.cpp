@@ -1,5 +1,6 @@
 // The out= forms of ops whose functional form tpu implements as a kernel of its own (data-
-// dependent sizes, compositions) or as a lowering registered under its functional name only. The
+// dependent sizes, compositions), as a lowering registered under its functional name only, or
+// PyTorch composes of other ops while the out= form has a CPU kernel only. The
 // functional kernel runs, then each result is resized into and copied to its out argument, as
 // PyTorch's generated out= wrappers do. Without these the out= forms ran on the CPU fallback.
 #include <ATen/native/Resize.h>
@@ -41,6 +42,12 @@ constexpr OutForm kOutForms[] = {
     {"fake_quantize_per_channel_affine_cachemask.out", "fake_quantize_per_channel_affine_cachemask"},
     {"_fake_quantize_per_tensor_affine_cachemask_tensor_qparams.out",
      "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"},
+    // Functional forms PyTorch composes of other ops, whose out= forms have CPU kernels only.
+    {"adaptive_avg_pool2d.out", "adaptive_avg_pool2d"},
+    {"adaptive_avg_pool3d.out", "adaptive_avg_pool3d"},
+    {"linalg_eigvals.out", "linalg_eigvals"},
+    {"mvlgamma.out", "mvlgamma"},
+    {"narrow_copy.out", "narrow_copy"},
 };
 
 c10::OperatorHandle functional_of(const c10::OperatorHandle& out_op) {

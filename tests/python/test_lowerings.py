@@ -931,15 +931,18 @@ def test_weight_norm_trains_as_cpu(dtype, no_fallbacks):
 
 
 def test_every_out_form_of_an_op_with_a_tpu_kernel_runs_on_the_device():
-    """An out= form whose functional form has a tpu kernel must have one too (they ran on the CPU
-    fallback: div(..., rounding_mode=..., out=), xlogy(out=), nonzero(out=), ...)."""
+    """An out= form with a CPU kernel whose functional form has a tpu kernel, or is composed of
+    other ops, must have a tpu kernel too (they ran on the CPU fallback: div(..., rounding_mode=...,
+    out=), xlogy(out=), nonzero(out=), adaptive_avg_pool2d(out=), ...)."""
     def name(s):
         return s.name + ("." + s.overload_name if s.overload_name else "")
 
-    def has_kernel(s):
-        return torch._C._dispatch_has_kernel_for_dispatch_key(name(s), "PrivateUse1")
+    def has_kernel(s, keys=("PrivateUse1",)):
+        return any(torch._C._dispatch_has_kernel_for_dispatch_key(name(s), k) for k in keys)
 
+    composite = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
     not_device_tensors = {"aten::_to_sparse.out", "aten::_to_sparse.sparse_dim_out",  # sparse outs
+                          "aten::sspaddmm.out",
                           "aten::_nested_tensor_from_mask.out",  # a nested out
                           "aten::_foreach_max.out",  # a list of outs (_foreach_max has no out= user)
                           "aten::_copy_from.out", "aten::_copy_from_and_resize.out"}  # copy_'s internals
@@ -952,10 +955,12 @@ def test_every_out_form_of_an_op_with_a_tpu_kernel_runs_on_the_device():
         functional = {tuple((a.name, str(a.type)) for a in s.arguments): s
                       for s in schemas if not any(a.is_out for a in s.arguments)}
         for s in schemas:
-            if not any(a.is_out for a in s.arguments) or has_kernel(s) or name(s) in not_device_tensors:
+            if not any(a.is_out for a in s.arguments) or name(s) in not_device_tensors:
+                continue
+            if has_kernel(s) or has_kernel(s, composite) or not has_kernel(s, ("CPU",)):
                 continue
             f = functional.get(tuple((a.name, str(a.type)) for a in s.arguments if not a.is_out))
-            if f is not None and has_kernel(f):
+            if f is not None and (has_kernel(f) or has_kernel(f, composite)):
                 missing.append(name(s))
     assert missing == []
 
@@ -981,3 +986,10 @@ def test_out_forms_match_cpu(no_fallbacks):
     counts = torch.empty(0, dtype=torch.long, device="tpu")
     torch.ops.aten.bincount.out(torch.tensor([1, 1, 4], device="tpu"), out=counts)
     torch.testing.assert_close(counts.cpu(), torch.tensor([0, 2, 0, 0, 1]))
+    image = torch.randn(1, 2, 5, 7)
+    pooled = torch.empty(0, device="tpu")
+    torch._C._nn.adaptive_avg_pool2d(image.to("tpu"), (2, 3), out=pooled)
+    torch.testing.assert_close(pooled.cpu(), torch.nn.functional.adaptive_avg_pool2d(image, (2, 3)))
+    gammas = torch.empty(0, device="tpu")
+    torch.mvlgamma(x.abs().to("tpu") + 2, 2, out=gammas)
+    torch.testing.assert_close(gammas.cpu(), torch.mvlgamma(x.abs() + 2, 2))

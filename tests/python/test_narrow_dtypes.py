@@ -112,3 +112,14 @@ def test_scaled_mm_as_cpu(out_dtype, no_fallbacks):
     # the sums' order may differ: a float8 result may land one rounding step away
     tolerance = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float8_e4m3fn: 0.13}[out_dtype]
     torch.testing.assert_close(got.cpu().float(), expected.float(), rtol=tolerance, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_ops_cpu_refuses_raise_its_error(dtype):
+    x = torch.randn(4, 4).to(dtype)
+    for op in (lambda a: a + a, lambda a: -a, lambda a: a.sum(), lambda a: a.max(), torch.relu, lambda a: a > a):
+        with pytest.raises(NotImplementedError) as cpu:
+            op(x)
+        with pytest.raises(NotImplementedError) as tpu:
+            op(x.to("tpu"))
+        assert str(tpu.value).split("\n")[0] == str(cpu.value).split("\n")[0]
