@@ -25,10 +25,8 @@ using at::Tensor;
 
 // A sparse tensor of `like`'s shape and split from new indices and values.
 Tensor sparse_like(const Tensor& like, const Tensor& indices, const Tensor& values, bool coalesced) {
-  Tensor out = at::_sparse_coo_tensor_with_dims_and_tensors(
-      like.sparse_dim(), like.dense_dim(), like.sizes(), indices, values,
-      values.options().layout(at::kSparse), coalesced);
-  return out;
+  return at::_sparse_coo_tensor_with_dims_and_tensors(like.sparse_dim(), like.dense_dim(), like.sizes(), indices,
+                                                      values, values.options().layout(at::kSparse), coalesced);
 }
 
 // The rows of `indices` as the index list of an index/index_put over the sparse dimensions.
