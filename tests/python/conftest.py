@@ -10,7 +10,10 @@ if "PYTEST_XDIST_WORKER" in os.environ:
                                                     os.environ["PYTEST_XDIST_WORKER"])
     os.makedirs(os.environ["TORCHTPU_CACHE_DIR"], exist_ok=True)
 
+import pytest  # noqa: E402
 import torch  # noqa: E402  (after the cache directory is set)
+
+import torchtpu  # noqa: E402
 
 
 # An op with only a CPU kernel, as a user's custom op often has: on tpu it can only run through the
@@ -23,3 +26,12 @@ def cpu_only(x: torch.Tensor) -> torch.Tensor:
 @cpu_only.register_fake
 def _(x):
     return torch.empty_like(x)
+
+
+@pytest.fixture
+def no_fallbacks():
+    """Fails the test if any op of it ran on the CPU fallback: a result computed there is not a
+    result of the device."""
+    torchtpu.metrics.reset()
+    yield
+    assert torchtpu.metrics.cpu_fallbacks() == {}

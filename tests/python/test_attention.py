@@ -10,13 +10,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import torchtpu
 
 
-@pytest.fixture
-def no_fallbacks():
-    torchtpu.metrics.reset()
-    yield
-    assert torchtpu.metrics.cpu_fallbacks() == {}
-
-
 def _inputs(dtype, L, S, heads=4, mask=None, seed=1):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(2, heads, L, 8, generator=g, dtype=dtype)

@@ -12,13 +12,6 @@ import torch.nn as nn
 import torchtpu
 
 
-@pytest.fixture
-def no_fallbacks():
-    torchtpu.metrics.reset()
-    yield
-    assert torchtpu.metrics.cpu_fallbacks() == {}
-
-
 # 1. Parameter sharing survives device moves -------------------------------------------------
 
 class TiedLM(nn.Module):
@@ -358,8 +351,6 @@ def test_gamma_sample_gradient_as_cpu(dtype, no_fallbacks):
         torch._standard_gamma_grad(a[:3].half().to("tpu"), x[:3].half().to("tpu"))
 
 
-
-
 def test_masked_fill_with_a_cpu_scalar_tensor_as_cpu(no_fallbacks):
     """x.masked_fill(mask, torch.tensor(2.0)) on a tpu x raised "Expected `value` to be on same device
     as `a`" (masked_fill's Python meta kernel sees the meta twin of x beside the CPU value); CUDA
@@ -548,7 +539,6 @@ def test_masked_select_and_boolean_indexing_on_device(no_fallbacks):
     torch.testing.assert_close(xt.grad.cpu(), mask.expand(3, 4).float())
     torch.testing.assert_close(x.to("tpu")[x.to("tpu") > 5].cpu(), x[x > 5])
     torch.testing.assert_close(torch.nonzero(x.to("tpu") > 5).cpu(), torch.nonzero(x > 5))
-
 
 
 def test_cpu_index_tensors_index_tpu_tensors_as_on_cuda(no_fallbacks):

@@ -9,15 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torchtpu
-
-
-@pytest.fixture
-def no_fallbacks():
-    torchtpu.metrics.reset()
-    yield
-    assert torchtpu.metrics.cpu_fallbacks() == {}
-
 
 def _tensors(x):
     if isinstance(x, torch.Tensor):

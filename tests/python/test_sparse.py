@@ -14,13 +14,6 @@ import torchtpu
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks")
 
 
-@pytest.fixture
-def no_fallbacks():
-    torchtpu.metrics.reset()
-    yield
-    assert torchtpu.metrics.cpu_fallbacks() == {}
-
-
 def assert_same_sparse(tpu, cpu):
     """Same shape, split, coalesced flag, and entries (indices and values, in order)."""
     assert tpu.device.type == "tpu" and tpu.layout == torch.sparse_coo
