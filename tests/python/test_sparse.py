@@ -159,7 +159,7 @@ OPTIMIZERS = {
 }
 
 
-@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("mode", ["strict", "fused", "lazy"])
 @pytest.mark.parametrize("bag", [False, True], ids=["embedding", "embedding_bag"])
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
 def test_sparse_embedding_trains_like_cpu(optimizer, bag, mode, no_fallbacks):
