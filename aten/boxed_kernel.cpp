@@ -610,6 +610,7 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
     in.key += "|precision=" + std::to_string(static_cast<int>(precision));
   }
   std::vector<exec::Operand> outputs;
+  outputs.reserve(d.tensors.size() + 1);
   for (const at::Tensor& t : d.tensors) outputs.push_back(operand(t));
   std::shared_ptr<const LoweringCall> call = lowering_call(plan, args, meta, d, outputs, std::move(in.count), precision);
   exec::Lowering lower = [call = std::move(call)](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
@@ -620,11 +621,14 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
     ok = std::make_shared<exec::BufferRef>(device, 1);
     outputs.push_back({ok.get(), {DType::kBool, {}, {}, 0}});
   }
-  run_on_device({std::move(in.key), std::move(lower), std::move(in.operands), outputs, origin});
+  std::vector<exec::BufferRef*> checked;  // the storages a device check vouches for
+  if (ok)
+    for (const exec::Operand& out : outputs)
+      if (out.storage != ok.get()) checked.push_back(out.storage);
+  run_on_device({std::move(in.key), std::move(lower), std::move(in.operands), std::move(outputs), origin});
   if (ok) {
     std::vector<graph::ValuePtr> results;
-    for (const exec::Operand& out : outputs)
-      if (out.storage != ok.get()) results.push_back(out.storage->value());
+    for (exec::BufferRef* storage : checked) results.push_back(storage->value());
     std::string message = check_message(entry.options, args) + " (" + origin->describe() +
                           " on tpu, detected on the device)";
     translating_errors([&] { exec::defer_check(ok, message, results, !entry.options.device_check_runtime_error); },

@@ -4,7 +4,9 @@
 
 Workloads: a chain of small adds (f32[16]) and a chain of 256x256 matmuls. Each repeat runs the
 chain once and waits for the result (tpu: torch.tpu.synchronize()); the first repeat of each is a
-warm-up that compiles. Reports the median and the spread (min-max) of per-op times.
+warm-up that compiles. Reports the median and the spread (min-max) of per-op times. Then the
+recording cost of fused and lazy mode: the same add chain timed until its last op is recorded
+(the window runs at the synchronize after the clock stops).
 """
 
 import argparse
@@ -39,6 +41,23 @@ def timed(device, op, n, make, repeats):
     return per_op
 
 
+def recording(mode, n, repeats):
+    """Microseconds per op to record `y + 1.0` on f32[16] in `mode`; three warm-up repeats."""
+    per_op = []
+    with torchtpu.eager_mode(mode):
+        x = torch.ones(16, device="tpu")
+        for i in range(repeats + 3):
+            y = x
+            start = time.perf_counter()
+            for _ in range(n):
+                y = y + 1.0
+            elapsed = time.perf_counter() - start
+            torch.tpu.synchronize()
+            if i >= 3:
+                per_op.append(elapsed / n * 1e6)
+    return per_op
+
+
 WORKLOADS = {
     "add f32[16] (x1000)": (lambda a, b: a + b, 1000, lambda d: torch.ones(16, device=d)),
     "matmul 256x256 (x100)": (lambda a, b: torch.mm(a, b) * 0.01, 100,
@@ -60,13 +79,20 @@ def main():
                            "max_us": max(samples)}
         row["ratio_tpu_vs_cpu"] = row["tpu"]["median_us"] / row["cpu"]["median_us"]
         results[name] = row
+    recorded = {}
+    for mode in ("fused", "lazy"):
+        samples = recording(mode, 1000, args.repeats)
+        recorded[mode] = {"median_us": statistics.median(samples), "min_us": min(samples), "max_us": max(samples)}
     info = {"machine": platform.processor() or platform.machine(), "cpus": torch.get_num_threads(),
-            "torch": torch.__version__, "platform": torchtpu.platform(), "results": results}
+            "torch": torch.__version__, "platform": torchtpu.platform(), "results": results,
+            "recording": recorded}
     print(f"{'workload':26} {'cpu eager us/op':>16} {'tpu strict us/op':>17} {'tpu/cpu':>8}")
     for name, row in results.items():
         c, t = row["cpu"], row["tpu"]
         print(f"{name:26} {c['median_us']:9.1f} ({c['min_us']:.1f}-{c['max_us']:.1f}) "
               f"{t['median_us']:9.1f} ({t['min_us']:.1f}-{t['max_us']:.1f}) {row['ratio_tpu_vs_cpu']:7.2f}")
+    for mode, r in recorded.items():
+        print(f"recording y + 1.0, {mode:5}  {r['median_us']:9.2f} us/op ({r['min_us']:.2f}-{r['max_us']:.2f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(info, f, indent=1)

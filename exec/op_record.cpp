@@ -141,9 +141,11 @@ int device_of(const OpCall& call, const SlotPlan& plan) {
   return device;
 }
 
-// New values for the written slots, carrying `inherited`, swapped into their storages.
-std::vector<graph::ValuePtr> swap_in_results(const SlotPlan& plan, int device, const std::vector<graph::CheckPtr>& inherited) {
-  std::vector<graph::ValuePtr> results;
+// New values for the written slots, carrying `inherited`, swapped into their storages and
+// appended to `results` (shared or weak pointers).
+template <typename Results>
+void swap_in_results(const SlotPlan& plan, int device, const std::vector<graph::CheckPtr>& inherited, Results& results) {
+  results.reserve(plan.output_slot.size());
   for (const Slot& s : plan.slots)
     if (s.written) {
       auto value = std::make_shared<graph::DeviceValue>(device, s.flat_dtype, s.flat_length);
@@ -151,7 +153,6 @@ std::vector<graph::ValuePtr> swap_in_results(const SlotPlan& plan, int device, c
       results.push_back(value);
       s.storage->swap(std::move(value));
     }
-  return results;
 }
 
 }  // namespace
@@ -174,10 +175,10 @@ graph::NodePtr record_op(OpCall&& call) {
   node->origin = call.origin;
   node->zero_bytes = call.zero_bytes && plan.slots.size() == 1 && !plan.slots[0].read;
   int device = device_of(call, plan);
+  node->inputs.reserve(plan.slots.size());
   for (const Slot& s : plan.slots)
     if (s.read) node->inputs.push_back(current_value(*s.storage, s.flat_dtype));
-  std::vector<graph::ValuePtr> results = swap_in_results(plan, device, unsettled_checks(node->inputs));
-  node->outputs.assign(results.begin(), results.end());
+  swap_in_results(plan, device, unsettled_checks(node->inputs), node->outputs);
   for (Slot& s : plan.slots) s.storage = nullptr;  // the fragment must not reach storages later
   node->emit = Fragment{std::move(call.lower), std::move(plan.slots), std::move(plan.input_slot),
                         std::move(plan.output_slot), std::move(call.inputs), std::move(call.outputs)};
@@ -188,6 +189,8 @@ std::optional<BoundOp> bind_loaded(const OpCall& call) {
   SlotPlan plan(call);
   int device = device_of(call, plan);
   std::vector<graph::ValuePtr> inputs, parameters;
+  inputs.reserve(plan.slots.size());
+  parameters.reserve(plan.slots.size());
   for (const Slot& s : plan.slots)
     if (s.read) {
       inputs.push_back(current_value(*s.storage, s.flat_dtype));
@@ -215,7 +218,8 @@ std::optional<BoundOp> bind_loaded(const OpCall& call) {
   }
   std::shared_ptr<runtime::Executable> exe = loaded_executable(key);
   if (!exe) return std::nullopt;
-  std::vector<graph::ValuePtr> results = swap_in_results(plan, device, unsettled_checks(inputs));
+  std::vector<graph::ValuePtr> results;
+  swap_in_results(plan, device, unsettled_checks(inputs), results);
   return BoundOp{std::move(exe), std::move(parameters), std::move(results), device};
 }
 
