@@ -10,7 +10,6 @@
 #include <ATen/ops/_embedding_bag_backward_native.h>
 #include <torch/library.h>
 
-
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
