@@ -14,6 +14,8 @@
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/searchsorted.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
@@ -166,6 +168,50 @@ Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out) {
   return set_sparse(out, sparse, sparse._indices().clone(), values.to(out.scalar_type()), sparse.is_coalesced());
 }
 
+// `values` ([n, *dense]) scaled row by row by `factor` ([n]).
+Tensor scale_rows(const Tensor& values, const Tensor& factor) {
+  std::vector<int64_t> shape(values.dim(), 1);
+  shape[0] = values.size(0);
+  return values.mul(factor.to(values.scalar_type()).view(shape));
+}
+
+// The values of `self` (dense, or sparse: its duplicates summed) at `mask`'s positions, 0 where
+// self has none, with mask's indices (CPU's sparse_mask; autograd's gradients of sparse
+// constructions and of to_dense go through it).
+Tensor sparse_mask(const Tensor& self, const Tensor& mask) {
+  TORCH_CHECK(self.sizes().equals(mask.sizes()), "sparse_mask(): operands have incompatible sizes; self has size ",
+              self.sizes(), " but mask has size ", mask.sizes());
+  Tensor indices = mask._indices().clone();
+  if (mask._nnz() == 0) return sparse_like(mask, indices, mask._values().to(self.scalar_type()), mask.is_coalesced());
+  if (!self.is_sparse()) return sparse_like(mask, indices, self.index(index_list(indices)), mask.is_coalesced());
+  Tensor held = self.coalesce();
+  at::IntArrayRef sparse_sizes = mask.sizes().slice(0, mask.sparse_dim());
+  Tensor values = at::zeros_like(mask._values(), held._values().options());
+  if (held._nnz() > 0) {
+    Tensor positions = linear_index(held._indices(), sparse_sizes), wanted = linear_index(indices, sparse_sizes);
+    Tensor slot = at::searchsorted(positions, wanted).clamp_max_(held._nnz() - 1);
+    Tensor found = positions.index_select(0, slot).eq(wanted);
+    values = scale_rows(held._values().index_select(0, slot), found);
+  }
+  return sparse_like(mask, indices, values, mask.is_coalesced());
+}
+
+// self's entries (indices kept) times how many of `mask`'s entries share their position
+// (accumulate_matches), or times whether any does: autograd's projection of a gradient onto a
+// sparse input.
+Tensor sparse_mask_projection(const Tensor& self, const Tensor& mask, bool accumulate_matches) {
+  TORCH_CHECK(mask.sizes().equals(self.sizes()), "_sparse_mask_projection(): operands have incompatible sizes; self has size ",
+              self.sizes(), " but mask has size ", mask.sizes());
+  if (self._nnz() == 0 || mask._nnz() == 0)
+    return sparse_like(self, self._indices().narrow(1, 0, 0).clone(), self._values().narrow(0, 0, 0).clone(), true);
+  at::IntArrayRef sparse_sizes = self.sizes().slice(0, self.sparse_dim());
+  Tensor masked = std::get<0>(at::sort(linear_index(mask._indices(), sparse_sizes)));
+  Tensor positions = linear_index(self._indices(), sparse_sizes);
+  Tensor matches = at::searchsorted(masked, positions, false, true).sub_(at::searchsorted(masked, positions));
+  Tensor factor = accumulate_matches ? matches : matches.gt(0);
+  return sparse_like(self, self._indices().clone(), scale_rows(self._values(), factor), self.is_coalesced());
+}
+
 // 2-d sparse [n, k] @ dense [k, m]: each entry adds value * dense's row to its output row.
 Tensor sparse_dense_mm(const Tensor& sparse, const Tensor& dense) {
   TORCH_CHECK(sparse.is_sparse() && !dense.is_sparse(), "mm on tpu: only sparse @ dense is supported");
@@ -205,7 +251,7 @@ constexpr const char* kGenericKernels[] = {
     "zeros.out", "native_norm", "native_norm.ScalarOpt_dim_dtype", "norm.ScalarOpt_dim_dtype",
     "norm.ScalarOpt_dim", "clone", "resize_as_sparse_", "zero_", "sub.out", "sub.Tensor", "sub_.Tensor",
     "_sparse_coo_tensor_with_dims", "_sparse_coo_tensor_with_dims_and_tensors", "sparse_resize_",
-    "sparse_resize_and_clear_", "sparse_mask", "_sparse_mask_projection", "_to_dense", "sparse_dim", "_dimI",
+    "sparse_resize_and_clear_", "_to_dense", "sparse_dim", "_dimI",
     "dense_dim", "_dimV", "_nnz", "is_coalesced", "_indices", "_values", "_coalesced_", "indices", "values",
     "copy_sparse_to_sparse_", "_to_sparse.sparse_dim", "_to_sparse", "_to_sparse_csr", "_to_sparse_csc",
     "_to_sparse_bsr", "_to_sparse_bsc", "erfinv", "erfinv_", "erfinv.out", "sign", "sign_", "sign.out",
@@ -227,6 +273,9 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("add.out", add_out);
   m.impl("mul.out", mul_out);
   m.impl("addmm", addmm);
+  // Device-generic in PyTorch, but built on DispatchStubs that have kernels for CPU and CUDA only.
+  m.impl("sparse_mask", sparse_mask);
+  m.impl("_sparse_mask_projection", sparse_mask_projection);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -180,3 +180,37 @@ def test_sparse_gradients_accumulate_like_cpu(no_fallbacks):
         grads[device] = emb.weight.grad
     assert_same_sparse(grads["tpu"], grads["cpu"])
     assert_same_sparse(grads["tpu"].coalesce(), grads["cpu"].coalesce())
+
+
+GRAPH_EDGES = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 2, 1], [1, 2, 3, 4, 5, 0, 3, 5, 2]])
+
+
+@pytest.mark.parametrize("loss", [
+    lambda adj, x: torch.sparse.mm(adj, torch.sparse.mm(adj, x).tanh()).pow(2).sum(),
+    lambda adj, x: torch.sparse.sum(adj * adj) * x.sum(),
+    lambda adj, x: (adj.to_dense() @ x).pow(2).sum(),
+    lambda adj, x: adj.coalesce().values().pow(2).sum() + x.sum(),
+], ids=["two_layer_gcn", "sparse_sum", "to_dense", "values"])
+def test_gradients_through_sparse_constructions_as_cpu(loss, no_fallbacks):
+    """A graph network's learned edge weights: autograd projects the gradient onto the sparse
+    input (_sparse_mask_projection, sparse_mask of a sparse tensor), which raised PyTorch's
+    "DispatchStub: missing kernel for tpu" internal assert."""
+    grads = {}
+    for device in ("cpu", "tpu"):
+        g = torch.Generator().manual_seed(0)
+        weights = torch.rand(9, generator=g).to(device).requires_grad_()
+        features = torch.randn(6, 4, generator=g).to(device).requires_grad_()
+        adjacency = torch.sparse_coo_tensor(GRAPH_EDGES.to(device), weights, (6, 6))
+        loss(adjacency, features).backward()
+        grads[device] = (weights.grad.cpu(), features.grad.cpu())
+    torch.testing.assert_close(grads["tpu"], grads["cpu"])
+
+
+def test_sparse_mask_and_projection_of_sparse_tensors_as_cpu(no_fallbacks):
+    self = duplicated()
+    mask = torch.sparse_coo_tensor(torch.tensor([[1, 0, 2, 1], [0, 2, 2, 0]]), torch.ones(4), (4, 3))
+    for m in (mask, mask.coalesce()):
+        assert_same_sparse(self.to("tpu").sparse_mask(m.to("tpu")), self.sparse_mask(m))
+        for accumulate in (False, True):
+            expected = torch.ops.aten._sparse_mask_projection(self, m, accumulate)
+            assert_same_sparse(torch.ops.aten._sparse_mask_projection(self.to("tpu"), m.to("tpu"), accumulate), expected)
