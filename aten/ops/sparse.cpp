@@ -233,6 +233,14 @@ Tensor addmm(const Tensor& self, const Tensor& sparse, const Tensor& dense, cons
   return product.add_(self.mul(beta));
 }
 
+// No op runs on the compressed layouts on tpu: converting to one says so (PyTorch's kernels went
+// to the CPU fallback and left a tensor that failed later with a confusing layout error).
+void no_compressed_layouts(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op.schema().name(), ": tpu has no compressed sparse layouts (CSR, CSC, BSR, BSC); "
+                              "sparse tpu tensors use the COO layout (to_sparse())");
+}
+constexpr const char* kCompressedConversions[] = {"_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr", "_to_sparse_bsc"};
+
 // The sparse ops whose SparseCPU and SparseCUDA kernel is one device-generic function
 // (native_functions.yaml; test_sparse.py keeps this list complete).
 constexpr const char* kGenericKernels[] = {
@@ -253,8 +261,7 @@ constexpr const char* kGenericKernels[] = {
     "_sparse_coo_tensor_with_dims", "_sparse_coo_tensor_with_dims_and_tensors", "sparse_resize_",
     "sparse_resize_and_clear_", "_to_dense", "sparse_dim", "_dimI",
     "dense_dim", "_dimV", "_nnz", "is_coalesced", "_indices", "_values", "_coalesced_", "indices", "values",
-    "copy_sparse_to_sparse_", "_to_sparse.sparse_dim", "_to_sparse", "_to_sparse_csr", "_to_sparse_csc",
-    "_to_sparse_bsr", "_to_sparse_bsc", "erfinv", "erfinv_", "erfinv.out", "sign", "sign_", "sign.out",
+    "copy_sparse_to_sparse_", "_to_sparse.sparse_dim", "_to_sparse", "erfinv", "erfinv_", "erfinv.out", "sign", "sign_", "sign.out",
     "signbit", "signbit.out", "any", "pow.Tensor_Scalar_out", "pow.Tensor_Scalar", "isinf", "isposinf",
     "isposinf.out", "isneginf", "isneginf.out",
 };
@@ -273,6 +280,8 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("add.out", add_out);
   m.impl("mul.out", mul_out);
   m.impl("addmm", addmm);
+  for (const char* name : kCompressedConversions)
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&no_compressed_layouts>());
   // Device-generic in PyTorch, but built on DispatchStubs that have kernels for CPU and CUDA only.
   m.impl("sparse_mask", sparse_mask);
   m.impl("_sparse_mask_projection", sparse_mask_projection);
@@ -281,6 +290,8 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_to_sparse.sparse_dim", dense_to_sparse_dim);
   m.impl("_to_sparse", dense_to_sparse);
+  for (const char* name : kCompressedConversions)
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&no_compressed_layouts>());
 }
 
 }  // namespace torchtpu::aten

@@ -131,6 +131,10 @@ def test_errors_are_cpus():
         torch.sparse.mm(tpu, torch.ones(4, 2, device="tpu"))
     with pytest.raises(RuntimeError, match="only the sparse COO layout"):
         torch.ones(2, 2, device="tpu").to_sparse(layout=torch.sparse_csr)
+    for convert in (lambda t: t.to_sparse_csr(), lambda t: t.to_sparse_csc(), lambda t: t.to_sparse_bsr(1)):
+        for source in (torch.ones(2, 2, device="tpu"), tpu.coalesce()):
+            with pytest.raises(NotImplementedError, match="no compressed sparse layouts"):
+                convert(source)
 
 
 def embedding_step_weights(device, optimizer, bag, steps=3):
