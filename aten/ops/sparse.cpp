@@ -2,15 +2,17 @@
 // ([sparse_dim, nnz] int64) and values ([nnz, *dense_sizes]) are ordinary tpu tensors. Most sparse
 // kernels of PyTorch are device-generic (one function serves SparseCPU and SparseCUDA, composed of
 // other ops, so it never touches host memory): tpu runs those same kernels. The few that PyTorch
-// writes per device (coalesce, add, mul, addmm) are composed here of device ops (unique,
-// index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is to_sparse of a dense
-// tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
+// writes per device (coalesce, add, mul, addmm, index_select) are composed here of device ops
+// (unique, index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is to_sparse of
+// a dense tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
 // accumulation, and the optimizers that take them (SGD, Adagrad, SparseAdam).
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/native/SparseTensorUtils.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <ATen/ops/_unique2.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/searchsorted.h>
@@ -212,6 +214,40 @@ Tensor sparse_mask_projection(const Tensor& self, const Tensor& mask, bool accum
   return sparse_like(self, self._indices().clone(), scale_rows(self._values(), factor), self.is_coalesced());
 }
 
+// CPU's order: for each position of `index` in turn, the entries at that coordinate in their
+// original order. The entries are sorted by coordinate once; each index position finds its run
+// with searchsorted, and one host read (repeat_interleave's) sizes the result.
+Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index_) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  TORCH_CHECK(index_.dim() <= 1 && !c10::isFloatingType(index_.scalar_type()) && index_.scalar_type() != at::kBool,
+              "index_select(): Index is supposed to be a vector of integers");
+  Tensor index = index_.reshape({-1}).to(self._indices().device(), at::kLong);
+  int64_t size = self.size(dim), count = index.numel();
+  if (count > 0 && index.lt(0).logical_or(index.ge(size)).any().item<bool>()) {
+    int64_t bad = index.masked_select(index.lt(0).logical_or(index.ge(size)))[0].item<int64_t>();
+    TORCH_CHECK_INDEX(false, "index_select(): index contains ", bad, " that is out of range for tensor of size ",
+                      self.sizes(), " at dimension ", dim);
+  }
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[dim] = count;
+  auto make = [&](const Tensor& indices, const Tensor& values, bool coalesced) {  // as CPU: only when < 2 entries
+    return at::_sparse_coo_tensor_with_dims_and_tensors(self.sparse_dim(), self.dense_dim(), sizes, indices, values,
+                                                        values.options().layout(at::kSparse), coalesced);
+  };
+  if (dim >= self.sparse_dim())
+    return make(self._indices().clone(), self._values().index_select(dim - self.sparse_dim() + 1, index),
+                self._nnz() < 2);
+  auto [sorted, order] = at::sort(self._indices()[dim], /*stable=*/true, 0, false);
+  Tensor first = at::searchsorted(sorted, index), runs = at::searchsorted(sorted, index, false, true).sub_(first);
+  Tensor position = at::repeat_interleave(at::arange(count, index.options()), runs);
+  Tensor starts = runs.cumsum(0).sub_(runs);
+  Tensor within = at::arange(position.numel(), index.options()).sub_(starts.index_select(0, position));
+  Tensor entry = order.index_select(0, first.index_select(0, position).add_(within));
+  Tensor indices = self._indices().index_select(1, entry);
+  indices[dim].copy_(position);
+  return make(indices, self._values().index_select(0, entry), position.numel() < 2);
+}
+
 // 2-d sparse [n, k] @ dense [k, m]: each entry adds value * dense's row to its output row.
 Tensor sparse_dense_mm(const Tensor& sparse, const Tensor& dense) {
   TORCH_CHECK(sparse.is_sparse() && !dense.is_sparse(), "mm on tpu: only sparse @ dense is supported");
@@ -280,6 +316,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("add.out", add_out);
   m.impl("mul.out", mul_out);
   m.impl("addmm", addmm);
+  m.impl("index_select", index_select);
   for (const char* name : kCompressedConversions)
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&no_compressed_layouts>());
   // Device-generic in PyTorch, but built on DispatchStubs that have kernels for CPU and CUDA only.

@@ -218,3 +218,15 @@ def test_sparse_mask_and_projection_of_sparse_tensors_as_cpu(no_fallbacks):
         for accumulate in (False, True):
             expected = torch.ops.aten._sparse_mask_projection(self, m, accumulate)
             assert_same_sparse(torch.ops.aten._sparse_mask_projection(self.to("tpu"), m.to("tpu"), accumulate), expected)
+
+
+def test_index_select_as_cpu(no_fallbacks):
+    """Sparse index_select (mini-batching a graph's adjacency, a table's rows): CPU's entries in
+    CPU's order, and its coalesced flag."""
+    hybrid = torch.sparse_coo_tensor(torch.tensor([[0, 1, 3]]), torch.arange(6.0).view(3, 2), (4, 2))
+    for self in (duplicated(), duplicated().coalesce(), hybrid, hybrid.coalesce()):
+        for dim, index in ((0, [1, 0, 1]), (0, [0, 2, 3]), (0, [3]), (1, [2, 2, 0]), (-1, [1]), (0, [])):
+            index = torch.tensor(index, dtype=torch.long).clamp(max=self.shape[dim] - 1)
+            assert_same_sparse(self.to("tpu").index_select(dim, index.to("tpu")), self.index_select(dim, index))
+    with pytest.raises(IndexError, match="index contains 5 that is out of range"):
+        duplicated().to("tpu").index_select(0, torch.tensor([5], device="tpu"))
