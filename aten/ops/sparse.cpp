@@ -2,9 +2,9 @@
 // ([sparse_dim, nnz] int64) and values ([nnz, *dense_sizes]) are ordinary tpu tensors. Most sparse
 // kernels of PyTorch are device-generic (one function serves SparseCPU and SparseCUDA, composed of
 // other ops, so it never touches host memory): tpu runs those same kernels. The few that PyTorch
-// writes per device (coalesce, add, mul, addmm, index_select) are composed here of device ops
-// (unique, index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is to_sparse of
-// a dense tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
+// writes per device (coalesce, add, mul, addmm, index_select, softmax) are composed here of
+// device ops (unique, index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is
+// to_sparse of a dense tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
 // accumulation, and the optimizers that take them (SGD, Adagrad, SparseAdam).
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/native/SparseTensorUtils.h>
@@ -248,6 +248,79 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index_) {
   return make(indices, self._values().index_select(0, entry), position.numel() < 2);
 }
 
+// Softmax over the specified entries along `dim` (unspecified ones count as -inf): entries that
+// differ only in `dim` form a group (unique of the other coordinates, one host read), reduced
+// with scatter_reduce/index_add; along a dense dimension it is the values' own softmax.
+struct Groups {
+  Tensor of_entry;  // [nnz] the group of each entry
+  int64_t count;
+};
+Groups groups_along(const Tensor& coalesced, int64_t dim) {
+  Tensor others = coalesced._indices().clone();
+  others[dim].zero_();
+  at::IntArrayRef sparse_sizes = coalesced.sizes().slice(0, coalesced.sparse_dim());
+  auto [unique, of_entry, counts] = at::_unique2(linear_index(others, sparse_sizes), false, true, false);
+  return {of_entry, unique.size(0)};
+}
+
+Tensor per_group(const Tensor& values, const Groups& g, const char* reduce) {
+  std::vector<int64_t> shape = values.sizes().vec();
+  shape[0] = g.count;
+  std::vector<int64_t> spread(values.dim(), 1);
+  spread[0] = values.size(0);
+  Tensor where = g.of_entry.view(spread).expand(values.sizes());
+  Tensor start = at::zeros(shape, values.options());
+  return start.scatter_reduce_(0, where, values, reduce, /*include_self=*/false).index_select(0, g.of_entry);
+}
+
+Tensor sparse_softmax_values(const Tensor& values, const Groups& g, bool log) {
+  Tensor shifted = values.sub(per_group(values, g, "amax"));
+  Tensor total = per_group(shifted.exp(), g, "sum");
+  return log ? shifted.sub_(total.log()) : shifted.exp().div_(total);
+}
+
+Tensor sparse_softmax_impl(const Tensor& self, int64_t dim, bool half_to_float, bool log) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  Tensor x = self.coalesce();
+  Tensor values = half_to_float ? x._values().to(at::kFloat) : x._values();
+  if (x._nnz() == 0) return sparse_like(x, x._indices().clone(), values.clone(), true);
+  if (dim >= x.sparse_dim()) {
+    int64_t along = dim - x.sparse_dim() + 1;
+    return sparse_like(x, x._indices().clone(), log ? values.log_softmax(along) : values.softmax(along), true);
+  }
+  return sparse_like(x, x._indices().clone(), sparse_softmax_values(values, groups_along(x, dim), log), true);
+}
+Tensor sparse_softmax(const Tensor& self, int64_t dim, bool half_to_float) {
+  return sparse_softmax_impl(self, dim, half_to_float, false);
+}
+Tensor sparse_log_softmax(const Tensor& self, int64_t dim, bool half_to_float) {
+  return sparse_softmax_impl(self, dim, half_to_float, true);
+}
+
+// Gradients, on output's entries: softmax's out * (grad - sum(grad * out)), log_softmax's
+// grad - exp(out) * sum(grad), the sums over each group.
+Tensor sparse_softmax_backward_impl(const Tensor& grad, const Tensor& output, int64_t dim, bool log) {
+  dim = c10::maybe_wrap_dim(dim, output.dim());
+  Tensor out = output._values(), g = sparse_mask(grad, output)._values();
+  if (output._nnz() == 0) return sparse_like(output, output._indices().clone(), g.clone(), output.is_coalesced());
+  Tensor result;
+  if (dim >= output.sparse_dim()) {
+    int64_t along = dim - output.sparse_dim() + 1;
+    result = log ? g.sub(out.exp().mul(g.sum(along, true))) : out.mul(g.sub(g.mul(out).sum(along, true)));
+  } else {
+    Groups groups = groups_along(output, dim);
+    result = log ? g.sub(out.exp().mul(per_group(g, groups, "sum")))
+                 : out.mul(g.sub(per_group(g.mul(out), groups, "sum")));
+  }
+  return sparse_like(output, output._indices().clone(), result, output.is_coalesced());
+}
+Tensor sparse_softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, const Tensor&) {
+  return sparse_softmax_backward_impl(grad, output, dim, false);
+}
+Tensor sparse_log_softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, const Tensor&) {
+  return sparse_softmax_backward_impl(grad, output, dim, true);
+}
+
 // 2-d sparse [n, k] @ dense [k, m]: each entry adds value * dense's row to its output row.
 Tensor sparse_dense_mm(const Tensor& sparse, const Tensor& dense) {
   TORCH_CHECK(sparse.is_sparse() && !dense.is_sparse(), "mm on tpu: only sparse @ dense is supported");
@@ -317,6 +390,10 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("mul.out", mul_out);
   m.impl("addmm", addmm);
   m.impl("index_select", index_select);
+  m.impl("_sparse_softmax", sparse_softmax);
+  m.impl("_sparse_log_softmax", sparse_log_softmax);
+  m.impl("_sparse_softmax_backward_data", sparse_softmax_backward);
+  m.impl("_sparse_log_softmax_backward_data", sparse_log_softmax_backward);
   for (const char* name : kCompressedConversions)
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&no_compressed_layouts>());
   // Device-generic in PyTorch, but built on DispatchStubs that have kernels for CPU and CUDA only.

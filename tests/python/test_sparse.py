@@ -230,3 +230,22 @@ def test_index_select_as_cpu(no_fallbacks):
             assert_same_sparse(self.to("tpu").index_select(dim, index.to("tpu")), self.index_select(dim, index))
     with pytest.raises(IndexError, match="index contains 5 that is out of range"):
         duplicated().to("tpu").index_select(0, torch.tensor([5], device="tpu"))
+
+
+@pytest.mark.parametrize("softmax", [torch.sparse.softmax, torch.sparse.log_softmax], ids=["softmax", "log_softmax"])
+def test_sparse_softmax_and_its_gradient_as_cpu(softmax, no_fallbacks):
+    """Softmax over the specified entries (attention over a sparse adjacency), along a sparse and
+    a dense dimension, and its backward."""
+    g = torch.Generator().manual_seed(0)
+    plain = torch.sparse_coo_tensor(torch.tensor([[0, 1, 1, 3, 0, 2, 3], [2, 0, 1, 1, 0, 2, 0]]),
+                                    torch.randn(7, generator=g), (4, 3))
+    hybrid = torch.sparse_coo_tensor(torch.tensor([[0, 1, 3, 2]]), torch.randn(4, 3, generator=g), (4, 3))
+    for x in (plain, hybrid):
+        for dim in (0, 1):
+            results = {}
+            for device in ("cpu", "tpu"):
+                leaf = x.to(device).coalesce().requires_grad_()
+                y = softmax(leaf, dim)
+                (y.to_dense() * torch.arange(12.0).view(4, 3).to(device)).sum().backward()
+                results[device] = (y.cpu().to_dense(), leaf.grad.cpu().to_dense())
+            torch.testing.assert_close(results["tpu"], results["cpu"])
