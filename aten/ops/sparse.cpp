@@ -2,7 +2,7 @@
 // ([sparse_dim, nnz] int64) and values ([nnz, *dense_sizes]) are ordinary tpu tensors. Most sparse
 // kernels of PyTorch are device-generic (one function serves SparseCPU and SparseCUDA, composed of
 // other ops, so it never touches host memory): tpu runs those same kernels. The few that PyTorch
-// writes per device (coalesce, add, mul, addmm, index_select, softmax) are composed here of
+// writes per device (coalesce, add, mul, addmm, bmm, index_select, softmax) are composed here of
 // device ops (unique, index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is
 // to_sparse of a dense tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
 // accumulation, and the optimizers that take them (SGD, Adagrad, SparseAdam).
@@ -335,6 +335,24 @@ Tensor sparse_dense_mm(const Tensor& sparse, const Tensor& dense) {
   return out.index_add_(0, indices[0], rows.mul_(sparse._values().to(out.scalar_type()).unsqueeze(1)));
 }
 
+// 3-d sparse [b, n, k] @ dense [b, k, m]: the 2-d product with every entry's batch folded into its
+// row and column.
+Tensor sparse_dense_bmm(const Tensor& sparse, const Tensor& dense) {
+  TORCH_CHECK(sparse.is_sparse() && !dense.is_sparse(), "bmm on tpu: only sparse @ dense is supported");
+  TORCH_CHECK(sparse.sparse_dim() == 3 && sparse.dense_dim() == 0 && dense.dim() == 3,
+              "bmm_sparse: Tensor 'mat1' must have 3 dims and 'mat2' 3 dims, got ", sparse.sizes(), " and ", dense.sizes());
+  TORCH_CHECK(sparse.size(0) == dense.size(0), "bmm_sparse: 'mat1' and 'mat2' must have the same number of matrices");
+  TORCH_CHECK(sparse.size(2) == dense.size(1), "bmm_sparse: number of columns in 'mat1' must equal the number of rows "
+              "in 'mat2'");
+  int64_t batches = sparse.size(0), rows = sparse.size(1), inner = sparse.size(2);
+  Tensor i = sparse._indices();
+  Tensor folded = i[0].mul(rows).add(i[1]), columns = i[0].mul(inner).add(i[2]);
+  Tensor flat = at::_sparse_coo_tensor_with_dims_and_tensors(
+      2, 0, {batches * rows, batches * inner}, at::stack({folded, columns}), sparse._values(),
+      sparse._values().options().layout(at::kSparse), false);
+  return sparse_dense_mm(flat, dense.reshape({batches * inner, dense.size(2)})).view({batches, rows, dense.size(2)});
+}
+
 Tensor addmm(const Tensor& self, const Tensor& sparse, const Tensor& dense, const at::Scalar& beta,
              const at::Scalar& alpha) {
   Tensor product = sparse_dense_mm(sparse, dense).mul_(alpha);
@@ -390,6 +408,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("mul.out", mul_out);
   m.impl("addmm", addmm);
   m.impl("index_select", index_select);
+  m.impl("bmm", sparse_dense_bmm);
   m.impl("_sparse_softmax", sparse_softmax);
   m.impl("_sparse_log_softmax", sparse_log_softmax);
   m.impl("_sparse_softmax_backward_data", sparse_softmax_backward);

@@ -244,8 +244,22 @@ def test_sparse_softmax_and_its_gradient_as_cpu(softmax, no_fallbacks):
         for dim in (0, 1):
             results = {}
             for device in ("cpu", "tpu"):
-                leaf = x.to(device).coalesce().requires_grad_()
+                leaf = x.clone().to(device).coalesce().requires_grad_()
                 y = softmax(leaf, dim)
                 (y.to_dense() * torch.arange(12.0).view(4, 3).to(device)).sum().backward()
                 results[device] = (y.cpu().to_dense(), leaf.grad.cpu().to_dense())
             torch.testing.assert_close(results["tpu"], results["cpu"])
+
+
+def test_sparse_bmm_and_its_gradient_as_cpu(no_fallbacks):
+    g = torch.Generator().manual_seed(3)
+    indices = torch.tensor([[0, 0, 1, 1, 1, 0], [1, 2, 0, 2, 2, 0], [3, 0, 1, 1, 1, 2]])
+    batch = torch.sparse_coo_tensor(indices, torch.randn(6, generator=g), (2, 3, 4))
+    right = torch.randn(2, 4, 5, generator=g)
+    results = {}
+    for device in ("cpu", "tpu"):
+        leaf = right.clone().to(device).requires_grad_()
+        product = torch.bmm(batch.to(device), leaf)
+        product.pow(2).sum().backward()
+        results[device] = (product.cpu(), leaf.grad.cpu())
+    torch.testing.assert_close(results["tpu"], results["cpu"])
