@@ -321,6 +321,41 @@ Tensor sparse_log_softmax_backward(const Tensor& grad, const Tensor& output, int
   return sparse_softmax_backward_impl(grad, output, dim, true);
 }
 
+// The gradient of torch.sparse.sum(input, dims) on its positions: each takes grad at its
+// kept sparse coordinates (grad is sparse, or dense once every sparse dimension was summed),
+// spread over the dense dimensions that were summed.
+Tensor sparse_sum_backward(const Tensor& grad, const Tensor& input, at::IntArrayRef dims) {
+  Tensor self = input.coalesce();  // one gradient entry per position, as CPU's
+  int64_t sparse_dim = self.sparse_dim(), nnz = self._nnz();
+  std::vector<bool> summed(self.dim(), false);
+  for (int64_t d : dims) summed[c10::maybe_wrap_dim(d, self.dim())] = true;
+  std::vector<int64_t> kept_sparse, kept_sizes, summed_dense;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (d < sparse_dim && !summed[d]) kept_sparse.push_back(d), kept_sizes.push_back(self.size(d));
+    if (d >= sparse_dim && summed[d]) summed_dense.push_back(d - sparse_dim + 1);
+  }
+  Tensor g;
+  if (kept_sparse.empty()) {
+    std::vector<int64_t> shape = grad.sizes().vec();
+    shape.insert(shape.begin(), nnz);
+    g = grad.to_dense().unsqueeze(0).expand(shape);
+  } else {
+    Tensor held = grad.coalesce();
+    Tensor wanted = linear_index(self._indices().index_select(0, at::tensor(kept_sparse, self._indices().options())),
+                                 kept_sizes);
+    std::vector<int64_t> shape = held._values().sizes().vec();
+    shape[0] = nnz;
+    g = at::zeros(shape, held._values().options());
+    if (held._nnz() > 0) {
+      Tensor positions = linear_index(held._indices(), kept_sizes);
+      Tensor slot = at::searchsorted(positions, wanted).clamp_max_(held._nnz() - 1);
+      g = scale_rows(held._values().index_select(0, slot), positions.index_select(0, slot).eq(wanted));
+    }
+  }
+  for (int64_t position : summed_dense) g = g.unsqueeze(position);
+  return sparse_like(self, self._indices().clone(), g.expand(self._values().sizes()).contiguous(), self.is_coalesced());
+}
+
 // 2-d sparse [n, k] @ dense [k, m]: each entry adds value * dense's row to its output row.
 Tensor sparse_dense_mm(const Tensor& sparse, const Tensor& dense) {
   TORCH_CHECK(sparse.is_sparse() && !dense.is_sparse(), "mm on tpu: only sparse @ dense is supported");
@@ -409,6 +444,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("addmm", addmm);
   m.impl("index_select", index_select);
   m.impl("bmm", sparse_dense_bmm);
+  m.impl("_sparse_sum_backward", sparse_sum_backward);
   m.impl("_sparse_softmax", sparse_softmax);
   m.impl("_sparse_log_softmax", sparse_log_softmax);
   m.impl("_sparse_softmax_backward_data", sparse_softmax_backward);

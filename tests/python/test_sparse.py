@@ -263,3 +263,19 @@ def test_sparse_bmm_and_its_gradient_as_cpu(no_fallbacks):
         product.pow(2).sum().backward()
         results[device] = (product.cpu(), leaf.grad.cpu())
     torch.testing.assert_close(results["tpu"], results["cpu"])
+
+
+@pytest.mark.parametrize("dims", [[0], [2], [1, 2], [0, 1], [0, 1, 2]], ids=str)
+def test_gradient_of_sparse_sum_as_cpu(dims, no_fallbacks):
+    """torch.sparse.sum over sparse and dense dimensions of a hybrid tensor with duplicate
+    entries, back to the values it was built from."""
+    indices = torch.tensor([[0, 1, 3, 1], [1, 0, 2, 0]])
+    values = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for device in ("cpu", "tpu"):
+        leaf = values.clone().to(device).requires_grad_()
+        total = torch.sparse.sum(torch.sparse_coo_tensor(indices.to(device), leaf, (4, 3, 3)), dims)
+        total = total.to_dense() if total.is_sparse else total
+        (total * torch.arange(float(total.numel())).view(total.shape).to(device)).sum().backward()
+        grads[device] = leaf.grad.cpu()
+    torch.testing.assert_close(grads["tpu"], grads["cpu"])
