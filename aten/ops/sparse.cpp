@@ -2,7 +2,7 @@
 // ([sparse_dim, nnz] int64) and values ([nnz, *dense_sizes]) are ordinary tpu tensors. Most sparse
 // kernels of PyTorch are device-generic (one function serves SparseCPU and SparseCUDA, composed of
 // other ops, so it never touches host memory): tpu runs those same kernels. The few that PyTorch
-// writes per device (coalesce, add, mul, addmm, bmm, index_select, softmax) are composed here of
+// writes per device (coalesce, add, mul, matmuls, index_select, softmax) are composed here of
 // device ops (unique, index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is
 // to_sparse of a dense tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
 // accumulation, and the optimizers that take them (SGD, Adagrad, SparseAdam).
@@ -388,6 +388,30 @@ Tensor sparse_dense_bmm(const Tensor& sparse, const Tensor& dense) {
   return sparse_dense_mm(flat, dense.reshape({batches * inner, dense.size(2)})).view({batches, rows, dense.size(2)});
 }
 
+// 2-d sparse [n, k] @ sparse [k, m]: every a entry (i, j) meets the b entries of row j (b coalesced,
+// so its rows are sorted: searchsorted finds each run, repeat_interleave pairs them, one host
+// read); the products are coalesced into the result, as CPU's is.
+Tensor sparse_sparse_matmul(const Tensor& left, const Tensor& right) {
+  TORCH_CHECK(left.sparse_dim() == 2 && right.sparse_dim() == 2 && left.dense_dim() == 0 && right.dense_dim() == 0,
+              "sparse_sparse_matmul: expected 2-D sparse matrices without dense dimensions, got ", left.sizes(), " and ",
+              right.sizes());
+  TORCH_CHECK(left.size(1) == right.size(0), "mat1 and mat2 shapes cannot be multiplied (", left.size(0), "x",
+              left.size(1), " and ", right.size(0), "x", right.size(1), ")");
+  Tensor a = left.coalesce(), b = right.coalesce();
+  at::ScalarType type = at::result_type(a, b);
+  Tensor ai = a._indices(), bi = b._indices();
+  Tensor first = at::searchsorted(bi[0], ai[1]), runs = at::searchsorted(bi[0], ai[1], false, true).sub_(first);
+  Tensor a_entry = at::repeat_interleave(at::arange(a._nnz(), ai.options()), runs);
+  Tensor starts = runs.cumsum(0).sub_(runs);
+  Tensor within = at::arange(a_entry.numel(), ai.options()).sub_(starts.index_select(0, a_entry));
+  Tensor b_entry = first.index_select(0, a_entry).add_(within);
+  Tensor indices = at::stack({ai[0].index_select(0, a_entry), bi[1].index_select(0, b_entry)});
+  Tensor values = a._values().index_select(0, a_entry).to(type).mul(b._values().index_select(0, b_entry).to(type));
+  return at::_sparse_coo_tensor_with_dims_and_tensors(2, 0, {left.size(0), right.size(1)}, indices, values,
+                                                      values.options().layout(at::kSparse), false)
+      .coalesce();
+}
+
 Tensor addmm(const Tensor& self, const Tensor& sparse, const Tensor& dense, const at::Scalar& beta,
              const at::Scalar& alpha) {
   Tensor product = sparse_dense_mm(sparse, dense).mul_(alpha);
@@ -444,6 +468,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("addmm", addmm);
   m.impl("index_select", index_select);
   m.impl("bmm", sparse_dense_bmm);
+  m.impl("_sparse_sparse_matmul", sparse_sparse_matmul);
   m.impl("_sparse_sum_backward", sparse_sum_backward);
   m.impl("_sparse_softmax", sparse_softmax);
   m.impl("_sparse_log_softmax", sparse_log_softmax);

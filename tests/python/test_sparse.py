@@ -92,7 +92,7 @@ def test_every_device_generic_sparse_kernel_is_registered():
     assert len(generic) > 100
     per_device = ["_coalesce", "add.out", "mul.out", "addmm", "bmm", "index_select", "_sparse_softmax",
                   "_sparse_log_softmax", "_sparse_softmax_backward_data", "_sparse_log_softmax_backward_data",
-                  "_sparse_sum_backward"]
+                  "_sparse_sum_backward", "_sparse_sparse_matmul"]
     assert all(kernels[op][0] != kernels[op][1] for op in per_device)
     missing = [op for op in generic + per_device
                if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + op, "SparsePrivateUse1")]
@@ -281,3 +281,22 @@ def test_gradient_of_sparse_sum_as_cpu(dims, no_fallbacks):
         (total * torch.arange(float(total.numel())).view(total.shape).to(device)).sum().backward()
         grads[device] = leaf.grad.cpu()
     torch.testing.assert_close(grads["tpu"], grads["cpu"])
+
+
+def test_sparse_times_sparse_and_its_gradient_as_cpu(no_fallbacks):
+    """A @ B of two sparse matrices (two-hop neighbourhoods): CPU's coalesced entries, and the
+    gradients of both value vectors."""
+    g = torch.Generator().manual_seed(0)
+    a_indices = torch.tensor([[0, 1, 1, 3, 0, 2, 1], [2, 0, 3, 1, 2, 2, 0]])
+    b_indices = torch.tensor([[0, 2, 3, 2, 1], [1, 0, 2, 2, 1]])
+    a_values, b_values = torch.randn(7, generator=g), torch.randn(5, generator=g)
+    results = {}
+    for device in ("cpu", "tpu"):
+        va, vb = a_values.clone().to(device).requires_grad_(), b_values.clone().to(device).requires_grad_()
+        a = torch.sparse_coo_tensor(a_indices.to(device), va, (4, 4))
+        b = torch.sparse_coo_tensor(b_indices.to(device), vb, (4, 3))
+        product = torch.sparse.mm(a, b)
+        (product.to_dense() * torch.arange(12.0).view(4, 3).to(device)).sum().backward()
+        results[device] = (product, va.grad.cpu(), vb.grad.cpu())
+    assert_same_sparse(results["tpu"][0].detach(), results["cpu"][0].detach())
+    torch.testing.assert_close(results["tpu"][1:], results["cpu"][1:])
