@@ -11,7 +11,8 @@ import yaml
 
 import torchtpu
 
-pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+pytestmark = [pytest.mark.filterwarnings("ignore:Sparse invariant checks"),
+              pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")]  # CPU's sparse @ sparse
 
 
 def assert_same_sparse(tpu, cpu):
