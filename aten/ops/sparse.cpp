@@ -58,6 +58,13 @@ Tensor coordinates(const Tensor& linear, at::IntArrayRef sparse_sizes) {
   return at::stack(rows);
 }
 
+// Where each of `wanted`'s positions sits among the sorted, distinct `positions` (clamped into
+// range), and whether it is there.
+std::pair<Tensor, Tensor> look_up(const Tensor& positions, const Tensor& wanted) {
+  Tensor slot = at::searchsorted(positions, wanted).clamp_max_(positions.numel() - 1);
+  return {slot, positions.index_select(0, slot).eq(wanted)};
+}
+
 // Duplicates summed, entries sorted by position (CPU's order): unique finds the distinct
 // positions and each entry's slot on the device, reading back only how many there are.
 Tensor coalesce(const Tensor& self) {
@@ -140,9 +147,8 @@ Tensor& mul_sparse_sparse(const Tensor& a, const Tensor& b, at::ScalarType type,
     Tensor none = a._values().narrow(0, 0, 0).to(out.scalar_type());
     return set_sparse(out, a, a._indices().narrow(1, 0, 0).clone(), none, true);
   }
-  Tensor a_positions = linear_index(a._indices(), sparse_sizes), b_positions = linear_index(b._indices(), sparse_sizes);
-  Tensor slot = at::searchsorted(b_positions, a_positions).clamp_max_(b._nnz() - 1);
-  Tensor both = at::nonzero(b_positions.index_select(0, slot).eq(a_positions)).squeeze(1);
+  auto [slot, found] = look_up(linear_index(b._indices(), sparse_sizes), linear_index(a._indices(), sparse_sizes));
+  Tensor both = at::nonzero(found).squeeze(1);
   Tensor values = a._values().index_select(0, both).to(type).mul(b._values().index_select(0, slot.index_select(0, both)));
   return set_sparse(out, a, a._indices().index_select(1, both), values.to(out.scalar_type()), true);
 }
@@ -190,9 +196,7 @@ Tensor sparse_mask(const Tensor& self, const Tensor& mask) {
   at::IntArrayRef sparse_sizes = mask.sizes().slice(0, mask.sparse_dim());
   Tensor values = at::zeros_like(mask._values(), held._values().options());
   if (held._nnz() > 0) {
-    Tensor positions = linear_index(held._indices(), sparse_sizes), wanted = linear_index(indices, sparse_sizes);
-    Tensor slot = at::searchsorted(positions, wanted).clamp_max_(held._nnz() - 1);
-    Tensor found = positions.index_select(0, slot).eq(wanted);
+    auto [slot, found] = look_up(linear_index(held._indices(), sparse_sizes), linear_index(indices, sparse_sizes));
     values = scale_rows(held._values().index_select(0, slot), found);
   }
   return sparse_like(mask, indices, values, mask.is_coalesced());
@@ -347,9 +351,8 @@ Tensor sparse_sum_backward(const Tensor& grad, const Tensor& input, at::IntArray
     shape[0] = nnz;
     g = at::zeros(shape, held._values().options());
     if (held._nnz() > 0) {
-      Tensor positions = linear_index(held._indices(), kept_sizes);
-      Tensor slot = at::searchsorted(positions, wanted).clamp_max_(held._nnz() - 1);
-      g = scale_rows(held._values().index_select(0, slot), positions.index_select(0, slot).eq(wanted));
+      auto [slot, found] = look_up(linear_index(held._indices(), kept_sizes), wanted);
+      g = scale_rows(held._values().index_select(0, slot), found);
     }
   }
   for (int64_t position : summed_dense) g = g.unsqueeze(position);
