@@ -15,6 +15,9 @@ namespace {
 // complex32, or a float8 type.
 enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloat8, kFloating, kNotInteger, kHalfFloat };
 
+// Refusals of these kinds are judged on the type all arguments promote to, before any other.
+bool on_result_type(Kind kind) { return kind == Kind::kComplexHalf || kind == Kind::kFloat8; }
+
 struct Refusal {
   Kind kind;
   // CPU's dispatch name ("abs_cpu": NotImplementedError "abs_cpu" not implemented for 'Bool'), or
@@ -259,8 +262,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   if (first == last) return;
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
-    if (r.kind != Kind::kComplexHalf && r.kind != Kind::kFloat8) continue;
-    if (r.overload && overload != r.overload) continue;
+    if (!on_result_type(r.kind) || (r.overload && overload != r.overload)) continue;
     c10::ScalarType computed = result_type(args);
     TORCH_CHECK_NOT_IMPLEMENTED(!is(r.kind, computed), '"', r.kernel, "\" not implemented for '", c10::toString(computed), "'");
   }
@@ -271,7 +273,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   TORCH_CHECK(!(inplace && name == "abs" && t && c10::isComplexType(*t)), "In-place abs is not supported for complex tensors.");
   for (auto it = first; it != last; ++it) {
     const Refusal& r = it->second;
-    if (r.kind == Kind::kComplexHalf || r.kind == Kind::kFloat8 || (r.overload && overload != r.overload)) continue;
+    if (on_result_type(r.kind) || (r.overload && overload != r.overload)) continue;
     if (!tensor_self && !r.all_promote) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.
     c10::ScalarType computed = r.all_promote ? result_type(args) : *t;

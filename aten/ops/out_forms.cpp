@@ -1,8 +1,8 @@
 // The out= forms of ops whose functional form tpu implements as a kernel of its own (data-
 // dependent sizes, compositions), as a lowering registered under its functional name only, or
-// PyTorch composes of other ops while the out= form has a CPU kernel only. The
-// functional kernel runs, then each result is resized into and copied to its out argument, as
-// PyTorch's generated out= wrappers do. Without these the out= forms ran on the CPU fallback.
+// PyTorch composes of other ops while the out= form has a CPU kernel only. The functional kernel
+// runs, then each result is resized into and copied to its out argument, as PyTorch's generated
+// out= wrappers do. Without these the out= forms ran on the CPU fallback.
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
@@ -50,18 +50,21 @@ constexpr OutForm kOutForms[] = {
     {"narrow_copy.out", "narrow_copy"},
 };
 
-c10::OperatorHandle functional_of(const c10::OperatorHandle& out_op) {
+c10::OperatorHandle find_op(const std::string& name) {  // "nonzero", "repeat_interleave.Tensor"
+  auto dot = name.find('.');
+  std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+  return c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name.substr(0, dot)).c_str(), overload.c_str());
+}
+
+// The functional op of each out= form, looked up once (at the first call: every aten op is
+// registered by then).
+const c10::OperatorHandle& functional_of(const c10::OperatorHandle& out_op) {
   static const auto* by_out = [] {
-    auto* map = new std::unordered_map<std::string, std::string>;
-    for (const OutForm& form : kOutForms) (*map)["aten::" + std::string(form.out)] = form.functional;
+    auto* map = new std::unordered_map<c10::OperatorName, c10::OperatorHandle>;
+    for (const OutForm& form : kOutForms) map->emplace(find_op(form.out).operator_name(), find_op(form.functional));
     return map;
   }();
-  const auto& name = out_op.operator_name();
-  std::string functional = by_out->at(name.name + "." + name.overload_name);
-  auto dot = functional.find('.');
-  std::string overload = dot == std::string::npos ? "" : functional.substr(dot + 1);
-  return c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + functional.substr(0, dot)).c_str(),
-                                                         overload.c_str());
+  return by_out->at(out_op.operator_name());
 }
 
 void run_through_functional(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -4,22 +4,22 @@
 // other ops, so it never touches host memory): tpu runs those same kernels. The few that PyTorch
 // writes per device (coalesce, add, mul, matmuls, index_select, softmax) are composed here of
 // device ops (unique, index_add, index_put, searchsorted), as CUDA's are of CUDA kernels; so is
-// to_sparse of a dense tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True) gradients, their
-// accumulation, and the optimizers that take them (SGD, Adagrad, SparseAdam).
+// to_sparse of a dense tensor. Enough for ordinary training: nn.Embedding/EmbeddingBag(sparse=True)
+// gradients, their accumulation, and the optimizers that take them (SGD, Adagrad, SparseAdam).
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/native/SparseTensorUtils.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <ATen/ops/_unique2.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/nonzero.h>
+#include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/searchsorted.h>
 #include <ATen/ops/sort.h>
-#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 namespace torchtpu::aten {
@@ -47,6 +47,12 @@ Tensor linear_index(const Tensor& indices, at::IntArrayRef sparse_sizes) {
   return linear;
 }
 
+// The sizes of a sparse tensor's sparse dimensions.
+at::IntArrayRef sparse_sizes_of(const Tensor& sparse) { return sparse.sizes().slice(0, sparse.sparse_dim()); }
+
+// Each of a sparse tensor's entries as its linear position.
+Tensor positions_of(const Tensor& sparse) { return linear_index(sparse._indices(), sparse_sizes_of(sparse)); }
+
 // The inverse of linear_index: [sparse_dim, n] coordinates.
 Tensor coordinates(const Tensor& linear, at::IntArrayRef sparse_sizes) {
   std::vector<Tensor> rows(sparse_sizes.size());
@@ -65,17 +71,27 @@ std::pair<Tensor, Tensor> look_up(const Tensor& positions, const Tensor& wanted)
   return {slot, positions.index_select(0, slot).eq(wanted)};
 }
 
+// Every (query, key) pair with equal values, `keys` sorted: for each query in turn, its run of
+// keys in order (searchsorted finds each run; repeat_interleave's one host read sizes the result).
+// Returns each pair's query and its key's place in `keys`.
+std::pair<Tensor, Tensor> equal_pairs(const Tensor& keys, const Tensor& queries) {
+  Tensor first = at::searchsorted(keys, queries), runs = at::searchsorted(keys, queries, false, true).sub_(first);
+  Tensor query = at::repeat_interleave(at::arange(queries.numel(), queries.options()), runs);
+  Tensor starts = runs.cumsum(0).sub_(runs);
+  Tensor within = at::arange(query.numel(), queries.options()).sub_(starts.index_select(0, query));
+  return {query, first.index_select(0, query).add_(within)};
+}
+
 // Duplicates summed, entries sorted by position (CPU's order): unique finds the distinct
 // positions and each entry's slot on the device, reading back only how many there are.
 Tensor coalesce(const Tensor& self) {
   Tensor indices = self._indices(), values = self._values();
   if (self._nnz() < 2) return sparse_like(self, indices.clone(), values.clone(), true);
-  at::IntArrayRef sparse_sizes = self.sizes().slice(0, self.sparse_dim());
-  auto [positions, slot, counts] = at::_unique2(linear_index(indices, sparse_sizes), true, true, false);
+  auto [positions, slot, counts] = at::_unique2(positions_of(self), true, true, false);
   std::vector<int64_t> summed_sizes = values.sizes().vec();
   summed_sizes[0] = positions.size(0);
   Tensor summed = at::zeros(summed_sizes, values.options()).index_add_(0, slot, values);
-  return sparse_like(self, coordinates(positions, sparse_sizes), summed, true);
+  return sparse_like(self, coordinates(positions, sparse_sizes_of(self)), summed, true);
 }
 
 // CPU's dense_to_sparse: the positions over the first `sparse_dim` dimensions where any element
@@ -142,12 +158,11 @@ Tensor& add_out(const Tensor& self, const Tensor& other, const at::Scalar& alpha
 // The entries of `a` and `b` (coalesced, same shape) at positions both hold: a's positions are
 // looked up among b's (both sorted), reading back only how many match.
 Tensor& mul_sparse_sparse(const Tensor& a, const Tensor& b, at::ScalarType type, Tensor& out) {
-  at::IntArrayRef sparse_sizes = a.sizes().slice(0, a.sparse_dim());
   if (a._nnz() == 0 || b._nnz() == 0) {
     Tensor none = a._values().narrow(0, 0, 0).to(out.scalar_type());
     return set_sparse(out, a, a._indices().narrow(1, 0, 0).clone(), none, true);
   }
-  auto [slot, found] = look_up(linear_index(b._indices(), sparse_sizes), linear_index(a._indices(), sparse_sizes));
+  auto [slot, found] = look_up(positions_of(b), positions_of(a));
   Tensor both = at::nonzero(found).squeeze(1);
   Tensor values = a._values().index_select(0, both).to(type).mul(b._values().index_select(0, slot.index_select(0, both)));
   return set_sparse(out, a, a._indices().index_select(1, both), values.to(out.scalar_type()), true);
@@ -193,10 +208,9 @@ Tensor sparse_mask(const Tensor& self, const Tensor& mask) {
   if (mask._nnz() == 0) return sparse_like(mask, indices, mask._values().to(self.scalar_type()), mask.is_coalesced());
   if (!self.is_sparse()) return sparse_like(mask, indices, self.index(index_list(indices)), mask.is_coalesced());
   Tensor held = self.coalesce();
-  at::IntArrayRef sparse_sizes = mask.sizes().slice(0, mask.sparse_dim());
   Tensor values = at::zeros_like(mask._values(), held._values().options());
   if (held._nnz() > 0) {
-    auto [slot, found] = look_up(linear_index(held._indices(), sparse_sizes), linear_index(indices, sparse_sizes));
+    auto [slot, found] = look_up(positions_of(held), positions_of(mask));
     values = scale_rows(held._values().index_select(0, slot), found);
   }
   return sparse_like(mask, indices, values, mask.is_coalesced());
@@ -210,17 +224,15 @@ Tensor sparse_mask_projection(const Tensor& self, const Tensor& mask, bool accum
               self.sizes(), " but mask has size ", mask.sizes());
   if (self._nnz() == 0 || mask._nnz() == 0)
     return sparse_like(self, self._indices().narrow(1, 0, 0).clone(), self._values().narrow(0, 0, 0).clone(), true);
-  at::IntArrayRef sparse_sizes = self.sizes().slice(0, self.sparse_dim());
-  Tensor masked = std::get<0>(at::sort(linear_index(mask._indices(), sparse_sizes)));
-  Tensor positions = linear_index(self._indices(), sparse_sizes);
+  Tensor masked = std::get<0>(at::sort(positions_of(mask)));
+  Tensor positions = positions_of(self);
   Tensor matches = at::searchsorted(masked, positions, false, true).sub_(at::searchsorted(masked, positions));
   Tensor factor = accumulate_matches ? matches : matches.gt(0);
   return sparse_like(self, self._indices().clone(), scale_rows(self._values(), factor), self.is_coalesced());
 }
 
 // CPU's order: for each position of `index` in turn, the entries at that coordinate in their
-// original order. The entries are sorted by coordinate once; each index position finds its run
-// with searchsorted, and one host read (repeat_interleave's) sizes the result.
+// original order (the entries sorted by coordinate once, stably).
 Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index_) {
   dim = c10::maybe_wrap_dim(dim, self.dim());
   TORCH_CHECK(index_.dim() <= 1 && !c10::isFloatingType(index_.scalar_type()) && index_.scalar_type() != at::kBool,
@@ -242,11 +254,8 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index_) {
     return make(self._indices().clone(), self._values().index_select(dim - self.sparse_dim() + 1, index),
                 self._nnz() < 2);
   auto [sorted, order] = at::sort(self._indices()[dim], /*stable=*/true, 0, false);
-  Tensor first = at::searchsorted(sorted, index), runs = at::searchsorted(sorted, index, false, true).sub_(first);
-  Tensor position = at::repeat_interleave(at::arange(count, index.options()), runs);
-  Tensor starts = runs.cumsum(0).sub_(runs);
-  Tensor within = at::arange(position.numel(), index.options()).sub_(starts.index_select(0, position));
-  Tensor entry = order.index_select(0, first.index_select(0, position).add_(within));
+  auto [position, place] = equal_pairs(sorted, index);
+  Tensor entry = order.index_select(0, place);
   Tensor indices = self._indices().index_select(1, entry);
   indices[dim].copy_(position);
   return make(indices, self._values().index_select(0, entry), position.numel() < 2);
@@ -262,8 +271,7 @@ struct Groups {
 Groups groups_along(const Tensor& coalesced, int64_t dim) {
   Tensor others = coalesced._indices().clone();
   others[dim].zero_();
-  at::IntArrayRef sparse_sizes = coalesced.sizes().slice(0, coalesced.sparse_dim());
-  auto [unique, of_entry, counts] = at::_unique2(linear_index(others, sparse_sizes), false, true, false);
+  auto [unique, of_entry, counts] = at::_unique2(linear_index(others, sparse_sizes_of(coalesced)), false, true, false);
   return {of_entry, unique.size(0)};
 }
 
@@ -392,8 +400,7 @@ Tensor sparse_dense_bmm(const Tensor& sparse, const Tensor& dense) {
 }
 
 // 2-d sparse [n, k] @ sparse [k, m]: every a entry (i, j) meets the b entries of row j (b coalesced,
-// so its rows are sorted: searchsorted finds each run, repeat_interleave pairs them, one host
-// read); the products are coalesced into the result, as CPU's is.
+// so its rows are sorted); the products are coalesced into the result, as CPU's is.
 Tensor sparse_sparse_matmul(const Tensor& left, const Tensor& right) {
   TORCH_CHECK(left.sparse_dim() == 2 && right.sparse_dim() == 2 && left.dense_dim() == 0 && right.dense_dim() == 0,
               "sparse_sparse_matmul: expected 2-D sparse matrices without dense dimensions, got ", left.sizes(), " and ",
@@ -403,11 +410,7 @@ Tensor sparse_sparse_matmul(const Tensor& left, const Tensor& right) {
   Tensor a = left.coalesce(), b = right.coalesce();
   at::ScalarType type = at::result_type(a, b);
   Tensor ai = a._indices(), bi = b._indices();
-  Tensor first = at::searchsorted(bi[0], ai[1]), runs = at::searchsorted(bi[0], ai[1], false, true).sub_(first);
-  Tensor a_entry = at::repeat_interleave(at::arange(a._nnz(), ai.options()), runs);
-  Tensor starts = runs.cumsum(0).sub_(runs);
-  Tensor within = at::arange(a_entry.numel(), ai.options()).sub_(starts.index_select(0, a_entry));
-  Tensor b_entry = first.index_select(0, a_entry).add_(within);
+  auto [a_entry, b_entry] = equal_pairs(bi[0], ai[1]);
   Tensor indices = at::stack({ai[0].index_select(0, a_entry), bi[1].index_select(0, b_entry)});
   Tensor values = a._values().index_select(0, a_entry).to(type).mul(b._values().index_select(0, b_entry).to(type));
   return at::_sparse_coo_tensor_with_dims_and_tensors(2, 0, {left.size(0), right.size(1)}, indices, values,
