@@ -13,6 +13,7 @@
 #include "aten/device.h"
 #include "aten/generator.h"
 #include "aten/origin.h"
+#include "aten/pinned_memory.h"
 #include "aten/tensor_operand.h"
 #include "exec/device_memory.h"
 #include "exec/executor.h"
@@ -203,9 +204,8 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex d) const override {
     return new_generator(d < 0 ? current : d);
   }
-  // Pinned host memory: plain host memory (PJRT copies from any host address).
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetAllocator(c10::DeviceType::CPU); }
-  bool isPinnedPtr(const void*) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_host_allocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_host_address(data); }
   at::Device getDeviceFromPtr(void*) const override {
     return {c10::DeviceType::PrivateUse1, current};
   }
@@ -280,7 +280,13 @@ DType to_dtype(c10::ScalarType t) {
 }
 
 exec::BufferRef& buffer_ref(const at::Tensor& t) {
-  return *static_cast<exec::BufferRef*>(t.storage().data_ptr().get_context());
+  const c10::DataPtr& data = t.storage().data_ptr();
+  if (void* owner = data.get_context()) return *static_cast<exec::BufferRef*>(owner);
+  // A storage PyTorch made around a tpu storage's address (at::from_blob: pickling a tpu tensor
+  // does this) has no owner of ours; the address is the owning storage's BufferRef.
+  TORCH_CHECK(exec::BufferRef::lives_at(data.get()), "a tpu tensor's storage at ", data.get(),
+              " was not allocated by torchtpu (or was freed); tpu storages cannot wrap other memory");
+  return *static_cast<exec::BufferRef*>(data.get());
 }
 
 exec::Operand operand(const at::Tensor& t) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "exec/device_memory.h"
@@ -22,12 +23,19 @@ class BufferRef {
   BufferRef(const BufferRef&) = delete;
   BufferRef& operator=(const BufferRef&) = delete;
   ~BufferRef() {
+    tag_ = 0;
     free_device_bytes(device_, static_cast<int64_t>(nbytes_));
     if (value_) value_->release();
   }
 
   int device() const { return device_; }
   size_t nbytes() const { return nbytes_; }
+
+  // Whether `address` is a live BufferRef: PyTorch wraps a storage's address in storages of its
+  // own (at::from_blob, as its pickling does), which carry the address but not the owner.
+  static bool lives_at(const void* address) {
+    return address && static_cast<const BufferRef*>(address)->tag_ == kTag;
+  }
 
   // The current contents, or null when the storage was never written (it then reads as zeros).
   const graph::ValuePtr& value() const { return value_; }
@@ -39,6 +47,8 @@ class BufferRef {
   }
 
  private:
+  static constexpr uint64_t kTag = 0x7470752d62756672;  // "tpu-bufr"
+  uint64_t tag_ = kTag;
   int device_;
   size_t nbytes_;
   graph::ValuePtr value_;

@@ -1,5 +1,6 @@
 #include "runtime/client.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -147,6 +148,29 @@ std::pair<Buffer, Event> Client::transfer(const void* data, DType dtype,
   args.device = device.raw();
   check(api(), api()->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer");
   return {Buffer(api(), args.buffer), Event(api(), args.done_with_host_buffer)};
+}
+
+bool Client::dma_map(void* data, size_t size) const {
+  const PJRT_Api* api = plugin_.api();
+  // A plugin built against an older C API has no such entry (its table ends before it).
+  if (api->struct_size <= offsetof(PJRT_Api, PJRT_Client_DmaUnmap) || !api->PJRT_Client_DmaMap) return false;
+  PJRT_ARGS(PJRT_Client_DmaMap_Args, args);
+  args.client = client_;
+  args.data = data;
+  args.size = size;
+  try {
+    check(api, api->PJRT_Client_DmaMap(&args), "PJRT_Client_DmaMap");
+  } catch (const PjrtError&) {
+    return false;  // unimplemented by this plugin
+  }
+  return true;
+}
+
+void Client::dma_unmap(void* data) const {
+  PJRT_ARGS(PJRT_Client_DmaUnmap_Args, args);
+  args.client = client_;
+  args.data = data;
+  check(plugin_.api(), plugin_.api()->PJRT_Client_DmaUnmap(&args), "PJRT_Client_DmaUnmap");
 }
 
 }  // namespace torchtpu::runtime

@@ -54,6 +54,11 @@ class Client {
                                            const std::vector<int64_t>& dims,
                                            const Device& device) const;
 
+  // Registers host memory with the device for direct transfers (GPU plugins page-lock it). False
+  // where the plugin has no such mapping, e.g. the CPU plugin, whose device memory is host memory.
+  bool dma_map(void* data, size_t size) const;
+  void dma_unmap(void* data) const;
+
   const PJRT_Api* api() const { return plugin_.api(); }
   PJRT_Client* raw() const { return client_; }
 

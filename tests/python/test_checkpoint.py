@@ -1,6 +1,8 @@
 """Checkpoints: safetensors files read and written on tpu, one tensor at a time on the host."""
 
+import io
 import os
+import pickle
 import subprocess
 import sys
 
@@ -37,6 +39,28 @@ def test_save_on_tpu_reads_back_anywhere(tmp_path):
     on_device = load_safetensors(path, device="tpu")
     for name, value in cpu.items():
         assert on_device[name].device.type == "tpu" and torch.equal(on_device[name].cpu(), value), name
+
+
+def test_pickle_and_legacy_torch_save_round_trip_tpu_tensors():
+    """pickle.dumps of a tpu tensor (multiprocessing, object collectives) goes through PyTorch's
+    legacy format, which wraps the storage's address in a storage of its own: it segfaulted."""
+    cpu = sample_state()
+    cpu["param"] = torch.nn.Parameter(torch.randn(2, 3))
+    tpu = {k: v.to("tpu") for k, v in cpu.items()}
+    tpu["param"] = torch.nn.Parameter(cpu["param"].detach().to("tpu"))
+    tpu["view"] = tpu["t_float32"][1:, ::2]  # a view of another entry's storage
+    back = pickle.loads(pickle.dumps(tpu))
+    for name, value in back.items():
+        expected = cpu["t_float32"][1:, ::2] if name == "view" else cpu[name]
+        assert value.device.type == "tpu" and value.dtype == expected.dtype, name
+        assert value.stride() == expected.stride() and torch.equal(value.cpu(), expected.detach()), name
+    assert isinstance(back["param"], torch.nn.Parameter) and back["param"].requires_grad
+    buffer = io.BytesIO()
+    torch.save(tpu, buffer, _use_new_zipfile_serialization=False)
+    buffer.seek(0)
+    legacy = torch.load(buffer)
+    assert legacy["view"].untyped_storage().data_ptr() == legacy["t_float32"].untyped_storage().data_ptr()
+    assert torch.equal(legacy["t_bfloat16"].cpu(), cpu["t_bfloat16"])
 
 
 def test_load_what_safetensors_wrote_into_a_model(tmp_path):

@@ -671,3 +671,17 @@ def test_availability_does_not_start_the_runtime():
                              capture_output=True, text=True, timeout=120,
                              env={**__import__("os").environ, "TORCHTPU_PJRT_PLUGIN": "/nonexistent/plugin.so"})
     assert missing.stdout.split() == ["False"], missing.stderr[-2000:]
+
+
+def test_pinned_host_memory_is_pinned_as_on_cuda():
+    x = torch.randn(100, 3)
+    pinned = x.pin_memory()
+    assert pinned.is_pinned() and pinned[7:].is_pinned() and not x.is_pinned()
+    assert torch.equal(pinned, x) and torch.empty(5, pin_memory=True).is_pinned()
+    assert torch.equal(pinned.to("tpu", non_blocking=True).cpu(), x)
+    data = torch.utils.data.TensorDataset(torch.randn(10, 4), torch.arange(10))
+    for features, labels in torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True):
+        assert features.is_pinned() and labels.is_pinned()
+        assert torch.equal(labels.to("tpu", non_blocking=True).cpu(), labels)
+    assert not torch.tensor([1.0]).is_pinned()
+

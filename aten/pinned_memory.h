@@ -1,0 +1,13 @@
+// Pinned host memory for tpu transfers: what Tensor.pin_memory() and DataLoader(pin_memory=True)
+// allocate, and what Tensor.is_pinned() recognizes.
+#pragma once
+
+#include <c10/core/Allocator.h>
+
+namespace torchtpu::aten {
+
+c10::Allocator* pinned_host_allocator();
+// Whether `address` lies inside a block pinned_host_allocator() handed out and has not freed.
+bool is_pinned_host_address(const void* address);
+
+}  // namespace torchtpu::aten
