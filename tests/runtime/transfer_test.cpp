@@ -82,6 +82,19 @@ TEST(Transfer, ToEveryDevice) {
   }
 }
 
+// DMA mapping is optional in PJRT: a plugin without it answers false; one with it maps, transfers
+// from the mapped memory and unmaps.
+TEST(Transfer, FromDmaMappedHostMemory) {
+  std::vector<float> host(1024);
+  std::iota(host.begin(), host.end(), 0.0f);
+  bool mapped = client().dma_map(host.data(), host.size() * sizeof(float));
+  runtime::Buffer b = client().to_device(host.data(), DType::kF32, {1024}, client().device(0));
+  std::vector<float> back(1024);
+  b.copy_to_host(back.data(), back.size() * sizeof(float));
+  EXPECT_EQ(back, host);
+  if (mapped) client().dma_unmap(host.data());
+}
+
 TEST(Transfer, WrongHostSizeIsRejected) {
   runtime::Buffer b = testing::upload(std::vector<float>{1, 2, 3}, DType::kF32, {3});
   std::vector<float> small(2);
