@@ -294,24 +294,25 @@ V unfold_backward(LoweringContext& c) {
 }
 
 // cummax/cummin along `dim` with indices: (self, values (written), indices (written), dim). Equal
-// values (and NaNs) go to the later index, as on CPU.
+// values (and NaNs) go to the later index, as on CPU. Two single-operand running reductions: XLA's
+// CPU compiler fails on a variadic (value, index) one whose length is not a power of two.
 Lowering running_extreme(bool is_max) {
   return [is_max](LoweringContext& c) {
     Value x = c.raw(0);
     int64_t rank = x.type.rank();
     if (rank == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
-    int64_t dim = wrap_dim(c.arg(3).toInt(), rank), n = x.type.dims[dim];
-    if (n == 0) return V{x, c.b.constant(0, {DType::kS64, x.type.dims})};
-    hlo::Window w;
-    w.dims.assign(rank, 1);
-    w.dims[dim] = n;
-    w.padding.assign(rank, {0, 0});
-    w.padding[dim] = {n - 1, 0};
+    int64_t dim = wrap_dim(c.arg(3).toInt(), rank);
+    if (x.type.dims[dim] == 0) return V{x, c.b.constant(0, {DType::kS64, x.type.dims})};
+    Value values = cumulative(c.b, x, dim, is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum,
+                              is_max ? -INFINITY : INFINITY);
+    Value nan = c.b.compare(Compare::kNE, x, x);
+    if (is_floating(x.type.dtype))  // a NaN sticks (XLA's running max/min may skip it)
+      values = c.b.select(cumulative(c.b, nan, dim, BinaryOp::kOr, 0), c.b.constant(NAN, x.type), values);
+    // where the running extreme takes x's value; each NaN takes the index too
+    Value taken = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kEQ, x, values), nan);
     Value index = c.b.iota({DType::kS64, x.type.dims}, dim);
-    auto r = c.b.reduce_window({x, index}, {c.b.constant(is_max ? -INFINITY : INFINITY, {x.type.dtype, {}}),
-                                            c.b.constant(-1, {DType::kS64, {}})},
-                               w, extreme_with_index(is_max, x.type.dtype, true));
-    return V{r[0], r[1]};
+    Value last = c.b.select(taken, index, c.b.constant(0, index.type));
+    return V{values, cumulative(c.b, last, dim, BinaryOp::kMaximum, 0)};
   };
 }
 

@@ -398,6 +398,21 @@ def test_igamma_and_zeta_at_their_edges_as_cpu(fn, dtype, no_fallbacks):
     torch.testing.assert_close(fn(a.to("tpu"), b.to("tpu")).cpu(), fn(a, b), equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize("op", [torch.cummax, torch.cummin])
+def test_running_extremes_of_any_length_as_cpu(op, dtype, no_fallbacks):
+    """cummax/cummin of lengths that are not a power of two failed to compile (XLA's CPU compiler
+    rejected the value-and-index running reduction); ties and NaNs take the later index."""
+    x = torch.randint(-3, 4, (7, 45), generator=torch.Generator().manual_seed(0)).to(dtype)
+    if dtype.is_floating_point:
+        x[2, 5] = x[2, 30] = x[4, 0] = float("nan")
+    for dim in (0, 1):
+        values, indices = op(x.to("tpu"), dim)
+        expected = op(x, dim)
+        torch.testing.assert_close(values.cpu(), expected.values, equal_nan=True, rtol=0, atol=0)
+        assert torch.equal(indices.cpu(), expected.indices)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
 def test_logcumsumexp_carries_nan_as_cpu(dtype, no_fallbacks):
     """A NaN did not carry on: logcumsumexp([1, NaN, 3, -inf]) gave [1, 1.69, 3.24, 3.24] (CPU: NaN

@@ -356,6 +356,25 @@ def _whisper_generate(model, batch):
 _register(Spec("whisper", "HF speech", _whisper, _whisper_batch, _hf_loss, generate=_whisper_generate))
 
 
+def _waveform_batch(step):
+    """0.1 s of 16 kHz audio per clip and a binary label."""
+    import torch
+    g = _gen(step)
+    return {"input_values": torch.randn(BATCH, 1600, generator=g),
+            "labels": torch.randint(0, 2, (BATCH,), generator=g)}
+
+
+# wav2vec2's feature encoder (strided 1-d convolutions, group norm), its grouped convolutional
+# position embedding and a transformer; HuBERT shares the architecture
+_AUDIO = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+              conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4), num_conv_pos_embeddings=16,
+              num_conv_pos_embedding_groups=4, num_labels=2, hidden_dropout=0.0, attention_dropout=0.0,
+              activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0)
+for _name, _prefix in [("wav2vec2", "Wav2Vec2"), ("hubert", "Hubert")]:
+    _register(Spec(_name, "HF speech", _from_config(_prefix + "Config", _prefix + "ForSequenceClassification",
+                                                    **_AUDIO), _waveform_batch, _hf_loss))
+
+
 def _vit():
     import transformers
     cfg = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
@@ -372,6 +391,26 @@ def _image_batch(step, size=32, classes=10, batch=BATCH):
 
 
 _register(Spec("vit", "HF vision", _vit, _image_batch, _hf_loss))
+
+_NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)
+for _name, _config, _model, _kw in [
+        ("dinov2", "Dinov2Config", "Dinov2ForImageClassification",
+         dict(_NO_DROPOUT, image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+              num_attention_heads=4, mlp_ratio=2)),
+        ("swin", "SwinConfig", "SwinForImageClassification",
+         dict(_NO_DROPOUT, image_size=32, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 4],
+              window_size=4)),
+        ("segformer", "SegformerConfig", "SegformerForImageClassification",
+         dict(_NO_DROPOUT, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+              patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+              classifier_dropout_prob=0.0)),
+        ("convnext", "ConvNextConfig", "ConvNextForImageClassification",
+         dict(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=32, drop_path_rate=0.0)),
+        ("mobilevit", "MobileViTConfig", "MobileViTForImageClassification",
+         dict(image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32],
+              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0))]:
+    _register(Spec(_name, "HF vision", _from_config(_config, _model, num_labels=10, **_kw), _image_batch,
+                   _hf_loss))
 
 
 def _clip():
@@ -538,6 +577,58 @@ _tv_det("retinanet_resnet50_fpn", "detection.retinanet_resnet50_fpn", min_size=6
 _tv_det("fcos_resnet50_fpn", "detection.fcos_resnet50_fpn", min_size=64, max_size=64)
 
 
+def _mask_batch(step, size=64):
+    """Detection targets with an instance mask per box (the box's area)."""
+    import torch
+    batch = _det_batch(step, size)
+    for target in batch["targets"]:
+        masks = torch.zeros(len(target["boxes"]), size, size, dtype=torch.uint8)
+        for k, box in enumerate(target["boxes"].long().tolist()):
+            masks[k, box[1]:box[3], box[0]:box[2]] = 1
+        target["masks"] = masks
+    return batch
+
+
+# at SGD's learning rate the CPU run itself diverges (loss NaN in step 2)
+_register(Spec("maskrcnn_resnet50_fpn", "torchvision detection",
+               _frozen_bn(_tvm("detection.maskrcnn_resnet50_fpn", weights_backbone=None, num_classes=3,
+                               min_size=64, max_size=64)),
+               _mask_batch, _det_loss, setup=_cpu_randperm,
+               note="2 images of 64 px, 2 boxes with masks each, 3 classes, BatchNorm frozen, AdamW"))
+
+
+def _clip_batch_video(step):
+    import torch
+    g = _gen(step)
+    return {"pixel_values": torch.randn(BATCH, 3, 4, 32, 32, generator=g),
+            "labels": torch.randint(0, 10, (BATCH,), generator=g)}
+
+
+_register(Spec("r3d_18", "torchvision video", _tvm("video.r3d_18", num_classes=10), _clip_batch_video,
+               _tv_cls_loss, optimizer="sgd", note="2 clips of 4 frames of 32 px"))
+
+
+def _raft():
+    from torchvision.models.optical_flow import raft_small
+    return raft_small(weights=None)
+
+
+def _flow_batch(step, size=128):  # RAFT's correlation pyramid needs 128 px
+    import torch
+    g = _gen(step)
+    return {"first": torch.rand(1, 3, size, size, generator=g), "second": torch.rand(1, 3, size, size, generator=g),
+            "flow": torch.randn(1, 2, size, size, generator=g)}
+
+
+def _flow_loss(model, batch):
+    flows = model(batch["first"], batch["second"], num_flow_updates=2)
+    return sum((f - batch["flow"]).abs().mean() for f in flows)
+
+
+_register(Spec("raft_small", "torchvision optical flow", _raft, _flow_batch, _flow_loss, optimizer="sgd",
+               note="one pair of 128 px images, 2 flow updates (grid_sample, correlation volumes)"))
+
+
 def _seg_batch(step, size=64, classes=3, batch=4):
     import torch
     g = _gen(step)
@@ -562,6 +653,42 @@ def _tv_seg(name, fn, **kw):
 _tv_seg("lraspp_mobilenet_v3_large", "segmentation.lraspp_mobilenet_v3_large")
 _tv_seg("deeplabv3_mobilenet_v3_large", "segmentation.deeplabv3_mobilenet_v3_large", aux_loss=True)
 _tv_seg("fcn_resnet50", "segmentation.fcn_resnet50", aux_loss=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent networks
+# ---------------------------------------------------------------------------------------------
+
+def _rnn_lm():
+    import torch
+    from torch import nn
+
+    class RNNLM(nn.Module):
+        """A language model of stacked recurrent layers: a 2-layer LSTM, then a bidirectional GRU."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, 16)
+            self.lstm = nn.LSTM(16, 32, num_layers=2, batch_first=True)
+            self.gru = nn.GRU(32, 32, batch_first=True, bidirectional=True)
+            self.head = nn.Linear(64, VOCAB)
+
+        def forward(self, ids):
+            h, _ = self.lstm(self.embed(ids))
+            h, _ = self.gru(h)
+            return self.head(h)
+
+    return RNNLM()
+
+
+def _rnn_loss(model, batch):
+    import torch.nn.functional as F
+    ids = batch["input_ids"]
+    return F.cross_entropy(model(ids)[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+
+
+_register(Spec("lstm_gru_lm", "recurrent", _rnn_lm, lambda s: {"input_ids": _tokens(_gen(s))}, _rnn_loss,
+               note="embedding, 2-layer LSTM, bidirectional GRU, next-token loss"))
 
 
 # ---------------------------------------------------------------------------------------------
