@@ -3,7 +3,9 @@
 // plugin's device memory is host memory, so there the blocks are only aligned and tracked.
 #include "aten/pinned_memory.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 

@@ -643,7 +643,8 @@ TORCHTPU_LOWERINGS(indexing) {
     Value diagonal = c.b.compare(Compare::kEQ, c.b.iota(index, 0), c.b.iota(index, 1));
     return V{c.b.convert(diagonal, c.out().dtype)};
   });
-  register_lowering({"arange.start_out"}, [](LoweringContext& c) {
+  // torch.range (deprecated, still used) is arange with the end included
+  register_lowering({"arange.start_out", "range.out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;  // (start, end, step, out): start + i * step, computed in f64 / s64
     DType wide = is_floating(t) ? DType::kF64 : DType::kS64;
     Value i = c.b.iota({wide, c.out().dims}, 0);

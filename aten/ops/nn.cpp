@@ -389,6 +389,15 @@ TORCHTPU_LOWERINGS(nn) {
     Value grad_gate = m.mul(m.mul(g, a), m.mul(s, m.sub(m.k(1, s), s)));
     return V{c.b.concatenate({m.mul(g, s), grad_gate}, dim)};
   });
+  register_lowering({"glu_jvp", "glu_jvp.out"}, [](LoweringContext& c) {
+    Math m{c.b};  // (glu, self, tangent, dim): d(a σ(b)) = da σ(b) + a σ(b) (1 - σ(b)) db
+    DType acc = accumulator(c.out().dtype);
+    Value glu = c.in_as(0, acc), x = c.in_as(1, acc), dx = c.in_as(2, acc);
+    int64_t dim = wrap_dim(c.arg(3).toInt(), x.type.rank());
+    Value s = c.b.unary(UnaryOp::kLogistic, halves(c.b, x, dim).second);
+    auto [da, dgate] = halves(c.b, dx, dim);
+    return V{m.add(m.mul(da, s), m.mul(m.mul(glu, m.sub(m.k(1, s), s)), dgate))};
+  }, with_meta(shaped_like(0)));
   register_lowering({"_prelu_kernel"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = c.in_b(0);

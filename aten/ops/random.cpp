@@ -525,7 +525,15 @@ TORCHTPU_LOWERINGS(random) {
     Value kept = c.b.select(c.bcast(c.raw(1)), g, m.k(0, g));
     return V{m.mul(kept, m.k(c.arg(2).toDouble(), kept))};
   });
-  register_lowering({"randperm", "randperm.out"}, randperm, random_op());
+  LoweringOptions permutation = random_op();
+  permutation.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+    // PyTorch has no meta kernel for randperm's out= forms: (n, [generator,] out)
+    at::Tensor out = args.back().toTensor();
+    out.resize_({args[0].toInt()});
+    return std::vector<c10::IValue>{out};
+  };
+  register_lowering({"randperm"}, randperm, random_op());
+  register_lowering({"randperm.out", "randperm.generator_out"}, randperm, permutation);
   LoweringOptions sampled = random_op();
   sampled.device_check = "probability tensor contains either `inf`, `nan` or element < 0, or a row sums to 0 "
                          "(invalid multinomial distribution)";

@@ -2,6 +2,7 @@
 lowered family: each runs forward and backward on tpu with no CPU fallback and matches CPU
 PyTorch. The full sweep is `python -m torchtpu.testing.opinfo` (docs/conformance.md)."""
 
+import functools
 import itertools
 import math
 
@@ -999,3 +1000,42 @@ def test_out_forms_match_cpu(no_fallbacks):
     gammas = torch.empty(0, device="tpu")
     torch.mvlgamma(x.abs().to("tpu") + 2, 2, out=gammas)
     torch.testing.assert_close(gammas.cpu(), torch.mvlgamma(x.abs() + 2, 2))
+
+
+@pytest.mark.parametrize("args, dtype", [(a, d) for a in [(0, 5), (0, 5, 0.5), (1.0, 2.0, 0.3), (-3, 7, 2), (5, 0, -1)]
+                                          for d in [None, torch.float64, torch.int32]
+                                          if d is not torch.int32 or all(isinstance(v, int) for v in a)])
+def test_deprecated_range_runs_on_the_device(args, dtype, no_fallbacks):
+    """torch.range (the end included) ran on the CPU fallback."""
+    got = torch.range(*args, dtype=dtype, device="tpu")
+    expected = torch.range(*args, dtype=dtype)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+@pytest.mark.parametrize("size", [3, 10, 12])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_randperm_into_out_resizes_as_cpu(size, dtype, no_fallbacks):
+    """randperm(out=) raised (no meta kernel for the out= form)."""
+    out = torch.empty(size, dtype=dtype, device="tpu")
+    assert torch.randperm(10, out=out) is out
+    torch.randperm(10, out=torch.empty(size, dtype=dtype))  # CPU accepts the same call
+    assert out.shape == (10,) and out.dtype == dtype
+    assert sorted(out.cpu().tolist()) == list(range(10))
+    generated = torch.empty(0, dtype=dtype, device="tpu")
+    torch.randperm(7, generator=torch.Generator("tpu").manual_seed(1), out=generated)
+    assert sorted(generated.cpu().tolist()) == list(range(7))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_forward_mode_glu_as_cpu(dtype, no_fallbacks):
+    """torch.func.jvp through F.glu ran glu_jvp on the CPU fallback. CPU's kernel refuses bfloat16
+    (CUDA's takes it): there the reference is CPU in float32, rounded."""
+    x, t = torch.randn(4, 6), torch.randn(4, 6)
+    for dim in (-1, 0):
+        glu = functools.partial(F.glu, dim=dim)
+        value, tangent = torch.func.jvp(glu, (x.to(dtype).to("tpu"),), (t.to(dtype).to("tpu"),))
+        reference = torch.float32 if dtype == torch.bfloat16 else dtype
+        expected = torch.func.jvp(glu, (x.to(dtype).to(reference),), (t.to(dtype).to(reference),))
+        torch.testing.assert_close(value.cpu(), expected[0].to(dtype))
+        torch.testing.assert_close(tangent.cpu(), expected[1].to(dtype))
