@@ -805,8 +805,9 @@ def _error_text(e):
 
 
 def _execute(spec, model, device, batches, steps, do_generate, phase=lambda label: None,
-             keep_state=False):
-    """Trains ``model`` (already initialized) on ``device`` for ``steps`` steps, then generates.
+             keep_state=False, compiled=False):
+    """Trains ``model`` (already initialized) on ``device`` for ``steps`` steps, then generates;
+    ``compiled``: the loss runs through ``torch.compile(model, backend="tpu")``.
     -> {"losses", "generated", "error", "traceback", "train_s", "generate_s", "state"}."""
     import torch
     out = {"losses": [], "generated": None, "error": None}
@@ -817,10 +818,11 @@ def _execute(spec, model, device, batches, steps, do_generate, phase=lambda labe
         model = model.to(device)
         model.train()
         opt = _optimizer(spec.optimizer, [p for p in model.parameters() if p.requires_grad])
+        forward = torch.compile(model, backend="tpu") if compiled else model
         for step in range(steps):
             batch = _to(batches[step], device)
             phase(f"step {step + 1} forward")
-            loss = spec.loss(model, batch)
+            loss = spec.loss(forward, batch)
             phase(f"step {step + 1} backward")
             loss.backward()
             phase(f"step {step + 1} optimizer")
@@ -844,6 +846,15 @@ def _execute(spec, model, device, batches, steps, do_generate, phase=lambda labe
         out["traceback"] = traceback.format_exc()[-4000:]
     out["total_s"] = time.perf_counter() - t0
     return out
+
+
+def _dynamo_counts():
+    """How Dynamo split the compiled run: graphs compiled, graph breaks by reason."""
+    from torch._dynamo.utils import counters
+    breaks = dict(counters["graph_break"])
+    return {"graphs": counters["stats"]["unique_graphs"], "graph_breaks": sum(breaks.values()),
+            "graph_break_reasons": {k.split("\n")[0][:160]: v
+                                    for k, v in sorted(breaks.items(), key=lambda kv: -kv[1])[:3]}}
 
 
 def _rel(a, b):
@@ -873,8 +884,9 @@ def _state_diff(a, b):
     return worst, where
 
 
-def run_model(name, steps=3, trace="auto", mode=None, progress=None):
-    """Runs one zoo model on CPU and tpu in this process; returns its result record (a dict)."""
+def run_model(name, steps=3, trace="auto", mode=None, progress=None, compiled=False):
+    """Runs one zoo model on CPU and tpu in this process; returns its result record (a dict).
+    ``compiled``: tpu's forward and backward run as ``torch.compile(model, backend="tpu")``."""
     import torch
 
     import torchtpu
@@ -887,6 +899,9 @@ def run_model(name, steps=3, trace="auto", mode=None, progress=None):
     if mode:
         torchtpu.set_eager_mode(mode)
     rec["mode"] = mode or torchtpu.metrics.as_dict()["mode"]
+    if compiled:
+        rec["compiled"] = True
+        trace = "never"  # the op trace records eager dispatch
     if spec.setup:
         spec.setup()
     torch.manual_seed(0)
@@ -916,7 +931,9 @@ def run_model(name, steps=3, trace="auto", mode=None, progress=None):
     rec["phase"] = "tpu"
     save(rec)
     torchtpu.metrics.reset()
-    tpu = _execute(spec, copy.deepcopy(model), "tpu", batches, steps, True, keep_state=True)
+    tpu = _execute(spec, copy.deepcopy(model), "tpu", batches, steps, True, keep_state=True, compiled=compiled)
+    if compiled:
+        rec.update(_dynamo_counts())
     rec["tpu_s"] = round(tpu["total_s"], 3)
     rec["tpu_train_s"] = round(tpu.get("train_s", 0.0), 3)
     if "generate_s" in tpu:
@@ -1484,11 +1501,12 @@ def _worker_main(args):
             json.dump(rec, f, default=str)
         os.replace(tmp, args.result)
 
-    rec = run_model(args.worker, steps=args.steps, trace=args.trace, mode=args.mode, progress=save)
+    rec = run_model(args.worker, steps=args.steps, trace=args.trace, mode=args.mode, progress=save,
+                    compiled=args.compile)
     save(rec)
 
 
-def run_in_subprocess(name, steps=3, trace="auto", mode=None, timeout=600, log=None):
+def run_in_subprocess(name, steps=3, trace="auto", mode=None, timeout=600, log=None, compiled=False):
     """Runs :func:`run_model` for one model in a fresh interpreter; a crash or a timeout becomes the
     record's ``status``."""
     with tempfile.TemporaryDirectory(prefix="torchtpu-models-") as tmp:
@@ -1497,6 +1515,8 @@ def run_in_subprocess(name, steps=3, trace="auto", mode=None, timeout=600, log=N
                "--steps", str(steps), "--trace", trace]
         if mode:
             cmd += ["--mode", mode]
+        if compiled:
+            cmd.append("--compile")
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
         t0 = time.perf_counter()
@@ -1595,6 +1615,9 @@ def _status_text(r):
     return _STATUS.get(s, s)
 
 
+COMPILED_NOTE = '; the tpu run through `torch.compile(model, backend="tpu")`'
+
+
 def write_markdown(path, records, args, seconds):
     import torch
     import torchvision
@@ -1608,7 +1631,8 @@ def write_markdown(path, records, args, seconds):
     lines = [
         "# Model zoo on tpu against CPU PyTorch", "",
         f"Generated {datetime.date.today()} on {platform.machine()} ({os.cpu_count()} CPUs), "
-        f"platform `{torchtpu.platform()}`, eager mode `{args.mode or 'strict'}`; torch "
+        f"platform `{torchtpu.platform()}`, eager mode `{args.mode or 'strict'}`"
+        f"{COMPILED_NOTE if args.compile else ''}; torch "
         f"{torch.__version__}, transformers {transformers.__version__}, torchvision "
         f"{torchvision.__version__}; the sweep took {seconds / 60:.1f} minutes. Command:", "",
         "```", cmd, "```", "",
@@ -1647,7 +1671,7 @@ def write_markdown(path, records, args, seconds):
         if counts.get(k):
             lines.append(f"| {_STATUS[k]} | {counts[k]} |")
     lines += ["", "| model | family | params | steps | status | loss parity | generate parity | "
-              "fallback ops | first divergence | time (s) |",
+              f"fallback ops | {'Dynamo graphs' if args.compile else 'first divergence'} | time (s) |",
               "| --- | --- | ---: | ---: | --- | --- | --- | --- | --- | ---: |"]
     for r in records:
         gen = r.get("generate_parity")
@@ -1660,6 +1684,9 @@ def write_markdown(path, records, args, seconds):
         if r.get("fp32_noise_rel") is not None:
             lp += f" (noise {_fmt(r['fp32_noise_rel'])})"
         div = _divergence_text(r)
+        if r.get("compiled"):  # no op trace: how Dynamo split the model instead
+            div = f"{r.get('graphs', '—')} graphs, {r.get('graph_breaks', '—')} graph breaks" + "".join(
+                f"; `{k}` ×{v}" for k, v in (r.get("graph_break_reasons") or {}).items())
         if r.get("error"):
             # where tpu raised, the exception is the finding (the op sequences usually part
             # because the device takes another path); the replay verdict still helps
@@ -1700,6 +1727,8 @@ def main(argv=None):
     parser.add_argument("--trace", choices=["auto", "always", "never"], default="auto",
                         help="trace ops for the first divergence: for failing models (auto)")
     parser.add_argument("--mode", choices=["strict", "debug", "fused", "lazy"])
+    parser.add_argument("--compile", action="store_true",
+                        help='train on tpu through torch.compile(model, backend="tpu")')
     parser.add_argument("--list", action="store_true", help="print the model names and exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -1734,7 +1763,7 @@ def main(argv=None):
 
     for name in names:
         records.append(run_in_subprocess(name, steps=args.steps, trace=args.trace, mode=args.mode,
-                                         timeout=args.timeout, log=log))
+                                         timeout=args.timeout, log=log, compiled=args.compile))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"command": "python -m torchtpu.testing.models " + " ".join(argv),
