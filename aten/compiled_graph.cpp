@@ -63,7 +63,8 @@ class CompiledGraph {
     for (size_t s = 0; s < storage_bytes_.size(); ++s) {
       c10::Storage st(c10::Storage::use_byte_size_t(), storage_bytes_[s],
                       tpu_allocator()->allocate(storage_bytes_[s]), tpu_allocator(), true);
-      static_cast<exec::BufferRef*>(st.data_ptr().get_context())->swap(contents[s]);
+      if (contents[s])  // else never written by the graph, as when it was captured: it reads as zeros
+        static_cast<exec::BufferRef*>(st.data_ptr().get_context())->swap(contents[s]);
       storages.push_back(std::move(st));
     }
     std::vector<at::Tensor> outs;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <exception>
 #include <map>
 #include <mutex>
 
@@ -35,7 +36,12 @@ void release(void* data) {
       blocks().erase(it);
     }
   }
-  if (mapped) exec::client().dma_unmap(data);
+  if (mapped) {
+    try {
+      exec::client().dma_unmap(data);
+    } catch (const std::exception&) {  // a deleter must not throw; the memory is freed regardless
+    }
+  }
   std::free(data);
 }
 

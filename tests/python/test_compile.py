@@ -770,3 +770,26 @@ def test_graph_without_autograd_keeps_cpu_writes_ordered_with_device_reads():
         c.add_(1)
         _close(f(x.to("tpu"), c_dev), y * c)
     assert c_dev.item() == c.item()
+
+
+def _masked_intersection(boxes, others):
+    """torchvision's box-loss pattern: zeros_like, then a write through a boolean mask."""
+    x1, _, x2, _ = boxes.unbind(dim=-1)
+    x1g, _, x2g, _ = others.unbind(dim=-1)
+    low, high = torch.max(x1, x1g), torch.min(x2, x2g)
+    inter = torch.zeros_like(x1)
+    mask = high > low
+    inter[mask] = high[mask] - low[mask]
+    return inter, torch.empty(0, 4, device=boxes.device), x1 + x2
+
+
+def test_outputs_the_graph_never_writes_come_back_empty():
+    """An output whose storage the graph never writes (zeros_like of no boxes: FCOS's loss with no
+    positive samples) failed the capture ("an output storage was never written")."""
+    compiled = torch.compile(_masked_intersection, backend="tpu")
+    for n in (3, 0, 0, 5):  # the empty case captured, then run from the compiled graph
+        boxes, others = torch.rand(n, 4), torch.rand(n, 4)
+        got = compiled(boxes.to("tpu"), others.to("tpu"))
+        for g, e in zip(got, _masked_intersection(boxes, others)):
+            assert g.shape == e.shape and torch.equal(g.cpu(), e)
+
