@@ -793,3 +793,16 @@ def test_outputs_the_graph_never_writes_come_back_empty():
         for g, e in zip(got, _masked_intersection(boxes, others)):
             assert g.shape == e.shape and torch.equal(g.cpu(), e)
 
+
+def test_views_at_other_offsets_of_a_storage_read_their_own_elements():
+    """Rows of one tensor have the same sizes and strides, so Dynamo runs them through one graph;
+    the program read every row at the first row's offset (Faster R-CNN's proposals, image by
+    image, were the first image's)."""
+    compiled = torch.compile(lambda r: r * 2 + 1, backend="tpu")
+    x = torch.arange(24.0).reshape(4, 6)
+    t = x.to("tpu")
+    for i in range(4):
+        assert torch.equal(compiled(t[i]).cpu(), x[i] * 2 + 1), i
+    for j in (1, 4):  # columns: strided views at offsets
+        assert torch.equal(compiled(t[:, j]).cpu(), x[:, j] * 2 + 1), j
+

@@ -101,14 +101,17 @@ class CapturedGraph:
         return self._capture(args, tensors, key)
 
     def _bind(self, args):
-        """The tensor inputs (CPU tensors moved to tpu) and the key of everything else."""
+        """The tensor inputs (CPU tensors moved to tpu) and the key of everything else, with where
+        each tensor lies in its storage: a program reads its inputs at the captured offsets and
+        strides, which Dynamo does not guard (two rows of one tensor reuse the same graph)."""
         tensors, key, on_cpu = [], [], []
         for a in args:
             if isinstance(a, torch.Tensor):
                 if a.device.type != "tpu":
                     on_cpu.append(len(tensors))
                 tensors.append(a)
-                key.append(a.device.type)
+                plain = a.storage_offset() == 0 and a.is_contiguous()
+                key.append(a.device.type if plain else f"{a.device.type} strides {a.stride()} offset {a.storage_offset()}")
             else:
                 key.append(a if isinstance(a, (int, float, bool, type(None))) else repr(a))
         if on_cpu:
