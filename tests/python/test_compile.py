@@ -806,3 +806,19 @@ def test_views_at_other_offsets_of_a_storage_read_their_own_elements():
     for j in (1, 4):  # columns: strided views at offsets
         assert torch.equal(compiled(t[:, j]).cpu(), x[:, j] * 2 + 1), j
 
+
+def test_sparse_embedding_gradients_under_compile_as_cpu(no_fallbacks):
+    """EmbeddingBag(sparse=True) compiled: the backward graph's sparse gradient was made part of a
+    program ("Cannot access storage of SparseTensorImpl"); it is made eagerly between programs."""
+    torch.manual_seed(0)
+    cpu = torch.nn.EmbeddingBag(10, 3, mode="sum", sparse=True)
+    dev = copy.deepcopy(cpu).to("tpu")
+    compiled = torch.compile(dev, backend="tpu")
+    weights = torch.arange(6.0).reshape(2, 3)
+    for ids in ([1, 2, 4, 4], [0, 9, 9, 3]):
+        ids, offsets = torch.tensor(ids), torch.tensor([0, 2])
+        (compiled(ids.to("tpu"), offsets.to("tpu")) * weights.to("tpu")).sum().backward()
+        (cpu(ids, offsets) * weights).sum().backward()
+    assert dev.weight.grad.layout == torch.sparse_coo
+    assert torch.equal(dev.weight.grad.to_dense().cpu(), cpu.weight.grad.to_dense())
+

@@ -24,10 +24,19 @@ def has_tpu_kernel(op: torch._ops.OpOverload) -> bool:
     return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, k) for k in _KERNEL_KEYS)
 
 
+def _tensors(val) -> list:
+    return [v for v in torch.utils._pytree.tree_leaves(val) if isinstance(v, torch.Tensor)]
+
+
 def _on_tpu(val) -> bool:
-    """Whether every tensor in a node's example value is on tpu (and there is at least one)."""
-    tensors = [v for v in torch.utils._pytree.tree_leaves(val) if isinstance(v, torch.Tensor)]
-    return bool(tensors) and all(t.device.type == "tpu" for t in tensors)
+    """Whether every tensor in a node's example value is a dense tpu tensor (and there is at
+    least one): a program's values are dense (a sparse gradient is made eagerly)."""
+    tensors = _tensors(val)
+    return bool(tensors) and all(t.device.type == "tpu" and t.layout == torch.strided for t in tensors)
+
+
+def _reads_sparse(node: torch.fx.Node) -> bool:
+    return any(t.layout != torch.strided for a in node.all_input_nodes for t in _tensors(a.meta.get("val")))
 
 
 def joins_program(node: torch.fx.Node, eager_ops) -> bool:
@@ -37,7 +46,7 @@ def joins_program(node: torch.fx.Node, eager_ops) -> bool:
         return not isinstance(node.target, torch._ops.OpOverload) or node.target in _SIZE_QUERIES
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
-    if node.target in eager_ops or not has_tpu_kernel(node.target):
+    if node.target in eager_ops or not has_tpu_kernel(node.target) or _reads_sparse(node):
         return False
     return _on_tpu(node.meta.get("val"))
 
