@@ -1629,7 +1629,7 @@ def write_markdown(path, records, args, seconds):
     for r in records:
         counts[r.get("status")] = counts.get(r.get("status"), 0) + 1
     lines = [
-        "# Model zoo on tpu against CPU PyTorch", "",
+        "# Model zoo on tpu against CPU PyTorch" + (", compiled" if args.compile else ""), "",
         f"Generated {datetime.date.today()} on {platform.machine()} ({os.cpu_count()} CPUs), "
         f"platform `{torchtpu.platform()}`, eager mode `{args.mode or 'strict'}`"
         f"{COMPILED_NOTE if args.compile else ''}; torch "
