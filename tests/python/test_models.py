@@ -39,6 +39,17 @@ def test_model_trains_like_cpu(name):
     assert rec["fallbacks"] == {}, f"ops that fell back to the CPU: {rec['fallbacks']}"
 
 
+@pytest.mark.parametrize("name", ["llama", "convnext_mini", "dlrm"])
+def test_model_trains_like_cpu_compiled(name):
+    """The zoo's --compile sweep in little: forward and backward through torch.compile(backend="tpu")."""
+    rec = models.run_model(name, compiled=True)
+    why = _explain(rec)
+    assert rec["error"] is None, why
+    assert rec["loss_rel_diff"] <= models.LOSS_RTOL, why
+    assert rec["graphs"] >= 1 and rec["graph_breaks"] == 0, why
+    assert rec["fallbacks"] == {}, f"ops that fell back to the CPU: {rec['fallbacks']}"
+
+
 def test_zoo_lists_the_families():
     families = {s.family for s in models.MODELS.values()}
     assert {"HF decoder", "HF encoder", "HF encoder-decoder", "torchvision classification",

@@ -931,6 +931,9 @@ def run_model(name, steps=3, trace="auto", mode=None, progress=None, compiled=Fa
     rec["phase"] = "tpu"
     save(rec)
     torchtpu.metrics.reset()
+    if compiled:  # Dynamo's counters are per process: count this model's graphs only
+        from torch._dynamo.utils import counters
+        counters.clear()
     tpu = _execute(spec, copy.deepcopy(model), "tpu", batches, steps, True, keep_state=True, compiled=compiled)
     if compiled:
         rec.update(_dynamo_counts())
