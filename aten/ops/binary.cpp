@@ -490,6 +490,14 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
   }, with_meta(add_meta()));
+  // torch._VF._add_relu (what fusing passes make of add + relu); PyTorch has add's meta only
+  register_with_variants("_add_relu", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    Value sum = add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1);
+    return V{c.b.binary(BinaryOp::kMaximum, sum, c.b.constant(0, sum.type))};
+  }, with_meta([](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    std::string add = schema.name() == "aten::_add_relu_" ? "aten::add_" : "aten::add";
+    return add_meta()(c10::FunctionSchema(add, schema.overload_name(), schema.arguments(), schema.returns()), args);
+  }));
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 0, 1)};
   }, with_meta(add_meta(no_bool_subtraction)));

@@ -1039,3 +1039,20 @@ def test_forward_mode_glu_as_cpu(dtype, no_fallbacks):
         expected = torch.func.jvp(glu, (x.to(dtype).to(reference),), (t.to(dtype).to(reference),))
         torch.testing.assert_close(value.cpu(), expected[0].to(dtype))
         torch.testing.assert_close(tangent.cpu(), expected[1].to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_fused_add_relu_runs_on_the_device(dtype, no_fallbacks):
+    """torch._VF._add_relu (what fusing passes make of add + relu) ran on the CPU fallback."""
+    a, b = (torch.randn(4, 5) * 10).to(dtype), (torch.randn(4, 5) * 10).to(dtype)
+    a[0, 0] = b[0, 0] = float("nan") if dtype.is_floating_point else 0
+    expected = torch._VF._add_relu(a, b, alpha=2)
+    torch.testing.assert_close(torch._VF._add_relu(a.to("tpu"), b.to("tpu"), alpha=2).cpu(), expected, equal_nan=True)
+    torch.testing.assert_close(torch._VF._add_relu(a.to("tpu"), 3).cpu(), torch._VF._add_relu(a, 3), equal_nan=True)
+    in_place = a.to("tpu")
+    torch._VF._add_relu_(in_place, b.to("tpu"), alpha=2)
+    torch.testing.assert_close(in_place.cpu(), expected, equal_nan=True)
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    torch._VF._add_relu(a.to("tpu"), b.to("tpu"), alpha=2, out=out)
+    torch.testing.assert_close(out.cpu(), expected, equal_nan=True)
+
