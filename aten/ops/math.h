@@ -101,16 +101,15 @@ struct Math {
 };
 
 // The combiner of a (value, index) reduction that picks the max (or min) and its index: argmax,
-// max with indices, max pooling, cummax. A total order on pairs, so XLA may combine in any order:
-// NaN beats any number, then the larger (smaller) value; equal values (and two NaNs) go to the
-// earlier index, or the later one when `later_wins_ties` (cummax/cummin). Region arguments are
-// (acc_value, acc_index, value, index).
-inline hlo::RegionBody extreme_with_index(bool is_max, DType dtype, bool later_wins_ties = false) {
+// max with indices, max pooling. A total order on pairs, so XLA may combine in any order: NaN
+// beats any number, then the larger (smaller) value; equal values (and two NaNs) go to the
+// earlier index. Region arguments are (acc_value, acc_index, value, index).
+inline hlo::RegionBody extreme_with_index(bool is_max, DType dtype) {
   return [=](hlo::Builder& b, const std::vector<hlo::Value>& a) {
     using hlo::BinaryOp;
     auto both = [&](const hlo::Value& p, const hlo::Value& q) { return b.binary(BinaryOp::kAnd, p, q); };
     auto either = [&](const hlo::Value& p, const hlo::Value& q) { return b.binary(BinaryOp::kOr, p, q); };
-    hlo::Value index_first = b.compare(later_wins_ties ? hlo::Compare::kGT : hlo::Compare::kLT, a[3], a[1]);
+    hlo::Value index_first = b.compare(hlo::Compare::kLT, a[3], a[1]);
     hlo::Value better = b.compare(is_max ? hlo::Compare::kGT : hlo::Compare::kLT, a[2], a[0]);
     hlo::Value take = either(better, both(b.compare(hlo::Compare::kEQ, a[2], a[0]), index_first));
     if (is_floating(dtype)) {
