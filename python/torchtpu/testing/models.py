@@ -597,14 +597,14 @@ _register(Spec("maskrcnn_resnet50_fpn", "torchvision detection",
                note="2 images of 64 px, 2 boxes with masks each, 3 classes, BatchNorm frozen, AdamW"))
 
 
-def _clip_batch_video(step):
+def _video_batch(step):
     import torch
     g = _gen(step)
     return {"pixel_values": torch.randn(BATCH, 3, 4, 32, 32, generator=g),
             "labels": torch.randint(0, 10, (BATCH,), generator=g)}
 
 
-_register(Spec("r3d_18", "torchvision video", _tvm("video.r3d_18", num_classes=10), _clip_batch_video,
+_register(Spec("r3d_18", "torchvision video", _tvm("video.r3d_18", num_classes=10), _video_batch,
                _tv_cls_loss, optimizer="sgd", note="2 clips of 4 frames of 32 px"))
 
 
