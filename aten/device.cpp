@@ -6,6 +6,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <chrono>
@@ -182,6 +183,13 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
+
+// tensor.record_stream(s) keeps CUDA's caching allocator from reusing the memory before s's work is
+// done. A tpu storage's PJRT buffer outlives the work that reads it, and every stream is the
+// device's one stream: nothing to record.
+void record_stream(at::Tensor&, c10::Stream) {}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("record_stream", record_stream); }
 
 struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }

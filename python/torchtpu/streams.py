@@ -16,10 +16,12 @@ from . import _C
 from .device_module import _device_index
 
 
-class Stream:
-    def __init__(self, device=None, priority=0, **kwargs):
-        self.device = torch.device("tpu", _device_index(device))
-        self.priority = priority
+class Stream(torch.Stream):
+    """A ``torch.Stream`` (so ``tensor.record_stream(s)`` and ``isinstance(s, torch.Stream)`` work
+    as with CUDA's) naming the device's one ordered stream."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        return super().__new__(cls, device=torch.device("tpu", _device_index(device)), priority=priority)
 
     def wait_stream(self, stream):
         """Nothing to wait for: the device has one ordered stream."""
@@ -39,42 +41,28 @@ class Stream:
     def synchronize(self):
         _C._synchronize(self.device.index, "stream synchronize")
 
-    def __eq__(self, other):
-        return isinstance(other, Stream) and other.device == self.device
-
-    def __hash__(self):
-        return hash(self.device)
-
     def __repr__(self):
         return f"<torch.tpu.Stream device={self.device} (the device's ordered stream)>"
 
 
-class Event:
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
-        self.enable_timing = enable_timing
-        self.device = None
-        self._time = None
+class Event(torch.Event):
+    """A ``torch.Event`` on tpu: a point in the device's ordered stream. Waiting on it waits for
+    everything issued to its device before it was recorded; a timed event takes its timestamp once
+    that work is done."""
+
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        event = super().__new__(cls, "tpu", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+        event._timed, event._time = enable_timing, None
+        return event
 
     def record(self, stream=None):
-        stream = stream or current_stream()
-        self.device = stream.device
-        if self.enable_timing:  # a timestamp needs the work before it done: wait for it
-            stream.synchronize()
+        super().record(stream)  # a timed record waits for the work before it
+        if self._timed:
             self._time = time.perf_counter()
 
-    def wait(self, stream=None):
-        """Nothing to wait for: the device has one ordered stream."""
-
-    def query(self) -> bool:
-        self.synchronize()
-        return True
-
-    def synchronize(self):
-        if self.device is not None:
-            _C._synchronize(self.device.index, "event synchronize")
-
+    # torch.Event.elapsed_time accepts only exact torch.Event objects, not subclasses
     def elapsed_time(self, end) -> float:
-        if self._time is None or end._time is None:
+        if self._time is None or getattr(end, "_time", None) is None:
             raise RuntimeError("elapsed_time needs two events recorded with enable_timing=True")
         return (end._time - self._time) * 1000.0
 

@@ -574,6 +574,14 @@ print("ok")
 def test_streams_and_events_are_handles_to_the_devices_ordered_stream():
     s = torch.tpu.Stream()
     assert s == torch.tpu.current_stream() and s.device == torch.device("tpu", 0)
+    # torch.Stream / torch.Event subclasses, as torch.cuda's: PyTorch's APIs taking a stream accept
+    # them (record_stream raised "unknown parameter type", and had no tpu kernel)
+    assert isinstance(s, torch.Stream) and s == torch.accelerator.current_stream()
+    assert isinstance(torch.tpu.Event(), torch.Event)
+    kept = torch.ones(4, device="tpu")
+    kept.record_stream(s)
+    kept.record_stream(torch.accelerator.current_stream())
+    torch.accelerator.current_stream().wait_event(torch.tpu.Event())
     start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
     with torch.tpu.stream(s):
         start.record()
