@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <iterator>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "exec/runtime_context.h"
 
@@ -20,22 +22,18 @@ constexpr size_t kPage = 4096;
 struct Block {
   size_t size;
   bool dma_mapped;
+  int reads_in_flight = 0;  // asynchronous transfers still reading the block
+  bool released = false;    // its tensor's storage is gone; freed once no transfer reads it
 };
 
 // Leaked on purpose: blocks may outlive static destruction (a pinned tensor held at exit).
 std::mutex& blocks_mutex() { static auto* m = new std::mutex; return *m; }
 std::map<const char*, Block>& blocks() { static auto* b = new std::map<const char*, Block>; return *b; }
+// Blocks whose last transfer finished after their storage was released: freed by the next
+// allocation or release on a user thread, not on the PJRT thread that reports the transfer.
+std::vector<void*>& unread() { static auto* v = new std::vector<void*>; return *v; }
 
-void release(void* data) {
-  bool mapped = false;
-  {
-    std::lock_guard<std::mutex> lock(blocks_mutex());
-    auto it = blocks().find(static_cast<const char*>(data));
-    if (it != blocks().end()) {
-      mapped = it->second.dma_mapped;
-      blocks().erase(it);
-    }
-  }
+void free_block(void* data, bool mapped) {
   if (mapped) {
     try {
       exec::client().dma_unmap(data);
@@ -45,8 +43,51 @@ void release(void* data) {
   std::free(data);
 }
 
+// Frees the blocks the last transfers left behind; takes and drops blocks_mutex().
+void free_unread() {
+  std::vector<std::pair<void*, bool>> done;
+  {
+    std::lock_guard<std::mutex> lock(blocks_mutex());
+    for (void* data : unread()) {
+      auto it = blocks().find(static_cast<const char*>(data));
+      done.emplace_back(data, it->second.dma_mapped);
+      blocks().erase(it);
+    }
+    unread().clear();
+  }
+  for (auto [data, mapped] : done) free_block(data, mapped);
+}
+
+void release(void* data) {
+  free_unread();
+  bool mapped = false;
+  {
+    std::lock_guard<std::mutex> lock(blocks_mutex());
+    auto it = blocks().find(static_cast<const char*>(data));
+    if (it != blocks().end()) {
+      if (it->second.reads_in_flight > 0) {  // a transfer still reads it: freed when it is done
+        it->second.released = true;
+        return;
+      }
+      mapped = it->second.dma_mapped;
+      blocks().erase(it);
+    }
+  }
+  free_block(data, mapped);
+}
+
+// The block containing `address`; blocks_mutex() held.
+std::map<const char*, Block>::iterator block_of(const void* address) {
+  const char* a = static_cast<const char*>(address);
+  auto after = blocks().upper_bound(a);
+  if (after == blocks().begin()) return blocks().end();
+  auto block = std::prev(after);
+  return a < block->first + block->second.size ? block : blocks().end();
+}
+
 struct PinnedHostAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
+    free_unread();
     size_t size = (std::max<size_t>(nbytes, 1) + kPage - 1) / kPage * kPage;
     void* data = std::aligned_alloc(kPage, size);
     TORCH_CHECK_WITH(OutOfMemoryError, data, "pinned host memory: could not allocate ", nbytes, " bytes");
@@ -71,12 +112,24 @@ c10::Allocator* pinned_host_allocator() {
 }
 
 bool is_pinned_host_address(const void* address) {
-  const char* a = static_cast<const char*>(address);
   std::lock_guard<std::mutex> lock(blocks_mutex());
-  auto after = blocks().upper_bound(a);
-  if (after == blocks().begin()) return false;
-  auto block = std::prev(after);
-  return a < block->first + block->second.size;
+  return block_of(address) != blocks().end();
+}
+
+std::function<void()> hold_pinned_block(const void* address) {
+  const char* start;
+  {
+    std::lock_guard<std::mutex> lock(blocks_mutex());
+    auto block = block_of(address);
+    TORCH_CHECK(block != blocks().end(), "hold_pinned_block: not a pinned host address");
+    block->second.reads_in_flight++;
+    start = block->first;
+  }
+  return [start] {
+    std::lock_guard<std::mutex> lock(blocks_mutex());
+    Block& block = blocks().at(start);
+    if (--block.reads_in_flight == 0 && block.released) unread().push_back(const_cast<char*>(start));
+  };
 }
 
 }  // namespace torchtpu::aten

@@ -464,6 +464,30 @@ void upload(BufferRef& storage, const void* data, DType dtype) {
   storage.swap(std::move(value));
 }
 
+void upload_async(BufferRef& storage, const void* data, DType dtype, std::function<void()> when_read) {
+  int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
+  std::pair<runtime::Buffer, runtime::Event> sent;
+  int64_t start = tracing() ? trace_clock_ns() : 0;
+  try {
+    sent = client().to_device_async(data, dtype, {length}, exec::device(storage.device()));
+  } catch (const runtime::PjrtError& e) {
+    when_read();
+    rethrow_memory_error(e, storage.device(), storage.nbytes(), "a host-to-device copy");
+  }
+  if (start) trace_copy(TraceEvent::Kind::kCopyToDevice, storage.device(), start, storage.nbytes());
+  counters().bytes_to_device += static_cast<int64_t>(storage.nbytes());
+  try {
+    sent.second.on_ready([when_read](const std::string&) { when_read(); });
+  } catch (const runtime::PjrtError&) {  // no callback: wait here instead
+    sent.second.await();
+    when_read();
+  }
+  pending_work().add(storage.device(), std::move(sent.second), "a host-to-device copy");
+  auto value = std::make_shared<graph::DeviceValue>(storage.device(), dtype, length);
+  value->materialize(std::make_shared<runtime::Buffer>(std::move(sent.first)));
+  storage.swap(std::move(value));
+}
+
 void download(const BufferRef& storage, void* dst, const std::string& reason) {
   const ValuePtr& value = storage.value();
   if (capturing() && value && !value->is_materialized())

@@ -6,6 +6,7 @@
 //   lazy    defers it until the host needs data or the user calls sync().
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -94,6 +95,10 @@ class NonFiniteValue : public std::runtime_error {
 // the work that produces them (counted as a host sync for `reason`). A never-written storage reads
 // as zeros.
 void upload(BufferRef& storage, const void* data, DType dtype);
+// upload() that returns before the device has read `data` (a non_blocking copy from pinned host
+// memory): the caller keeps `data` unchanged and allocated until `when_read` is called, from a
+// PJRT thread; synchronize() waits for the read too.
+void upload_async(BufferRef& storage, const void* data, DType dtype, std::function<void()> when_read);
 void download(const BufferRef& storage, void* dst, const std::string& reason = "cpu");
 
 }  // namespace torchtpu::exec

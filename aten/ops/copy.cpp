@@ -6,6 +6,7 @@
 #include "aten/device.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
+#include "aten/pinned_memory.h"
 #include "aten/tensor_operand.h"
 #include "exec/executor.h"
 
@@ -72,17 +73,27 @@ at::Tensor download_contiguous(const at::Tensor& src, const char* kind = "cpu") 
   return host;
 }
 
-at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst);
+at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   try {
-    return copy_between(self, dst);
+    return copy_between(self, dst, non_blocking);
   } catch (const exec::OutOfDeviceMemory& e) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
   }
 }
 
-at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst) {
+// Host data into the whole storage of `dst`. A non_blocking copy from pinned memory returns before
+// the device has read it, as CUDA's does; the pinned block stays allocated until then.
+void upload_whole(const at::Tensor& host, const at::Tensor& dst, bool non_blocking) {
+  DType dtype = to_dtype(host.scalar_type());
+  if (non_blocking && is_pinned_host_address(host.data_ptr()))
+    exec::upload_async(buffer_ref(dst), host.data_ptr(), dtype, hold_pinned_block(host.data_ptr()));
+  else
+    exec::upload(buffer_ref(dst), host.data_ptr(), dtype);
+}
+
+at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TracedLine line("aten::copy_");  // a profiler's copy events name the user's line
   if (is_tpu(self) && is_tpu(dst)) {
     if (self.device() == dst.device()) {
@@ -97,7 +108,7 @@ at::Tensor copy_between(const at::Tensor& self, const at::Tensor& dst) {
   } else {  // cpu -> tpu
     at::Tensor host = self.resolve_conj().resolve_neg().to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     if (spans_storage(dst) && !has_bits(dst) && dst.numel() > 0)
-      exec::upload(buffer_ref(dst), host.data_ptr(), to_dtype(host.scalar_type()));
+      upload_whole(host, dst, non_blocking);
     else
       copy_on_device(upload_contiguous(host, dst.device()), dst);
   }

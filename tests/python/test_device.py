@@ -693,3 +693,23 @@ def test_pinned_host_memory_is_pinned_as_on_cuda():
         assert torch.equal(labels.to("tpu", non_blocking=True).cpu(), labels)
     assert not torch.tensor([1.0]).is_pinned()
 
+
+def test_non_blocking_copies_from_pinned_memory_outlive_their_source():
+    """A non_blocking copy from pinned memory returns before the device has read the data, as
+    CUDA's does; the pinned block is not freed or reused until the read is done, even when the
+    source tensor is dropped at once (the DataLoader pattern), and synchronize() waits for it."""
+    torch.manual_seed(0)
+    sources = [torch.randn(1 << 18) for _ in range(12)]
+    copies = []
+    for source in sources:
+        pinned = source.pin_memory()
+        copies.append(pinned.to("tpu", non_blocking=True))
+        del pinned
+        torch.full((1 << 18,), 7.0).pin_memory().fill_(-1.0)  # would land in a block freed too early
+    torch.tpu.synchronize()
+    for copy, source in zip(copies, sources):
+        assert torch.equal(copy.cpu(), source)
+    view = torch.arange(40.0).pin_memory()[8:24]  # a view inside a pinned block, cast on the way
+    assert torch.equal(view.to("tpu", non_blocking=True).cpu(), torch.arange(8.0, 24.0))
+    assert torch.equal(view.to("tpu", torch.float64, non_blocking=True).cpu(), torch.arange(8.0, 24.0, dtype=torch.float64))
+
