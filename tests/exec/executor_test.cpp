@@ -1,6 +1,7 @@
 // Strict-mode execution of op calls over storages and views, with the single-op cache.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <numeric>
 
@@ -168,6 +169,25 @@ TEST(Executor, Complex32WordsConvertToAndFromComplex64) {
   std::vector<uint16_t> written(halves.size());
   download(back, written.data());
   EXPECT_EQ(written, halves);
+}
+
+// upload_async returns before the device has read the host data: `when_read` runs once it has
+// (exactly once), synchronize() waits for the read, and ops on the storage see the data.
+TEST(Executor, AsynchronousUploadReportsTheReadAndIsAwaitedBySynchronize) {
+  auto data = std::make_unique<std::vector<float>>(1 << 20);
+  std::iota(data->begin(), data->end(), 0.0f);
+  std::vector<float> want = *data;
+  std::atomic<int> reads{0};
+  BufferRef s(0, data->size() * sizeof(float));
+  upload_async(s, data->data(), DType::kF32, [&reads] { reads++; });
+  synchronize(0);
+  EXPECT_EQ(reads.load(), 1);
+  data.reset();  // the host copy may go once read
+  BufferRef plus_one(0, want.size() * sizeof(float));
+  run({"add_one", add_one(), {{&s, contiguous({1 << 20})}}, {{&plus_one, contiguous({1 << 20})}}});
+  std::vector<float> got = contents(plus_one);
+  for (float& w : want) w += 1.0f;
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace
