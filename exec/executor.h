@@ -97,7 +97,7 @@ class NonFiniteValue : public std::runtime_error {
 void upload(BufferRef& storage, const void* data, DType dtype);
 // upload() that returns before the device has read `data` (a non_blocking copy from pinned host
 // memory): the caller keeps `data` unchanged and allocated until `when_read` is called, from a
-// PJRT thread; synchronize() waits for the read too.
+// PJRT thread. synchronize() waits for the read too (`when_read` may run just after it returns).
 void upload_async(BufferRef& storage, const void* data, DType dtype, std::function<void()> when_read);
 void download(const BufferRef& storage, void* dst, const std::string& reason = "cpu");
 

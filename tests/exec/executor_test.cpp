@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <numeric>
+#include <thread>
 
 #include "exec/compile_cache.h"
 #include "exec/executor.h"
@@ -172,7 +174,7 @@ TEST(Executor, Complex32WordsConvertToAndFromComplex64) {
 }
 
 // upload_async returns before the device has read the host data: `when_read` runs once it has
-// (exactly once), synchronize() waits for the read, and ops on the storage see the data.
+// (exactly once, from PJRT's thread), synchronize() waits for the read, and ops on the storage see the data.
 TEST(Executor, AsynchronousUploadReportsTheReadAndIsAwaitedBySynchronize) {
   auto data = std::make_unique<std::vector<float>>(1 << 20);
   std::iota(data->begin(), data->end(), 0.0f);
@@ -180,7 +182,8 @@ TEST(Executor, AsynchronousUploadReportsTheReadAndIsAwaitedBySynchronize) {
   std::atomic<int> reads{0};
   BufferRef s(0, data->size() * sizeof(float));
   upload_async(s, data->data(), DType::kF32, [&reads] { reads++; });
-  synchronize(0);
+  synchronize(0);  // the read is done; its callback may still be on its way from PJRT's thread
+  for (int i = 0; i < 500 && reads.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(reads.load(), 1);
   data.reset();  // the host copy may go once read
   BufferRef plus_one(0, want.size() * sizeof(float));
