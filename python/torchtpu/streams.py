@@ -12,7 +12,6 @@ import time
 
 import torch
 
-from . import _C
 from .device_module import _device_index
 
 
@@ -23,23 +22,11 @@ class Stream(torch.Stream):
     def __new__(cls, device=None, priority=0, **kwargs):
         return super().__new__(cls, device=torch.device("tpu", _device_index(device)), priority=priority)
 
-    def wait_stream(self, stream):
-        """Nothing to wait for: the device has one ordered stream."""
-
-    def wait_event(self, event):
-        """Nothing to wait for: the device has one ordered stream."""
-
+    # waiting, querying and synchronizing are torch.Stream's, through the device guard (aten/device.cpp)
     def record_event(self, event=None):
         event = event or Event()
         event.record(self)
         return event
-
-    def query(self) -> bool:
-        self.synchronize()
-        return True
-
-    def synchronize(self):
-        _C._synchronize(self.device.index, "stream synchronize")
 
     def __repr__(self):
         return f"<torch.tpu.Stream device={self.device} (the device's ordered stream)>"
