@@ -533,6 +533,7 @@ struct LoweringCall {
   std::vector<hlo::TensorType> out_types;  // one per result, wanted or not
   std::vector<bool> wanted;
   hlo::Builder::Precision precision;
+  bool device_check;  // the program ends with the device-check flag (LoweringOptions::device_check)
 
   std::vector<hlo::Value> operator()(hlo::Builder& b, const std::vector<hlo::Value>& flat) const {
     std::vector<std::vector<hlo::Value>> values(count.size());
@@ -554,7 +555,7 @@ struct LoweringCall {
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < results.size(); ++i)
       if (wanted[i]) written.push_back(b.convert(ctx.to_out(results[i], i), out_types[i].dtype));
-    if (entry->options.device_check) written.push_back(ctx.device_ok());
+    if (device_check) written.push_back(ctx.device_ok());
     return written;
   }
 };
@@ -563,11 +564,12 @@ struct LoweringCall {
 std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std::vector<c10::IValue>& args,
                                                   const MetaResult& meta, const Destinations& d,
                                                   const std::vector<exec::Operand>& outputs, std::vector<size_t> count,
-                                                  hlo::Builder::Precision precision) {
+                                                  hlo::Builder::Precision precision, bool device_check) {
   std::shared_ptr<const LoweringCall> shared = std::atomic_load(&meta.lowering);
-  if (shared && shared->precision == precision) return shared;
+  if (shared && shared->precision == precision && shared->device_check == device_check) return shared;
   auto call = std::make_shared<LoweringCall>(
-      LoweringCall{plan.entry, &plan.name, std::move(count), lowering_args(args, meta), {}, d.wanted, precision});
+      LoweringCall{plan.entry, &plan.name, std::move(count), lowering_args(args, meta), {}, d.wanted, precision,
+                   device_check});
   // A result the caller does not want (a backward's output_mask) still gets a type: the first
   // wanted result's dtype, so that out(0)-based arithmetic keeps the op's precision.
   DType unwanted_dtype = outputs.empty() ? DType::kF32 : outputs.front().view.dtype;
@@ -593,8 +595,10 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
   // Empty results are all there is to compute (and XLA rejects some ops on empty operands, such
   // as a gather from a dimension of size 0), unless the op checks indices that are there.
   auto empty = [](const at::Tensor& t) { return t.numel() == 0; };
+  const LoweringOptions& o = entry.options;
+  bool device_check = o.device_check && (!o.device_check_when || o.device_check_when(args));
   bool indices_to_check = false;
-  if (entry.options.device_check)
+  if (device_check)
     for (const c10::IValue& a : args)
       for_each_tensor(a, [&](const at::Tensor& t) {
         indices_to_check |= t.defined() && !t.is_floating_point() && !t.is_complex() && !empty(t);
@@ -612,12 +616,13 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
   std::vector<exec::Operand> outputs;
   outputs.reserve(d.tensors.size() + 1);
   for (const at::Tensor& t : d.tensors) outputs.push_back(operand(t));
-  std::shared_ptr<const LoweringCall> call = lowering_call(plan, args, meta, d, outputs, std::move(in.count), precision);
+  std::shared_ptr<const LoweringCall> call =
+      lowering_call(plan, args, meta, d, outputs, std::move(in.count), precision, device_check);
   exec::Lowering lower = [call = std::move(call)](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
     return (*call)(b, flat);
   };
   std::shared_ptr<exec::BufferRef> ok;
-  if (entry.options.device_check) {
+  if (device_check) {
     ok = std::make_shared<exec::BufferRef>(device, 1);
     outputs.push_back({ok.get(), {DType::kBool, {}, {}, 0}});
   }

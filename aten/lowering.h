@@ -127,6 +127,9 @@ struct LoweringOptions {
   bool device_check_runtime_error = false;
   // A str argument that, when not empty, is the check's message instead (_assert_async.msg).
   int device_check_message_arg = -1;
+  // The calls the check applies to (the others get no check output); decided by argument dtypes,
+  // which the key a lowering is shared by includes. Every call when empty.
+  std::function<bool(const std::vector<c10::IValue>& args)> device_check_when;
   // The output shape depends on Scalar values (arange): they join the output-metadata cache key
   // but stay runtime inputs of the program.
   bool shape_from_scalars = false;

@@ -145,10 +145,12 @@ Value is_nan(LoweringContext& c, const Value& x) { return c.b.compare(Compare::k
 
 // Integer a / b (truncating) and a % b with XLA's answers where x86 would trap (b == 0: -1 and a;
 // INT_MIN / -1: INT_MIN and 0), computed without ever dividing by 0 or -1: XLA folds divisions of
-// constants at compile time, and a trapping one there kills the process (SIGFPE). CUDA, too,
-// returns a value rather than raising; CPU PyTorch raises ZeroDivisionError.
+// constants at compile time, and a trapping one there kills the process (SIGFPE). A zero divisor
+// fails the op's device check (zero_divisor_checked): CPU PyTorch raises ZeroDivisionError, CUDA
+// returns those values.
 std::pair<Value, Value> int_div_rem(LoweringContext& c, const Value& a, const Value& b) {
   Value zero = c.b.compare(Compare::kEQ, b, c.full(0, b));
+  c.check_on_device(all_true(c.b, c.b.unary(UnaryOp::kNot, zero)));
   Value minus_one = is_unsigned(b.type.dtype) || b.type.dtype == DType::kBool
                         ? c.b.constant(0, {DType::kBool, b.type.dims})
                         : c.b.compare(Compare::kEQ, b, c.full(-1, b));
@@ -156,6 +158,22 @@ std::pair<Value, Value> int_div_rem(LoweringContext& c, const Value& a, const Va
   Value q = c.b.select(minus_one, c.b.unary(UnaryOp::kNegate, a), bin(c, BinaryOp::kDivide, a, safe));
   Value r = c.b.select(minus_one, c.full(0, a), bin(c, BinaryOp::kRemainder, a, safe));
   return {c.b.select(zero, c.full(-1, q), q), c.b.select(zero, a, r)};
+}
+
+// Integer division and remainder raise CPU's "ZeroDivisionError" for a zero divisor, at the next
+// host sync (as an out-of-range index does); floating-point ones give inf or NaN, unchecked.
+LoweringOptions zero_divisor_checked() {
+  LoweringOptions o = checked("ZeroDivisionError");
+  o.device_check_runtime_error = true;
+  o.device_check_when = [](const std::vector<c10::IValue>& args) {
+    const c10::IValue &a = args.at(0), &b = args.at(1);
+    if (args.size() > 2 && args[2].isNone()) return false;  // div's true division (rounding_mode=None)
+    c10::ScalarType t = a.isTensor() && b.isTensor() ? at::result_type(a.toTensor(), b.toTensor())
+                        : a.isTensor()               ? at::result_type(a.toTensor(), b.toScalar())
+                                                     : at::result_type(a.toScalar(), b.toTensor());
+    return c10::isIntegralType(t, /*includeBool=*/true);
+  };
+  return o;
 }
 
 Value divide(LoweringContext& c, const Value& a, const Value& b) {
@@ -515,21 +533,21 @@ TORCHTPU_LOWERINGS(binary) {
     if (mode.toStringRef() == "floor") return V{floor_div(c, a, b)};
     Value q = divide(c, a, b);  // integer divide truncates already
     return V{is_floating(q.type.dtype) ? trunc(c, q) : q};
-  });
+  }, zero_divisor_checked());
   register_with_variants("floor_divide", {"", "Scalar"}, [](LoweringContext& c) {
     return V{floor_div(c, c.in_b(0), c.in_b(1))};
-  });
+  }, zero_divisor_checked());
   register_with_variants("remainder", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{py_remainder(c, c.in_b(0), c.in_b(1))};
-  });
+  }, zero_divisor_checked());
   register_lowering({"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, [](LoweringContext& c) {
     return V{py_remainder(c, c.in_b(0), c.in_b(1))};
-  });
+  }, zero_divisor_checked());
   register_with_variants("gcd", {""}, [](LoweringContext& c) { return V{gcd(c, c.in_b(0), c.in_b(1))}; });
   register_with_variants("lcm", {""}, [](LoweringContext& c) { return V{lcm(c, c.in_b(0), c.in_b(1))}; });
   register_with_variants("fmod", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{remainder(c, c.in_b(0), c.in_b(1))};
-  });
+  }, zero_divisor_checked());
   register_with_variants("pow", {"Tensor_Tensor"}, power);
   register_with_variants("pow", {"Tensor_Scalar"}, power, with_meta(pow_scalar_meta));
   register_lowering({"pow.Scalar", "pow.Scalar_out"}, power);

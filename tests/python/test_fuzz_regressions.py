@@ -88,13 +88,22 @@ def test_writes_that_overlap_their_inputs_raise_as_on_cpu(case, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_integer_division_by_zero_in_a_window_does_not_kill_the_process(mode):
-    # CPU raises ZeroDivisionError; tpu gives XLA's values, as CUDA gives values: x // 0 = -1, x % 0 = x.
+def test_integer_division_by_zero_raises_as_on_cpu_and_does_not_kill_the_process(mode):
+    # XLA folds divisions of constants at compile time, so a window that divided by 0 died of
+    # SIGFPE; then tpu gave XLA's values (x // 0 = -1, x % 0 = x), as CUDA gives values. CPU raises
+    # RuntimeError("ZeroDivisionError"): tpu raises it too, at the next host sync (a device check).
     with torchtpu.eager_mode(mode):
         ones, zeros = torch.ones(3, dtype=torch.int32, device="tpu"), torch.zeros(3, dtype=torch.int32, device="tpu")
-        results = [torch.floor_divide(ones, zeros), torch.remainder(ones, zeros), torch.fmod(ones, zeros),
-                   torch.div(ones, zeros, rounding_mode="trunc")]
-        assert [r.tolist() for r in results] == [[-1] * 3, [1] * 3, [1] * 3, [-1] * 3]
+        for divide in (torch.floor_divide, torch.remainder, torch.fmod, lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+                       lambda a, b: torch.div(a, 0, rounding_mode="floor"), lambda a, b: a % 0, lambda a, b: torch.remainder(1, b)):
+            with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+                divide(ones, zeros).tolist()
+            with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+                divide(ones.cpu(), zeros.cpu())
+        # the process goes on; float division by zero and integer division by non-zeros are unchecked
+        assert (ones.float() // 0).tolist() == [float("inf")] * 3 and (ones // 1).tolist() == [1] * 3
+        assert torch.div(ones, zeros).tolist() == [float("inf")] * 3  # true division
+        assert (torch.empty(0, dtype=torch.int64, device="tpu") // 0).tolist() == []
 
 
 @pytest.mark.parametrize("mode", MODES)
