@@ -367,7 +367,7 @@ std::vector<ValuePtr> CompiledGraph::run(const std::vector<GraphInput>& inputs) 
   for (size_t k = 0; k < buffers.size(); ++k) {
     results.push_back(std::make_shared<graph::DeviceValue>(plan_.device, plan_.result_dtypes[k], plan_.result_lengths[k]));
     results.back()->materialize(std::move(buffers[k]));
-    for (const graph::CheckPtr& c : inherited) results.back()->depend_on(c);
+    results.back()->inherit(inherited);
   }
   counters().compiled_graph_runs++;
   counters().donated_buffers += static_cast<int64_t>(plan_.donatable.size() - keep.size());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_set>
 #include <vector>
 
 #include "exec/compile_cache.h"
@@ -149,7 +150,7 @@ void swap_in_results(const SlotPlan& plan, int device, const std::vector<graph::
   for (const Slot& s : plan.slots)
     if (s.written) {
       auto value = std::make_shared<graph::DeviceValue>(device, s.flat_dtype, s.flat_length);
-      for (const graph::CheckPtr& c : inherited) value->depend_on(c);
+      value->inherit(inherited);
       results.push_back(value);
       s.storage->swap(std::move(value));
     }
@@ -157,12 +158,18 @@ void swap_in_results(const SlotPlan& plan, int device, const std::vector<graph::
 
 }  // namespace
 
+// Linear in the checks (a chain of checked ops between two host syncs carries one more per op):
+// only a second input that has checks needs them told apart.
 std::vector<graph::CheckPtr> unsettled_checks(const std::vector<graph::ValuePtr>& inputs) {
   std::vector<graph::CheckPtr> checks;
+  std::unordered_set<const graph::DeviceCheck*> seen;
   for (const graph::ValuePtr& v : inputs) {
     raise_if_failed(*v);
+    if (v->checks().empty()) continue;
+    if (!checks.empty() && seen.empty())
+      for (const graph::CheckPtr& c : checks) seen.insert(c.get());
     for (const graph::CheckPtr& c : v->checks())
-      if (c->state != graph::DeviceCheck::kPassed && std::find(checks.begin(), checks.end(), c) == checks.end())
+      if (c->state != graph::DeviceCheck::kPassed && (checks.empty() || seen.empty() || seen.insert(c.get()).second))
         checks.push_back(c);
   }
   return checks;

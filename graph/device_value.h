@@ -76,6 +76,8 @@ class DeviceValue {
 
   // The checks this value depends on that had not passed when it was made.
   const std::vector<CheckPtr>& checks() const { return checks_; }
+  // A new value's checks: those of the inputs it is made from (distinct, none passed).
+  void inherit(std::vector<CheckPtr> checks) { checks_ = std::move(checks); }
   void depend_on(const CheckPtr& check) {
     for (const CheckPtr& c : checks_)
       if (c == check) return;
