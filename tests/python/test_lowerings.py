@@ -1030,15 +1030,22 @@ def test_randperm_into_out_resizes_as_cpu(size, dtype, no_fallbacks):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_forward_mode_glu_as_cpu(dtype, no_fallbacks):
     """torch.func.jvp through F.glu ran glu_jvp on the CPU fallback. CPU's kernel refuses bfloat16
-    (CUDA's takes it): there the reference is CPU in float32, rounded."""
-    x, t = torch.randn(4, 6), torch.randn(4, 6)
+    (CUDA's takes it, computing in float32 from the forward's rounded result, as tpu's does): there
+    the reference is that formula on the CPU in float32, rounded once."""
+    g = torch.Generator().manual_seed(0)
+    x, t = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
     for dim in (-1, 0):
         glu = functools.partial(F.glu, dim=dim)
         value, tangent = torch.func.jvp(glu, (x.to(dtype).to("tpu"),), (t.to(dtype).to("tpu"),))
-        reference = torch.float32 if dtype == torch.bfloat16 else dtype
-        expected = torch.func.jvp(glu, (x.to(dtype).to(reference),), (t.to(dtype).to(reference),))
-        torch.testing.assert_close(value.cpu(), expected[0].to(dtype))
-        torch.testing.assert_close(tangent.cpu(), expected[1].to(dtype))
+        if dtype == torch.bfloat16:
+            (a, b), (da, db) = x.to(dtype).float().chunk(2, dim), t.to(dtype).float().chunk(2, dim)
+            gate = torch.sigmoid(b)
+            forward = (a * gate).to(dtype)
+            expected = forward, (da * gate + forward.float() * (1 - gate) * db).to(dtype)
+        else:
+            expected = torch.func.jvp(glu, (x.to(dtype),), (t.to(dtype),))
+        torch.testing.assert_close(value.cpu(), expected[0])
+        torch.testing.assert_close(tangent.cpu(), expected[1])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
