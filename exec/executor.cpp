@@ -190,19 +190,34 @@ void execute(const Window& w, runtime::Executable& exe, const std::string& what,
   for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
 }
 
-// Host data as the contents of `value` (counted, and traced for a profiler).
-void materialize_from_host(graph::DeviceValue& value, const void* data) {
+// Host data as the contents of `value` (counted, and traced for a profiler). With `when_read` the
+// copy is asynchronous: `when_read` runs once PJRT has read `data`, and synchronize() waits for it.
+void materialize_from_host(graph::DeviceValue& value, const void* data, std::function<void()> when_read = nullptr) {
   size_t bytes = value.length() * element_size(value.dtype());
-  runtime::Buffer b;
+  std::pair<runtime::Buffer, runtime::Event> sent;
   int64_t start = tracing() ? trace_clock_ns() : 0;
   try {
-    b = client().to_device(data, value.dtype(), {value.length()}, exec::device(value.device()));
+    const runtime::Device& to = exec::device(value.device());
+    if (when_read)
+      sent = client().to_device_async(data, value.dtype(), {value.length()}, to);
+    else
+      sent.first = client().to_device(data, value.dtype(), {value.length()}, to);
   } catch (const runtime::PjrtError& e) {
+    if (when_read) when_read();
     rethrow_memory_error(e, value.device(), bytes, "a host-to-device copy");
   }
   if (start) trace_copy(TraceEvent::Kind::kCopyToDevice, value.device(), start, bytes);
   counters().bytes_to_device += static_cast<int64_t>(bytes);
-  value.materialize(std::make_shared<runtime::Buffer>(std::move(b)));
+  if (when_read) {
+    try {
+      sent.second.on_ready([when_read](const std::string&) { when_read(); });
+    } catch (const runtime::PjrtError&) {  // no callback: wait here instead
+      sent.second.await();
+      when_read();
+    }
+    pending_work().add(value.device(), std::move(sent.second), "a host-to-device copy");
+  }
+  value.materialize(std::make_shared<runtime::Buffer>(std::move(sent.first)));
 }
 
 // Zeros uploaded as the node's one result (graph::Node::zero_bytes).
@@ -466,25 +481,8 @@ void upload(BufferRef& storage, const void* data, DType dtype) {
 
 void upload_async(BufferRef& storage, const void* data, DType dtype, std::function<void()> when_read) {
   int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
-  std::pair<runtime::Buffer, runtime::Event> sent;
-  int64_t start = tracing() ? trace_clock_ns() : 0;
-  try {
-    sent = client().to_device_async(data, dtype, {length}, exec::device(storage.device()));
-  } catch (const runtime::PjrtError& e) {
-    when_read();
-    rethrow_memory_error(e, storage.device(), storage.nbytes(), "a host-to-device copy");
-  }
-  if (start) trace_copy(TraceEvent::Kind::kCopyToDevice, storage.device(), start, storage.nbytes());
-  counters().bytes_to_device += static_cast<int64_t>(storage.nbytes());
-  try {
-    sent.second.on_ready([when_read](const std::string&) { when_read(); });
-  } catch (const runtime::PjrtError&) {  // no callback: wait here instead
-    sent.second.await();
-    when_read();
-  }
-  pending_work().add(storage.device(), std::move(sent.second), "a host-to-device copy");
   auto value = std::make_shared<graph::DeviceValue>(storage.device(), dtype, length);
-  value->materialize(std::make_shared<runtime::Buffer>(std::move(sent.first)));
+  materialize_from_host(*value, data, std::move(when_read));
   storage.swap(std::move(value));
 }
 

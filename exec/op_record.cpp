@@ -159,18 +159,18 @@ void swap_in_results(const SlotPlan& plan, int device, const std::vector<graph::
 }  // namespace
 
 // Linear in the checks (a chain of checked ops between two host syncs carries one more per op):
-// only a second input that has checks needs them told apart.
+// one value's checks are distinct already, so only those of a later input are looked up.
 std::vector<graph::CheckPtr> unsettled_checks(const std::vector<graph::ValuePtr>& inputs) {
   std::vector<graph::CheckPtr> checks;
   std::unordered_set<const graph::DeviceCheck*> seen;
   for (const graph::ValuePtr& v : inputs) {
     raise_if_failed(*v);
     if (v->checks().empty()) continue;
-    if (!checks.empty() && seen.empty())
+    bool first = checks.empty();
+    if (!first && seen.empty())
       for (const graph::CheckPtr& c : checks) seen.insert(c.get());
     for (const graph::CheckPtr& c : v->checks())
-      if (c->state != graph::DeviceCheck::kPassed && (checks.empty() || seen.empty() || seen.insert(c.get()).second))
-        checks.push_back(c);
+      if (c->state != graph::DeviceCheck::kPassed && (first || seen.insert(c.get()).second)) checks.push_back(c);
   }
   return checks;
 }
