@@ -58,6 +58,25 @@ def recording(mode, n, repeats):
     return per_op
 
 
+def checked_chain(k, repeats):
+    """(dispatch us/op, sync us/op) for k chained index_select calls on f32[16] between syncs: an
+    op with a device-side check, whose flag each sync reads (docs/design.md, "Failed device-side
+    checks")."""
+    x, idx = torch.arange(16.0, device="tpu"), torch.arange(15, -1, -1, device="tpu")
+    dispatch, sync = [], []
+    for i in range(repeats + 3):
+        y = x
+        start = time.perf_counter()
+        for _ in range(k):
+            y = y.index_select(0, idx)
+        dispatched = time.perf_counter()
+        torch.tpu.synchronize()
+        if i >= 3:
+            dispatch.append((dispatched - start) / k * 1e6)
+            sync.append((time.perf_counter() - dispatched) / k * 1e6)
+    return statistics.median(dispatch), statistics.median(sync)
+
+
 WORKLOADS = {
     "add f32[16] (x1000)": (lambda a, b: a + b, 1000, lambda d: torch.ones(16, device=d)),
     "matmul 256x256 (x100)": (lambda a, b: torch.mm(a, b) * 0.01, 100,
@@ -83,9 +102,10 @@ def main():
     for mode in ("fused", "lazy"):
         samples = recording(mode, 1000, args.repeats)
         recorded[mode] = {"median_us": statistics.median(samples), "min_us": min(samples), "max_us": max(samples)}
+    checked = {k: checked_chain(k, args.repeats) for k in (10, 50, 500)}
     info = {"machine": platform.processor() or platform.machine(), "cpus": torch.get_num_threads(),
             "torch": torch.__version__, "platform": torchtpu.platform(), "results": results,
-            "recording": recorded}
+            "recording": recorded, "checked_chain_us": checked}
     print(f"{'workload':26} {'cpu eager us/op':>16} {'tpu strict us/op':>17} {'tpu/cpu':>8}")
     for name, row in results.items():
         c, t = row["cpu"], row["tpu"]
@@ -93,6 +113,8 @@ def main():
               f"{t['median_us']:9.1f} ({t['min_us']:.1f}-{t['max_us']:.1f}) {row['ratio_tpu_vs_cpu']:7.2f}")
     for mode, r in recorded.items():
         print(f"recording y + 1.0, {mode:5}  {r['median_us']:9.2f} us/op ({r['min_us']:.2f}-{r['max_us']:.2f})")
+    for k, (dispatch, sync) in checked.items():
+        print(f"checked index_select x{k:<4} dispatch {dispatch:6.2f} us/op, sync {sync:6.2f} us/check")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(info, f, indent=1)

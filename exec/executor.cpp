@@ -209,6 +209,7 @@ void materialize_from_host(graph::DeviceValue& value, const void* data, std::fun
   if (start) trace_copy(TraceEvent::Kind::kCopyToDevice, value.device(), start, bytes);
   counters().bytes_to_device += static_cast<int64_t>(bytes);
   if (when_read) {
+    counters().async_bytes_to_device += static_cast<int64_t>(bytes);
     try {
       sent.second.on_ready([when_read](const std::string&) { when_read(); });
     } catch (const runtime::PjrtError&) {  // no callback: wait here instead

@@ -24,6 +24,7 @@ struct Counters {
   std::atomic<int64_t> compile_ns{0};
   std::atomic<int64_t> max_compile_ns{0};
   std::atomic<int64_t> bytes_to_device{0};
+  std::atomic<int64_t> async_bytes_to_device{0};  // of those, copied after the call returned
   std::atomic<int64_t> bytes_to_host{0};
 };
 

@@ -64,7 +64,8 @@ def report() -> str:
     lines += [f"  {r}" for r in m["recompiles"][-10:]]
     lines += [
         f"host syncs: {m['host_syncs'] or 'none'}",
-        f"bytes moved: host->device {m['bytes_to_device']}, device->host {m['bytes_to_host']}",
+        f"bytes moved: host->device {m['bytes_to_device']} ({m['async_bytes_to_device']} asynchronously), "
+        f"device->host {m['bytes_to_host']}",
         f"collectives: {m['collectives']}",
         f"CPU fallbacks: {m['cpu_fallbacks'] or 'none'}",
     ]

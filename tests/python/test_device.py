@@ -700,10 +700,16 @@ def test_non_blocking_copies_from_pinned_memory_outlive_their_source():
     source tensor is dropped at once (the DataLoader pattern), and synchronize() waits for it."""
     torch.manual_seed(0)
     sources = [torch.randn(1 << 18) for _ in range(12)]
+    asynchronous = lambda: torchtpu.metrics.counters()["async_bytes_to_device"]
+    before = asynchronous()
+    sources[0].to("tpu", non_blocking=True)  # pageable memory: a copy before the call returns
+    sources[0].pin_memory().to("tpu")  # not asked to be non-blocking
+    assert asynchronous() == before
     copies = []
     for source in sources:
         pinned = source.pin_memory()
         copies.append(pinned.to("tpu", non_blocking=True))
+        assert asynchronous() - before == source.numel() * 4 * len(copies)
         del pinned
         torch.full((1 << 18,), 7.0).pin_memory().fill_(-1.0)  # would land in a block freed too early
     torch.tpu.synchronize()
