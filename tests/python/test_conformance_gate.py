@@ -47,3 +47,25 @@ def test_strides_flag_fails_results_laid_out_unlike_cpu(tmp_path):
     assert with_strides["linalg.svd"]["passed"] == with_strides["linalg.svd"]["samples"]
     lstsq = with_strides["linalg.lstsq"]
     assert lstsq["failed"] > 0 and "strides" in lstsq["first_failure"]
+
+
+def test_a_mismatch_is_rounding_only_when_tpu_is_about_as_close_to_float64_as_cpu():
+    """The harness's verdict on a sample that failed against CPU (torchtpu.testing.opinfo): it is
+    rounding only if tpu's largest error against the float64 result is at most twice CPU's, or tpu
+    is within float32's tolerance of that result; wrong values, a lost NaN and a different index
+    stay failures."""
+    import torch
+    from torchtpu.testing.opinfo import _against_exact
+
+    exact = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) + 1e-9
+    cpu = exact.float() + torch.tensor([3e-5, 0, 0])
+    assert _against_exact(exact.float() + torch.tensor([0, 5e-5, 0]), cpu, exact)[0]  # 1.7x CPU's
+    assert _against_exact(exact.float(), cpu + 1, exact)[0]  # CPU is the side that is off
+    rounding, how = _against_exact(exact.float() + torch.tensor([0, 0, 1e-3]), cpu, exact)
+    assert not rounding and "tpu 0.001 vs CPU's 3e-05" in how
+    nan = torch.tensor([float("nan"), 2.0, 3.0])
+    assert not _against_exact(nan, cpu, exact)[0]
+    index = torch.tensor([0, 1])
+    assert not _against_exact((cpu, index + 1), (cpu + 1e-6, index), (exact, index))[0]
+    assert _against_exact((exact.float(), index), (cpu, index), (exact, index))[0]
+    assert _against_exact(torch.tensor([1, 2]), torch.tensor([1, 3]), torch.tensor([1, 2])) == (False, None)

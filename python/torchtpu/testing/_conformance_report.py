@@ -41,8 +41,9 @@ def _dtype_table(per_dtype, total, ops):
     """One row per dtype. *ops clean* counts ops whose every sample (and gradient check) in that
     dtype passed on the device: sample counts alone are dominated by the few ops with hundreds."""
     lines = ["| dtype | ops | ops clean | samples | passed on device | passed via CPU fallback "
-             "| failed | errors | not run (time limit) | on device | grad checks (failed) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| rounding | failed | errors | not run (time limit) | on device | on device or rounding "
+             "| grad checks (failed) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def clean(d):
         return d["samples"] and d["passed"] == d["samples"] and not d["grad_failed"] and not d["not_run"]
@@ -61,15 +62,16 @@ def _dtype_table(per_dtype, total, ops):
                           and clean(r["by_dtype"][dtype_name]))
         grad = f"{t['grad_samples']} ({t['grad_failed']})" if t["grad_samples"] else ""
         lines.append(f"| {dtype_name} | {n_ops} | {n_clean} | {t['samples']} | {t['passed']} | "
-                     f"{t['passed_fallback']} | {t['failed']} | {t['errors']} | {t['not_run']} | "
-                     f"{_pct(t['passed'], t['samples'])} | {grad} |")
+                     f"{t['passed_fallback']} | {t['rounding']} | {t['failed']} | {t['errors']} | "
+                     f"{t['not_run']} | {_pct(t['passed'], t['samples'])} | "
+                     f"{_pct(t['passed'] + t['rounding'], t['samples'])} | {grad} |")
     return lines
 
 
 def _op_rows(ops):
-    lines = ["| op | samples | on device | via fallback | failed | errors | grad (failed) "
+    lines = ["| op | samples | on device | via fallback | rounding | failed | errors | grad (failed) "
              "| dtypes with failures | CPU fallbacks | first failure |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in ops.items():
         bad = []
         for dtype_name, d in r["by_dtype"].items():
@@ -81,7 +83,7 @@ def _op_rows(ops):
         fb = ", ".join(f"`{f.replace('aten::', '')}`" for f in r["fallback_ops"])
         grad = f"{r['grad_samples']} ({r['grad_failed']})" if r["grad_samples"] else ""
         lines.append(f"| {name} | {r['samples']} | {r['passed']} | {r['passed_fallback']} | "
-                     f"{r['failed']} | {r['errors']} | {grad} | {', '.join(bad)} | {fb} | "
+                     f"{r['rounding']} | {r['failed']} | {r['errors']} | {grad} | {', '.join(bad)} | {fb} | "
                      f"{_cell(r['first_failure'])} |")
     return lines
 
@@ -122,11 +124,15 @@ def write_markdown(path, report, args):
            "1e-4). " if report["grad_dtypes"] else "")
         + "A sample is **passed on device** only when no CPU fallback "
         "(`torchtpu.metrics.cpu_fallbacks()`) ran while tpu computed it; one that matched only "
-        "with a fallback's help is **passed via CPU fallback**. *failed* are wrong values, shapes "
-        "or dtypes; *errors* are samples where tpu raised and CPU did not (or raised another kind "
+        "with a fallback's help is **passed via CPU fallback**. A float sample that does not "
+        "match CPU's is run again on CPU with its inputs in float64: it counts as *rounding* when "
+        "tpu's largest error against that result is at most twice CPU's, or within the dtype's "
+        "tolerance of it (integer outputs and special values must still match). *failed* are "
+        "wrong values, shapes or dtypes; *errors* are samples where tpu raised and CPU did not (or raised another kind "
         "of exception), and a worker crash counts as one error for that op and dtype. Samples "
         "beyond " f"{args.time_limit:.0f} s per op and dtype are *not run*. Random ops are excluded "
-        "(listed at the end): their values cannot match CPU's.", "",
+        "(listed at the end): their values cannot match CPU's; so are ops PyTorch implements for "
+        "the CPU only.", "",
         "## Summary per dtype", "",
     ]
     op_db = {n: r for n, r in ops.items() if r["kind"] == "op_db"}
@@ -156,6 +162,8 @@ def write_markdown(path, report, args):
               "first one met, in dtype order. The JSON written by `--json` keeps up to three "
               "failures per op and dtype, with the sample's shapes.", ""]
     lines += _op_rows(op_db)
-    lines += ["", "Excluded (random): " + ", ".join(report["excluded_random"]), ""]
+    lines += ["", "Excluded (random): " + ", ".join(report["excluded_random"]), "",
+              "Excluded (PyTorch implements them for the CPU only; CUDA raises as tpu does): "
+              + ", ".join(report.get("excluded_cpu_only", [])), ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
