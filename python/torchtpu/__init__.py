@@ -58,6 +58,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 # torchvision's custom ops (roi_align, nms) on tpu. Registered without importing torchvision (slow):
 # the dispatcher attaches the kernels when torchvision defines its ops, if it ever does.
 from .integrations import torchvision as _torchvision_ops  # noqa: E402
+from .integrations import flex_attention as _flex_attention  # noqa: E402,F401  (lets tpu tensors in)
 
 _torchvision_ops.register()
 

@@ -109,3 +109,49 @@ def test_dropout_keeps_the_math_path(no_fallbacks):
     kept = F.scaled_dot_product_attention(q, k, v)
     # each output row is a dropped-out, rescaled mix of v's rows: finite and of the same shape
     assert got.shape == kept.shape and torch.isfinite(got.cpu()).all()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_flex_attention_runs_on_tpu_as_dense_attention(compiled, no_fallbacks):
+    """FlexAttention (a score_mod reading a learned per-head bias, a block mask from a causal and
+    document mask_mod) forward as CPU's flex_attention, gradients (the bias's too) as the same
+    attention written densely in float64 (CPU's flex_attention refuses gradients); uncompiled
+    and under torch.compile(backend="tpu")."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 128, 16, generator=g) for _ in range(3))
+    bias = torch.randn(2, generator=g)  # per head
+    document = torch.arange(128) // 48
+
+    def attend(q, k, v, bias, document):
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + bias[h] * (q_idx - kv_idx) / 128
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (q_idx >= kv_idx) & (document[q_idx] == document[kv_idx])
+        mask = create_block_mask(mask_mod, None, None, 128, 128, device=q.device)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask)
+
+    leaves = [t.to("tpu").requires_grad_() for t in (q, k, v, bias)]
+    run = torch.compile(attend, backend="tpu") if compiled else attend
+    out = run(*leaves, document.to("tpu"))
+    out.sum().backward()
+
+    torch.testing.assert_close(out.detach().cpu(), attend(q, k, v, bias, document))
+    wide = [t.double().requires_grad_() for t in (q, k, v, bias)]
+    i = torch.arange(128)
+    scores = wide[0] @ wide[1].mT / 4 + wide[3][:, None, None] * (i[:, None] - i) / 128
+    allowed = (i[:, None] >= i) & (document[:, None] == document)
+    dense = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ wide[2]
+    dense.sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), dense.float(), atol=1e-5, rtol=1e-5)
+    for t, w in zip(leaves, wide):
+        torch.testing.assert_close(t.grad.cpu(), w.grad.float(), atol=1e-5, rtol=1e-5)
+
+
+def test_flex_attention_keeps_pytorchs_checks_for_other_devices():
+    from torch.nn.attention.flex_attention import flex_attention
+    q = torch.randn(1, 1, 16, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="backward on CPU"):
+        flex_attention(q, q, q)
