@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -105,20 +107,42 @@ class DeferredChecks {
     checks_.push_back(std::move(check));
   }
   // Reads every pending check, so the values carrying them know; throws for the first that failed.
+  // The flags' reads are all started before any is awaited: one wait for the lot, not one each.
   void verify() {
     std::vector<DeferredCheck> checks;
     {
       std::lock_guard<std::mutex> lock(mu_);
       checks.swap(checks_);
     }
-    const graph::DeviceCheck* failed = nullptr;
-    for (const DeferredCheck& c : checks) {
+    std::vector<DeferredCheck*> read;
+    for (DeferredCheck& c : checks) {
       const ValuePtr& v = c.ok->value();
-      if (!v || !v->is_materialized()) continue;  // the checking op itself failed and said so
-      bool ok = true;
-      v->buffer()->copy_to_host(&ok, 1);
-      c.check->state = ok ? graph::DeviceCheck::kPassed : graph::DeviceCheck::kFailed;
-      if (!ok && !failed) failed = c.check.get();
+      if (v && v->is_materialized()) read.push_back(&c);  // else the checking op itself failed and said so
+    }
+    std::unique_ptr<bool[]> ok(new bool[read.size()]);
+    std::vector<runtime::Event> reads;
+    reads.reserve(read.size());
+    std::exception_ptr read_failure;
+    for (size_t i = 0; i < read.size(); ++i) {
+      try {
+        reads.push_back(read[i]->ok->value()->buffer()->copy_to_host_async(&ok[i], 1));
+      } catch (...) {
+        read_failure = std::current_exception();
+        break;
+      }
+    }
+    for (const runtime::Event& r : reads) {  // every started read, before `ok` may go away
+      try {
+        r.await();
+      } catch (...) {
+        if (!read_failure) read_failure = std::current_exception();
+      }
+    }
+    if (read_failure) std::rethrow_exception(read_failure);
+    const graph::DeviceCheck* failed = nullptr;
+    for (size_t i = 0; i < read.size(); ++i) {
+      read[i]->check->state = ok[i] ? graph::DeviceCheck::kPassed : graph::DeviceCheck::kFailed;
+      if (!ok[i] && !failed) failed = read[i]->check.get();
     }
     if (failed) throw CheckFailed(failed->message, failed->index_error);
   }
