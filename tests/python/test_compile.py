@@ -304,6 +304,28 @@ def test_default_torch_compile_uses_tpu_backend():
     assert _counters()["compiled_graph_runs"] == before + 1
 
 
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+def test_torch_compile_modes_are_accepted(mode):
+    """Code written for CUDA keeps its mode= when it switches to backend="tpu"."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.relu(x) * 3, backend="tpu", mode=mode)
+    x = torch.randn(7)
+    before = _counters()["compiled_graph_runs"]
+    _close(f(x.to("tpu")), torch.relu(x) * 3)
+    assert _counters()["compiled_graph_runs"] == before + 1
+
+
+def test_unknown_modes_and_options_are_refused_by_name():
+    torch._dynamo.reset()
+    x = torch.randn(3, device="tpu")
+    with pytest.raises(Exception, match="takes no options=.*compile_options"):
+        torch.compile(lambda x: x + 1, backend="tpu", options={"triton.cudagraphs": True})(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown mode 'fastest'"):
+        torch.compile(lambda x: x + 2, backend="tpu", mode="fastest")(x)
+    torch._dynamo.reset()
+
+
 def test_optimizer_tracing_does_not_import_inductor():
     """Dynamo's optimizer tracing imports Inductor's CUDA-graph module for a hint about CUDA tensors
     (1 s): on tpu it must not (compile/optimizer_tracing.py)."""

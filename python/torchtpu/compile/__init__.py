@@ -19,8 +19,19 @@ def compile_options(*, buckets=None) -> None:
     options["buckets"] = None if buckets is None else sorted(int(b) for b in buckets)
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs):
-    """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
+# torch.compile's modes, all accepted: an XLA program already launches as one unit (what
+# "reduce-overhead" gets from CUDA graphs) and XLA chooses its fusions itself (no autotuning)
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options=None):
+    """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures.
+    ``torch.compile(..., mode=...)`` passes ``mode`` here."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"torch.compile(backend=\"tpu\"): unknown mode {mode!r}; one of {', '.join(MODES)}")
+    if options:
+        raise ValueError(f"torch.compile(backend=\"tpu\") takes no options= (got {sorted(options)}); "
+                         "set its options with torchtpu.compile_options(...)")
     from .dynamo import backend as compile_graph
 
     return compile_graph(gm, example_inputs)
