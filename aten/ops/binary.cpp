@@ -27,6 +27,15 @@ Value rounded_operand(LoweringContext& c, size_t i) {
   return cast(c.b, c.in_b(i), accumulator(c.compute_dtype()));
 }
 
+// Operand i of mul/div: in opmath for bfloat16/float16, from the argument's own dtype. CPU's (and
+// CUDA's) kernels multiply or divide by a Scalar (x * 0.3, x / 6.28, a 0-d float32 tensor) at its
+// float32 value and round once; rounding the Scalar to the output dtype first put a third of a
+// float16 x * 6.28 an ulp off. Tensor operands of the output dtype give the same products either
+// way (exact in float32).
+Value keeping_scalar(LoweringContext& c, size_t i) {
+  return low_precision(c.compute_dtype()) ? opmath_b(c, i) : c.in_b(i);
+}
+
 // alpha * b (alpha is argument `alpha_index` when present), in opmath: CPU adds a + alpha * b of
 // bfloat16/float16 in float32 and rounds once.
 Value scaled(LoweringContext& c, size_t i, size_t alpha_index) {
@@ -522,12 +531,14 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
   }, with_meta(add_meta(no_bool_subtraction)));
-  register_with_variants("mul", {"Tensor", "Scalar"}, simple(BinaryOp::kMultiply));
+  register_with_variants("mul", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    return V{bin(c, BinaryOp::kMultiply, keeping_scalar(c, 0), keeping_scalar(c, 1))};
+  });
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{divide(c, c.in_b(0), c.in_b(1))};
+    return V{divide(c, keeping_scalar(c, 0), keeping_scalar(c, 1))};
   });
   register_with_variants("div", {"Tensor_mode", "Scalar_mode"}, [](LoweringContext& c) {
-    Value a = c.in_b(0), b = c.in_b(1);
+    Value a = keeping_scalar(c, 0), b = keeping_scalar(c, 1);
     const c10::IValue& mode = c.arg(2);
     if (mode.isNone()) return V{bin(c, BinaryOp::kDivide, a, b)};
     if (mode.toStringRef() == "floor") return V{floor_div(c, a, b)};

@@ -76,13 +76,16 @@ V nll_loss_forward(LoweringContext& c) {
   Value w = target_weights(c, m, c.raw(1), x.type.dtype, x.type.dims[class_dim], 2, ignore);
   Value picked = m.reduce(c.b.select(class_mask(c, c.raw(1), x.type.dims, class_dim), x, m.k(0, x)),
                           {class_dim}, BinaryOp::kAdd, 0);
-  Value losses = m.mul(c.b.unary(UnaryOp::kNegate, picked), w);
+  // bfloat16/float16 losses are summed in float32 and rounded once, as CPU's kernels accumulate
+  DType dtype = x.type.dtype, acc = accumulator(dtype);
+  Value losses = m.mul(c.b.unary(UnaryOp::kNegate, cast(c.b, picked, acc)), cast(c.b, w, acc));
   std::vector<int64_t> all;
   for (int64_t i = 0; i < losses.type.rank(); ++i) all.push_back(i);
-  if (reduction == kNone) return {losses, c.b.constant(0, {w.type.dtype, {}})};  // CPU leaves it 0
-  Value total_weight = m.reduce(w, all, BinaryOp::kAdd, 0);
+  if (reduction == kNone) return {cast(c.b, losses, dtype), c.b.constant(0, {dtype, {}})};  // CPU leaves it 0
+  Value total_weight = m.reduce(cast(c.b, w, acc), all, BinaryOp::kAdd, 0);
   Value sum = m.reduce(losses, all, BinaryOp::kAdd, 0);
-  return {reduction == kMean ? m.div(sum, total_weight) : sum, total_weight};
+  Value loss = reduction == kMean ? m.div(sum, total_weight) : sum;
+  return {cast(c.b, loss, dtype), cast(c.b, total_weight, dtype)};
 }
 
 V nll_loss_backward(LoweringContext& c) {

@@ -422,9 +422,11 @@ V rrelu_with_noise(LoweringContext& c, bool in_place) {
   Value x = c.in(0);
   Value negative = c.b.compare(Compare::kLT, x, m.k(0, x));
   auto written = [&](const Value& out, const Value& noise) { return in_place ? V{out, noise} : V{noise, out}; };
-  if (!c.arg(4).toBool()) {
-    Value slope = m.mul(m.add(c.in_b(2), c.in_b(3)), m.k(0.5, x));
-    return written(c.b.select(negative, m.mul(x, slope), x), c.raw(1));
+  if (!c.arg(4).toBool()) {  // the slope as CPU's: (lower + upper) / 2 in double, used in opmath
+    Value wide = m.mul(m.add(c.in_as(2, DType::kF64), c.in_as(3, DType::kF64)), c.scalar(0.5, DType::kF64));
+    DType acc = accumulator(x.type.dtype);
+    Value scaled = cast(c.b, m.mul(cast(c.b, x, acc), c.bcast(cast(c.b, wide, acc))), x.type.dtype);
+    return written(c.b.select(negative, scaled, x), c.raw(1));
   }
   Value u = uniforms(c, 1)[0];
   Value lower = cast(c.b, c.in_b(2), u.type.dtype), upper = cast(c.b, c.in_b(3), u.type.dtype);

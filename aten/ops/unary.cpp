@@ -217,29 +217,32 @@ Lowering backward(F f) {
   };
 }
 
-constexpr double kSqrt2 = 1.4142135623730951;
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 
-Value gelu(Ops& o, const Value& x, bool tanh_approx) {
-  if (tanh_approx) {
-    Value inner = o.mul(o.k(kSqrt2OverPi, x), o.add(x, o.mul(o.k(0.044715, x), o.mul(x, o.mul(x, x)))));
-    return o.mul(o.mul(o.k(0.5, x), x), o.add(o.k(1, x), o.u(UnaryOp::kTanh, inner)));
-  }
-  Value cdf = o.mul(o.k(0.5, x), o.add(o.k(1, x), o.u(UnaryOp::kErf, o.div(x, o.k(kSqrt2, x)))));
-  return o.mul(x, cdf);
+// GELU's normal CDF, Phi(x) = erfc(-x / sqrt 2) / 2 (or its tanh approximation, (1 + tanh u) / 2 =
+// sigmoid(2u)). Written as 1 + erf (or 1 + tanh) it cancels below x = -3: XLA's float32 erf stops
+// short of -1 and GELU(-6.3) came out -6e-7 where it is -7e-10 (CPU, cancelling too, gives -0).
+Value tanh_approximation_inner(Ops& o, const Value& x) {  // u = sqrt(2/pi) (x + 0.044715 x^3)
+  return o.mul(o.k(kSqrt2OverPi, x), o.add(x, o.mul(o.k(0.044715, x), o.mul(x, o.mul(x, x)))));
 }
+
+Value normal_cdf(Ops& o, const Value& x, bool tanh_approx) {
+  if (tanh_approx) return o.u(UnaryOp::kLogistic, o.mul(o.k(2, x), tanh_approximation_inner(o, x)));
+  return o.mul(o.k(0.5, x), o.u(UnaryOp::kErfc, o.mul(o.k(-M_SQRT1_2, x), x)));
+}
+
+Value gelu(Ops& o, const Value& x, bool tanh_approx) { return o.mul(x, normal_cdf(o, x, tanh_approx)); }
 
 Value gelu_grad(Ops& o, const Value& g, const Value& x, bool tanh_approx) {
   if (tanh_approx) {
-    Value x2 = o.mul(x, x);
-    Value inner = o.mul(o.k(kSqrt2OverPi, x), o.add(x, o.mul(o.k(0.044715, x), o.mul(x2, x))));
-    Value t = o.u(UnaryOp::kTanh, inner);
-    Value dinner = o.mul(o.k(kSqrt2OverPi, x), o.add(o.k(1, x), o.mul(o.k(3 * 0.044715, x), x2)));
-    Value left = o.mul(o.k(0.5, x), o.add(o.k(1, x), t));
-    Value right = o.mul(o.mul(o.k(0.5, x), x), o.mul(o.sub(o.k(1, x), o.mul(t, t)), dinner));
-    return o.mul(g, o.add(left, right));
+    // d/dx x sigmoid(2u) = s + x 2u' s (1 - s), with s = sigmoid(2u), 1 - s = sigmoid(-2u)
+    Value twice_u = o.mul(o.k(2, x), tanh_approximation_inner(o, x));
+    Value s = o.u(UnaryOp::kLogistic, twice_u), rest = o.u(UnaryOp::kLogistic, o.u(UnaryOp::kNegate, twice_u));
+    Value dinner = o.mul(o.k(kSqrt2OverPi, x), o.add(o.k(1, x), o.mul(o.k(3 * 0.044715, x), o.mul(x, x))));
+    Value right = o.mul(o.mul(o.k(2, x), x), o.mul(o.mul(s, rest), dinner));
+    return o.mul(g, o.add(s, right));
   }
-  Value cdf = o.mul(o.k(0.5, x), o.add(o.k(1, x), o.u(UnaryOp::kErf, o.div(x, o.k(kSqrt2, x)))));
+  Value cdf = normal_cdf(o, x, false);
   Value pdf = o.mul(o.k(1 / std::sqrt(2 * M_PI), x),
                     o.u(UnaryOp::kExponential, o.mul(o.k(-0.5, x), o.mul(x, x))));
   return o.mul(g, o.add(cdf, o.mul(x, pdf)));
@@ -358,10 +361,11 @@ TORCHTPU_LOWERINGS(unary) {
     Ops o(c);
     return V{o.min(o.max(c.in(0), c.bcast(c.in(1))), c.bcast(c.in(2)))};
   });
+  // the slope in opmath, not rounded to bfloat16/float16 first, as CPU's and CUDA's kernels
   register_lowering({"leaky_relu", "leaky_relu_", "leaky_relu.out"}, [](LoweringContext& c) {
     Ops o(c);
-    Value x = c.in(0);
-    return V{o.sel(o.gt(x, o.k(0, x)), x, o.mul(x, c.bcast(c.in(1))))};
+    Value x = opmath(c, 0);
+    return V{o.sel(o.gt(x, o.k(0, x)), x, o.mul(x, opmath_b(c, 1)))};
   });
   register_lowering({"elu", "elu_", "elu.out"}, [](LoweringContext& c) {
     Ops o(c);  // elu(x, alpha, scale, input_scale)
@@ -554,8 +558,8 @@ TORCHTPU_LOWERINGS(unary) {
   });
   register_lowering({"leaky_relu_backward", "leaky_relu_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);  // (grad, self, negative_slope, self_is_result)
-    Value g = c.in_b(0), x = c.in_b(1);
-    return V{o.sel(o.gt(x, o.k(0, x)), g, o.mul(g, c.bcast(c.in(2))))};
+    Value g = opmath_b(c, 0), x = opmath_b(c, 1);
+    return V{o.sel(o.gt(x, o.k(0, x)), g, o.mul(g, opmath_b(c, 2)))};
   });
 }
 

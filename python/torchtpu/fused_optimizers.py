@@ -26,13 +26,35 @@ CompositeExplicitAutograd kernels in PyTorch that clone and call the in-place op
 these kernels too.
 """
 
+import contextlib
 import math
 
 import torch
 
+from . import _C
+
 _lib = None
 
 _REDUCED = (torch.bfloat16, torch.float16)
+
+
+# One program per step -----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _one_program():
+    """A fused kernel's ops run as one program, as the op is one kernel on CUDA: in strict mode they
+    are recorded (fused mode) and run together when the mode switches back; fused and lazy mode
+    record them anyway, and debug mode keeps running each op on its own, checked."""
+    if _C._eager_mode() != "strict":
+        with torch.no_grad():
+            yield
+        return
+    _C._set_eager_mode("fused")
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        _C._set_eager_mode("strict")  # runs the recorded ops
 
 
 # Working copies ----------------------------------------------------------------------------------
@@ -203,7 +225,7 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *,
 def _adam_kernel(decoupled):
     def kernel(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
                beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-        with torch.no_grad():
+        with _one_program():
             _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr,
                   beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad,
                   maximize=maximize, grad_scale=grad_scale, found_inf=found_inf,
@@ -249,7 +271,7 @@ def _adagrad(params, grads, state_sums, state_steps, *, lr, lr_decay, weight_dec
 
 def _adagrad_kernel(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps,
                     maximize, grad_scale=None, found_inf=None):
-    with torch.no_grad():
+    with _one_program():
         _adagrad(self, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
                  weight_decay=weight_decay, eps=eps, maximize=maximize, grad_scale=grad_scale,
                  found_inf=found_inf)
@@ -292,7 +314,7 @@ def _sgd(params, grads, momentum_buffers, *, weight_decay, momentum, lr, dampeni
 
 def _sgd_kernel(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
                 nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
-    with torch.no_grad():
+    with _one_program():
         _sgd(self, grads, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum, lr=lr,
              dampening=dampening, nesterov=nesterov, maximize=maximize,
              is_first_step=is_first_step, grad_scale=grad_scale, found_inf=found_inf)

@@ -717,6 +717,74 @@ def test_low_precision_addbmm_rounds_each_batch_as_cpu(dtype, no_fallbacks):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_scalars_keep_their_value_as_on_cpu(dtype, no_fallbacks):
+    """x * 6.28, x / 6.28, leaky_relu's and rrelu's slopes: CPU (and CUDA) use the Scalar at its
+    float32 value and round the result once; rounding the Scalar to the tensor's dtype first put
+    up to 45% of a float16 product an ulp off."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4000, generator=g) * 3).to(dtype)
+    ops = {"mul": lambda a: a * 6.283185307, "rmul": lambda a: 6.283185307 * a, "div": lambda a: a / 6.283185307,
+           "div_": lambda a: a.clone().div_(0.3331), "0-d tensor": lambda a: a * torch.tensor(0.3331),
+           "floor": lambda a: torch.div(a, 0.3331, rounding_mode="floor"),
+           "trunc": lambda a: torch.div(a, 0.3331, rounding_mode="trunc"),
+           "leaky_relu": lambda a: F.leaky_relu(a, 0.3331), "rrelu": lambda a: F.rrelu(a, 0.1, 0.3, training=False)}
+    for name, op in ops.items():
+        torch.testing.assert_close(op(x.to("tpu")).cpu(), op(x), rtol=0, atol=0, msg=name)
+    xg, tg = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    F.leaky_relu(xg, 0.3331).sum().backward()
+    F.leaky_relu(tg, 0.3331).sum().backward()
+    torch.testing.assert_close(tg.grad.cpu(), xg.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_is_accurate_in_the_negative_tail(approximate, no_fallbacks):
+    """GELU's CDF as erfc(-x / sqrt 2) / 2 (tanh form: sigmoid(2u)), not 1 + erf(...), which
+    cancels below x = -3 (float32 GELU(-6.3) was -6e-7 for -7e-10). Against the same formulas in
+    float64 written without cancellation; in bfloat16/float16 at least as close to them as CPU."""
+    x = torch.cat([torch.linspace(-12, 4, 2001), torch.tensor([-6.34375, -3.376953125])])
+
+    def exact(x):
+        x = x.double()
+        if approximate == "tanh":
+            u = 0.7978845608028654 * (x + 0.044715 * x ** 3)
+            return x * torch.sigmoid(2 * u)
+        return x * 0.5 * torch.special.erfc(-x / 2 ** 0.5)
+
+    got = F.gelu(x.to("tpu"), approximate=approximate).cpu().double()
+    # relative to the value down to where results go subnormal (XLA flushes those to 0)
+    torch.testing.assert_close(got, exact(x), rtol=5e-5, atol=1e-36)
+    xt = x.to("tpu").requires_grad_()
+    F.gelu(xt, approximate=approximate).sum().backward()
+    xd = x.double().requires_grad_()
+    exact(xd).sum().backward()
+    # the derivative crosses 0 near x = -0.75, where its terms of size ~0.2 cancel
+    torch.testing.assert_close(xt.grad.cpu().double(), xd.grad, rtol=5e-5, atol=1e-7)
+    for dtype in (torch.bfloat16, torch.float16):
+        low = x.to(dtype)
+        ours, cpus = F.gelu(low.to("tpu"), approximate=approximate).cpu(), F.gelu(low, approximate=approximate)
+        truth = exact(low)
+        assert ((ours.double() - truth).abs() <= (cpus.double() - truth).abs()).all(), dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_nll_loss_sums_in_float32(dtype, no_fallbacks):
+    """A bfloat16/float16 nll_loss's sum and total weight accumulate in float32 and round once,
+    as CUDA's kernel does (summed in the input's dtype, a weighted bfloat16 mean was 3% off; CPU
+    folds in bfloat16 too, less far off)."""
+    g = torch.Generator().manual_seed(0)
+    for shape, target_shape in [((37, 5), (37,)), ((2, 5, 3, 3), (2, 3, 3)), ((5,), ())]:
+        x = torch.randn(*shape, generator=g).mul(4).to(dtype)
+        t = torch.randint(0, 5, target_shape, generator=g)
+        w = torch.rand(5, generator=g).mul(9).to(dtype)
+        for kwargs in [dict(weight=w), dict(weight=w, ignore_index=2), {}]:
+            for reduction in ["sum", "mean"]:
+                run = lambda x, t, **kw: F.nll_loss(x, t, reduction=reduction, **kw)
+                once = run(x.float(), t, **{k: v.float() if k == "weight" else v for k, v in kwargs.items()})
+                actual = run(x.to("tpu"), t.to("tpu"), **{k: v.to("tpu") if k == "weight" else v for k, v in kwargs.items()})
+                torch.testing.assert_close(actual.cpu().float(), once.to(dtype).float(), rtol=torch.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_log_softmax_rounds_as_cpu(dtype, no_fallbacks):
     """CPU's last-dimension log_softmax keeps the sum of exponentials and its log in the input's
     dtype; computing both in float32 was an ulp off in one output in seven."""

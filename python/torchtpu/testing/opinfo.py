@@ -110,9 +110,10 @@ def _against_exact(actual, expected, exact):
     mismatch counts as rounding when each output's largest error against the exact result is at
     most twice CPU's (two summation orders of one sum have error bounds of the same size; a wrong
     value is off by far more), or tpu's result is within the dtype's default tolerance of the
-    exact one (then CPU's is the less accurate side). Integer outputs, shapes and special
-    values (NaN, infinities) must match CPU's exactly, so a wrong index or a lost NaN stays a
-    failure."""
+    exact one (then CPU's is the less accurate side). Integer outputs and shapes must match CPU's
+    exactly, and where the two differ at a special value (NaN, an infinity) tpu's must be the exact
+    result's: a wrong index or a lost NaN stays a failure, while CPU's overflow to NaN where the
+    exact result is finite counts against CPU."""
     import torch
     from torch.testing._comparison import default_tolerances
     from torch.utils._pytree import tree_flatten
@@ -137,13 +138,16 @@ def _against_exact(actual, expected, exact):
             continue
         rtol, atol = default_tolerances(e)
         a, e = a.to(x.dtype), e.to(x.dtype)
-        finite = a.isfinite() & e.isfinite() & x.isfinite()
         same = (a == e) | (a.isnan() & e.isnan())
-        if not bool((same | finite).all()):
-            rounding = False  # a special value where CPU has another
-        err_a, err_e = (a - x)[finite].abs(), (e - x)[finite].abs()
+        # where they differ, tpu must have the exact result's special value (NaN, an infinity),
+        # or a finite value where it is finite; CPU's NaN or overflow there is its error
+        like_x = (a == x) | (a.isnan() & x.isnan())
+        measured = ~same & x.isfinite()
+        if not bool((same | like_x | (measured & a.isfinite())).all()):
+            rounding = False
+        err_a, err_e = (a - x)[measured].abs(), (e - x)[measured].abs().nan_to_num(float("inf"))
         worst_a, worst_e = (float(err.max()) if err.numel() else 0.0 for err in (err_a, err_e))
-        near = bool((err_a <= atol + rtol * x[finite].abs()).all())
+        near = bool((err_a <= atol + rtol * x[measured].abs()).all())
         rounding &= near or worst_a <= ROUNDING_FACTOR * worst_e
         errors.append(f"{worst_a:.2g} vs CPU's {worst_e:.2g}")
     if not errors:
@@ -453,7 +457,7 @@ def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
         for name, dtype_name in units:
             entry = entries[name]
             announce(out, (name, dtype_name))
-            rec = {"op": name, "dtype": dtype_name, "failures": [], "fallback_ops": {}}
+            rec = {"op": name, "dtype": dtype_name, "failures": [], "roundings": [], "fallback_ops": {}}
             rec.update({k: 0 for k in COUNTS})
             dtype = getattr(torch, dtype_name)
             want_grad = entry.wants_grad(dtype_name, grad_dtypes)
@@ -493,8 +497,9 @@ def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
                         if len(rec["failures"]) < FAILURES_KEPT:
                             rec["failures"].append({"sample": _describe_call(args, kwargs),
                                                     "why": "gradient: " + grad, "index": i})
-                if why and len(rec["failures"]) < FAILURES_KEPT:
-                    rec["failures"].append({"sample": _describe_call(args, kwargs), "why": why,
+                kept = rec["roundings" if result == "rounding" else "failures"]  # apart: real failures first
+                if why and len(kept) < FAILURES_KEPT:
+                    kept.append({"sample": _describe_call(args, kwargs), "why": why,
                                             "index": i, "fallback": sorted(used)})
             record(out, (name, dtype_name), rec)
 
@@ -515,6 +520,7 @@ def _aggregate(units_done, names, dtypes, entries):
         r = ops[name]
         d = {k: rec.get(k, 0) for k in COUNTS}
         d["failures"] = rec.get("failures", [])
+        d["roundings"] = rec.get("roundings", [])
         d["fallback_ops"] = rec.get("fallback_ops", {})
         if rec.get("sample_error"):
             d["sample_error"] = rec["sample_error"]
