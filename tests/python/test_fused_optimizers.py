@@ -254,3 +254,31 @@ def test_functional_sgd_matches_cpu(overload):
     for c_list, t_list in zip(cpu_out, tpu_out):
         for c, t in zip(c_list, t_list):
             torch.testing.assert_close(t.cpu(), c, **FP32_TOL)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD", "Adagrad"])
+def test_a_fused_step_is_one_program_in_strict_mode(name):
+    """As the op is one kernel on CUDA: its _foreach_ ops are recorded and run together, not one
+    program each (strict mode, the default). The step's result matches the foreach one."""
+    kwargs = dict(momentum=0.9) if name == "SGD" else {}
+    results = {}
+    for fused in (True, False):
+        params = _params("tpu", torch.float32, SHAPES)
+        opt = getattr(torch.optim, name)(params, lr=0.1, fused=fused, foreach=not fused, **kwargs)
+        for step in range(2):
+            for p, g in zip(params, _grads(step, params, "tpu")):
+                p.grad = g
+            torch.tpu.synchronize()
+            torchtpu.metrics.reset()
+            opt.step()
+            torch.tpu.synchronize()
+        m = torchtpu.metrics.as_dict()
+        # a window whose program is still compiling in the background runs op by op meanwhile
+        windows = m["windows"] + m["op_by_op_windows"]
+        results[fused] = ([p.detach().cpu() for p in params], windows, m["strict_ops"])
+    assert torchtpu.get_eager_mode() == "strict"
+    # fused: one recorded window, and at most torch.optim's own step-count increment op by op
+    assert results[True][1:] in [(1, 0), (1, 1)]
+    assert results[False][1] == 0 and results[False][2] > 1
+    for a, b in zip(results[True][0], results[False][0]):
+        torch.testing.assert_close(a, b, **FP32_TOL)
