@@ -72,3 +72,6 @@ def test_a_mismatch_is_rounding_only_when_tpu_is_about_as_close_to_float64_as_cp
     # CPU's NaN where the exact result is finite is CPU's error; tpu's is not
     assert _against_exact(exact.float(), torch.tensor([float("nan"), 2.0, 3.0]), exact)[0]
     assert not _against_exact(torch.tensor([float("inf"), 2.0, 3.0]), torch.tensor([float("nan"), 2.0, 3.0]), exact)[0]
+    # a float16 result beyond 65504 is an infinity: tpu's inf there is right, CPU's NaN is not
+    big = torch.tensor([9e4, 1.0], dtype=torch.float64)
+    assert _against_exact(big.half(), torch.tensor([float("nan"), 1.0], dtype=torch.half), big)[0]
