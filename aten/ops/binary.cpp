@@ -543,6 +543,10 @@ TORCHTPU_LOWERINGS(binary) {
     if (mode.isNone()) return V{bin(c, BinaryOp::kDivide, a, b)};
     if (mode.toStringRef() == "floor") return V{floor_div(c, a, b)};
     Value q = divide(c, a, b);  // integer divide truncates already
+    // CPU truncates a bfloat16/float16 quotient rounded to the dtype, unless the divisor is one
+    // element (then its float32 value divides, as for mul)
+    std::optional<DType> low = low_precision(c.compute_dtype());
+    if (low && c.arg(1).isTensor() && c.arg(1).toTensor().numel() > 1) q = rounded_to(c.b, q, *low);
     return V{is_floating(q.type.dtype) ? trunc(c, q) : q};
   }, zero_divisor_checked());
   register_with_variants("floor_divide", {"", "Scalar"}, [](LoweringContext& c) {

@@ -720,13 +720,16 @@ def test_low_precision_addbmm_rounds_each_batch_as_cpu(dtype, no_fallbacks):
 def test_low_precision_scalars_keep_their_value_as_on_cpu(dtype, no_fallbacks):
     """x * 6.28, x / 6.28, leaky_relu's and rrelu's slopes: CPU (and CUDA) use the Scalar at its
     float32 value and round the result once; rounding the Scalar to the tensor's dtype first put
-    up to 45% of a float16 product an ulp off."""
+    up to 45% of a float16 product an ulp off. Division with a rounding mode as CPU's: floor in
+    float32, trunc of the quotient rounded to the dtype unless the divisor is one element."""
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(4000, generator=g) * 3).to(dtype)
     ops = {"mul": lambda a: a * 6.283185307, "rmul": lambda a: 6.283185307 * a, "div": lambda a: a / 6.283185307,
            "div_": lambda a: a.clone().div_(0.3331), "0-d tensor": lambda a: a * torch.tensor(0.3331),
            "floor": lambda a: torch.div(a, 0.3331, rounding_mode="floor"),
            "trunc": lambda a: torch.div(a, 0.3331, rounding_mode="trunc"),
+           "trunc by a tensor": lambda a: torch.div(a, a.flip(0).abs() + 0.2, rounding_mode="trunc"),
+           "floor by a tensor": lambda a: torch.div(a, a.flip(0).abs() + 0.2, rounding_mode="floor"),
            "leaky_relu": lambda a: F.leaky_relu(a, 0.3331), "rrelu": lambda a: F.rrelu(a, 0.1, 0.3, training=False)}
     for name, op in ops.items():
         torch.testing.assert_close(op(x.to("tpu")).cpu(), op(x), rtol=0, atol=0, msg=name)
