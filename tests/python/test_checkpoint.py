@@ -72,6 +72,16 @@ def test_load_what_safetensors_wrote_into_a_model(tmp_path):
     torch.testing.assert_close(on_tpu(x.to("tpu")).cpu(), model(x))
 
 
+def test_safetensors_loads_onto_tpu_by_device_index(tmp_path):
+    """safetensors refuses device="tpu" but takes an index of the current accelerator (porting.md)."""
+    tensors = {"w": torch.randn(3, 4), "b": torch.arange(5, dtype=torch.int32)}
+    safetensors.torch.save_file(tensors, tmp_path / "m.safetensors")
+    loaded = safetensors.torch.load_file(tmp_path / "m.safetensors", device=0)
+    for name, t in tensors.items():
+        assert loaded[name].device == torch.device("tpu", 0)
+        assert torch.equal(loaded[name].cpu(), t)
+
+
 def test_unsupported_dtype_is_a_clear_error_and_leaves_no_file(tmp_path):
     with pytest.raises(TypeError, match="'u' has dtype torch.uint32"):
         save_safetensors({"u": torch.zeros(2, dtype=torch.uint32, device="tpu")}, tmp_path / "x.safetensors")
