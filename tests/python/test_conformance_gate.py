@@ -69,6 +69,7 @@ def test_a_mismatch_is_rounding_only_when_tpu_is_about_as_close_to_float64_as_cp
     assert not _against_exact((cpu, index + 1), (cpu + 1e-6, index), (exact, index))[0]
     assert _against_exact((exact.float(), index), (cpu, index), (exact, index))[0]
     assert _against_exact(torch.tensor([1, 2]), torch.tensor([1, 3]), torch.tensor([1, 2])) == (False, None)
+    assert _against_exact(cpu.clone(), cpu, exact) == (False, None)  # equal values: not a rounding question
     # CPU's NaN where the exact result is finite is CPU's error; tpu's is not
     assert _against_exact(exact.float(), torch.tensor([float("nan"), 2.0, 3.0]), exact)[0]
     assert not _against_exact(torch.tensor([float("inf"), 2.0, 3.0]), torch.tensor([float("nan"), 2.0, 3.0]), exact)[0]

@@ -88,6 +88,10 @@ ROUNDING_FACTOR = 2.0
 # ---------------------------------------------------------------------------------------------
 # Telling rounding from wrong values: a mismatch measured against the float64 result.
 
+class NotAValueMismatch(AssertionError):
+    """A result that differs from CPU's in something other than its values (a device, strides)."""
+
+
 def _is_narrow_float(x):
     import torch
     return (isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
@@ -124,7 +128,7 @@ def _against_exact(actual, expected, exact):
     a_leaves, e_leaves, x_leaves = (tree_flatten(v)[0] for v in (actual, expected, exact))
     if not len(a_leaves) == len(e_leaves) == len(x_leaves):
         return False, None
-    rounding, errors = True, []
+    rounding, errors, differs = True, [], False
     for a, e, x in zip(a_leaves, e_leaves, x_leaves):
         if not all(isinstance(v, (torch.Tensor, float, complex)) for v in (a, e, x)):
             tensors = isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)
@@ -140,6 +144,7 @@ def _against_exact(actual, expected, exact):
         representable = x.to(e.dtype).to(x.dtype)  # beyond the dtype's range: an infinity
         a, e = a.to(x.dtype), e.to(x.dtype)
         same = (a == e) | (a.isnan() & e.isnan())
+        differs |= not bool(same.all())
         # where they differ, tpu must have the exact result's special value (NaN, an infinity),
         # or a finite value where it is finite; CPU's NaN or overflow there is its error
         like_x = (a == representable) | (a.isnan() & x.isnan())
@@ -151,7 +156,7 @@ def _against_exact(actual, expected, exact):
         near = bool((err_a <= atol + rtol * x[measured].abs()).all())
         rounding &= near or worst_a <= ROUNDING_FACTOR * worst_e
         errors.append(f"{worst_a:.2g} vs CPU's {worst_e:.2g}")
-    if not errors:
+    if not differs:  # equal values: the failure was something else (strides, a device)
         return False, None
     return bool(rounding), "largest error against the float64 result: tpu " + ", ".join(errors)
 
@@ -274,7 +279,7 @@ def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
                 compare_leaf(a, e, out_device)
             except AssertionError as err:
                 if len(e_leaves) > 1:
-                    raise AssertionError(f"output {i} of {len(e_leaves)}: {err}") from None
+                    raise type(err)(f"output {i} of {len(e_leaves)}: {err}") from None
                 raise
 
     def compare_leaf(a, e, out_device):
@@ -282,11 +287,11 @@ def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
             if not isinstance(a, torch.Tensor):
                 raise AssertionError(f"got {type(a).__name__}, expected a tensor")
             if e.device.type == "cpu" and a.device.type != out_device:
-                raise AssertionError(f"output on {a.device}, expected {out_device}")
+                raise NotAValueMismatch(f"output on {a.device}, expected {out_device}")
             torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
                                        check_stride=False, check_layout=False)
             if strides and e.layout == torch.strided and _dense_strides(a) != _dense_strides(e):
-                raise AssertionError(f"strides {tuple(a.stride())}, CPU's {tuple(e.stride())} (shape {tuple(e.shape)})")
+                raise NotAValueMismatch(f"strides {tuple(a.stride())}, CPU's {tuple(e.stride())} (shape {tuple(e.shape)})")
         elif isinstance(e, (float, complex)) and isinstance(a, (float, complex)):
             torch.testing.assert_close(a, e, equal_nan=True)
         elif a != e:
@@ -416,6 +421,8 @@ def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
             compare(actual, expected, out_device)
         except Exception as e:
             if not (name in TIED_INDEX_OPS and equal_at_tied_indices(name, args, kwargs, actual, expected)):
+                if isinstance(e, NotAValueMismatch):
+                    return "failed", _short_error(e), None
                 rounding, how = against_exact(fn, wide_args, wide_kwargs, process, actual, expected)
                 if rounding:
                     return "rounding", "rounding: " + how, None
