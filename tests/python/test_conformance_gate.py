@@ -76,3 +76,19 @@ def test_a_mismatch_is_rounding_only_when_tpu_is_about_as_close_to_float64_as_cp
     # a float16 result beyond 65504 is an infinity: tpu's inf there is right, CPU's NaN is not
     big = torch.tensor([9e4, 1.0], dtype=torch.float64)
     assert _against_exact(big.half(), torch.tensor([float("nan"), 1.0], dtype=torch.half), big)[0]
+
+
+def test_precision_report_names_ops_where_cpu_is_nearer(capsys):
+    """python -m torchtpu.testing.precision: the element-by-element comparison of bfloat16/float16
+    results with float64. Scalar products and quotients, leaky_relu, matmul and softmax are never the
+    farther side."""
+    from torchtpu.testing.precision import main
+
+    assert main(["--elements", "300", "--all"]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("| op | dtype | elements differing | tpu nearer float64 | CPU nearer |")
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines()[2:]]
+    assert len(rows) >= 5  # ops ran and some differ (where tpu is nearer, or summation order)
+    for name, dtype, differing, tpu_nearer, cpu_nearer in rows:
+        if name in {"mul_scalar", "div_scalar", "leaky_relu", "matmul", "softmax"}:
+            assert cpu_nearer == "0", (name, dtype)
