@@ -29,8 +29,8 @@ Value rounded_operand(LoweringContext& c, size_t i) {
 
 // Operand i of mul/div: in opmath for bfloat16/float16, from the argument's own dtype. CPU's (and
 // CUDA's) kernels multiply or divide by a Scalar (x * 0.3, x / 6.28, a 0-d float32 tensor) at its
-// float32 value and round once; rounding the Scalar to the output dtype first put a third of a
-// float16 x * 6.28 an ulp off. Tensor operands of the output dtype give the same products either
+// float32 value and round once; rounding the Scalar to the output dtype first put nearly half of
+// a float16 x * 6.28 an ulp off. Tensor operands of the output dtype give the same products either
 // way (exact in float32).
 Value keeping_scalar(LoweringContext& c, size_t i) {
   return low_precision(c.compute_dtype()) ? opmath_b(c, i) : c.in_b(i);

@@ -76,7 +76,8 @@ V nll_loss_forward(LoweringContext& c) {
   Value w = target_weights(c, m, c.raw(1), x.type.dtype, x.type.dims[class_dim], 2, ignore);
   Value picked = m.reduce(c.b.select(class_mask(c, c.raw(1), x.type.dims, class_dim), x, m.k(0, x)),
                           {class_dim}, BinaryOp::kAdd, 0);
-  // bfloat16/float16 losses are summed in float32 and rounded once, as CPU's kernels accumulate
+  // bfloat16/float16 losses are summed in float32 and rounded once, as CUDA's kernel accumulates
+  // (CPU's folds them in bfloat16, further from the exact sum)
   DType dtype = x.type.dtype, acc = accumulator(dtype);
   Value losses = m.mul(c.b.unary(UnaryOp::kNegate, cast(c.b, picked, acc)), cast(c.b, w, acc));
   std::vector<int64_t> all;
