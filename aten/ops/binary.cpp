@@ -27,14 +27,17 @@ Value rounded_operand(LoweringContext& c, size_t i) {
   return cast(c.b, c.in_b(i), accumulator(c.compute_dtype()));
 }
 
-// Operand i of mul/div: in opmath for bfloat16/float16, from the argument's own dtype. CPU's (and
-// CUDA's) kernels multiply or divide by a Scalar (x * 0.3, x / 6.28, a 0-d float32 tensor) at its
-// float32 value and round once; rounding the Scalar to the output dtype first put nearly half of
-// a float16 x * 6.28 an ulp off. Tensor operands of the output dtype give the same products either
-// way (exact in float32).
-Value keeping_scalar(LoweringContext& c, size_t i) {
-  return low_precision(c.compute_dtype()) ? opmath_b(c, i) : c.in_b(i);
+// bfloat16/float16 mul and div take a one-element second operand of a wider dtype (x * 0.3, a 0-d
+// float32 tensor) at its own value and compute in float32, rounding once, as CPU's and CUDA's
+// kernels do; rounding it to the dtype first put nearly half of a float16 x * 6.28 an ulp off.
+// Operands of the output dtype multiply exactly either way and stay in it.
+bool wide_scalar_operand(LoweringContext& c) {
+  if (!low_precision(c.compute_dtype())) return false;
+  const c10::IValue& b = c.arg(1);
+  return b.isScalar() || (b.isTensor() && b.toTensor().numel() == 1 && c.raw(1).type.dtype != c.compute_dtype());
 }
+
+Value operand(LoweringContext& c, size_t i, bool in_opmath) { return in_opmath ? opmath_b(c, i) : c.in_b(i); }
 
 // alpha * b (alpha is argument `alpha_index` when present), in opmath: CPU adds a + alpha * b of
 // bfloat16/float16 in float32 and rounds once.
@@ -532,21 +535,24 @@ TORCHTPU_LOWERINGS(binary) {
     return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
   }, with_meta(add_meta(no_bool_subtraction)));
   register_with_variants("mul", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{bin(c, BinaryOp::kMultiply, keeping_scalar(c, 0), keeping_scalar(c, 1))};
+    bool wide = wide_scalar_operand(c);
+    return V{bin(c, BinaryOp::kMultiply, operand(c, 0, wide), operand(c, 1, wide))};
   });
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{divide(c, keeping_scalar(c, 0), keeping_scalar(c, 1))};
+    bool wide = wide_scalar_operand(c);
+    return V{divide(c, operand(c, 0, wide), operand(c, 1, wide))};
   });
+  // bfloat16/float16 rounding modes as CPU's kernels: floor in float32; trunc of the quotient
+  // rounded to the dtype, unless the divisor is one element (then in float32, as for mul)
   register_with_variants("div", {"Tensor_mode", "Scalar_mode"}, [](LoweringContext& c) {
-    Value a = keeping_scalar(c, 0), b = keeping_scalar(c, 1);
     const c10::IValue& mode = c.arg(2);
+    bool low = low_precision(c.compute_dtype()).has_value();
+    bool one_element = !c.arg(1).isTensor() || c.arg(1).toTensor().numel() == 1;
+    bool in_opmath = mode.isNone() ? wide_scalar_operand(c) : low && (mode.toStringRef() == "floor" || one_element);
+    Value a = operand(c, 0, in_opmath), b = operand(c, 1, in_opmath);
     if (mode.isNone()) return V{bin(c, BinaryOp::kDivide, a, b)};
     if (mode.toStringRef() == "floor") return V{floor_div(c, a, b)};
     Value q = divide(c, a, b);  // integer divide truncates already
-    // CPU truncates a bfloat16/float16 quotient rounded to the dtype, unless the divisor is one
-    // element (then its float32 value divides, as for mul)
-    std::optional<DType> low = low_precision(c.compute_dtype());
-    if (low && c.arg(1).isTensor() && c.arg(1).toTensor().numel() > 1) q = rounded_to(c.b, q, *low);
     return V{is_floating(q.type.dtype) ? trunc(c, q) : q};
   }, zero_divisor_checked());
   register_with_variants("floor_divide", {"", "Scalar"}, [](LoweringContext& c) {

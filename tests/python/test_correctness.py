@@ -608,19 +608,21 @@ def test_float16_products_are_rounded_before_sums(mode):
 
 
 def test_excess_precision_is_an_opt_in():
+    # a product of two bfloat16 tensors (a Scalar factor is used in float32 and rounded explicitly)
     x = torch.randn(1000) * 3.3
-    expected = x.to(torch.bfloat16).mul(3).float()
+    product = lambda t: t.to(torch.bfloat16).mul(torch.full_like(t, 3, dtype=torch.bfloat16)).float()
+    expected = product(x)
     assert torch.backends.tpu.allow_excess_precision is False
     try:
         torch.backends.tpu.allow_excess_precision = True
         with torchtpu.eager_mode("lazy"):
-            y = x.to("tpu").to(torch.bfloat16).mul(3).float()
+            y = product(x.to("tpu"))
             torchtpu.sync()
         assert not torch.equal(y.cpu(), expected)  # XLA kept the product in f32
     finally:
         torch.backends.tpu.allow_excess_precision = False
     with torchtpu.eager_mode("lazy"):
-        y = x.to("tpu").to(torch.bfloat16).mul(3).float()
+        y = product(x.to("tpu"))
         torchtpu.sync()
     assert torch.equal(y.cpu(), expected)
 
