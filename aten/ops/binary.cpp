@@ -280,10 +280,6 @@ Value py_remainder(LoweringContext& c, const Value& a, const Value& b) {
   return c.b.select(fix, bin(c, BinaryOp::kAdd, r, b), r);
 }
 
-Lowering simple(BinaryOp op) {
-  return [op](LoweringContext& c) { return V{bin(c, op, c.in_b(0), c.in_b(1))}; };
-}
-
 // CPU's checks of add: an in-place result must be castable to self, alpha must suit the result
 // dtype. PyTorch's Python meta kernel words the first differently, raises ValueError for a float
 // alpha, and takes a bool alpha for any dtype.

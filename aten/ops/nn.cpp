@@ -79,11 +79,12 @@ V nll_loss_forward(LoweringContext& c) {
   // bfloat16/float16 losses are summed in float32 and rounded once, as CUDA's kernel accumulates
   // (CPU's folds them in bfloat16, further from the exact sum)
   DType dtype = x.type.dtype, acc = accumulator(dtype);
-  Value losses = m.mul(c.b.unary(UnaryOp::kNegate, cast(c.b, picked, acc)), cast(c.b, w, acc));
+  Value weights = cast(c.b, w, acc);
+  Value losses = m.mul(c.b.unary(UnaryOp::kNegate, cast(c.b, picked, acc)), weights);
   std::vector<int64_t> all;
   for (int64_t i = 0; i < losses.type.rank(); ++i) all.push_back(i);
   if (reduction == kNone) return {cast(c.b, losses, dtype), c.b.constant(0, {dtype, {}})};  // CPU leaves it 0
-  Value total_weight = m.reduce(cast(c.b, w, acc), all, BinaryOp::kAdd, 0);
+  Value total_weight = m.reduce(weights, all, BinaryOp::kAdd, 0);
   Value sum = m.reduce(losses, all, BinaryOp::kAdd, 0);
   Value loss = reduction == kMean ? m.div(sum, total_weight) : sum;
   return {cast(c.b, loss, dtype), cast(c.b, total_weight, dtype)};

@@ -45,16 +45,15 @@ def _one_program():
     """A fused kernel's ops run as one program, as the op is one kernel on CUDA: in strict mode they
     are recorded (fused mode) and run together when the mode switches back; fused and lazy mode
     record them anyway, and debug mode keeps running each op on its own, checked."""
-    if _C._eager_mode() != "strict":
-        with torch.no_grad():
-            yield
-        return
-    _C._set_eager_mode("fused")
+    strict = _C._eager_mode() == "strict"
+    if strict:
+        _C._set_eager_mode("fused")
     try:
         with torch.no_grad():
             yield
     finally:
-        _C._set_eager_mode("strict")  # runs the recorded ops
+        if strict:
+            _C._set_eager_mode("strict")  # runs the recorded ops
 
 
 # Working copies ----------------------------------------------------------------------------------
