@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -208,10 +209,53 @@ size_t bytes_of(const std::vector<ValuePtr>& values) {
   return bytes;
 }
 
-void execute(const Window& w, runtime::Executable& exe, const std::string& what, const RunInfo& info) {
+void execute(const Window& w, runtime::Executable& exe, const std::string& what, const RunInfo& info,
+             const std::vector<int64_t>& keep = {}) {
   int device = w.results().empty() ? 0 : w.results()[0]->device();
-  auto produced = execute_program(exe, device, w.parameters(), bytes_of(w.results()), what, {}, info);
+  auto produced = execute_program(exe, device, w.parameters(), bytes_of(w.results()), what, keep, info);
   for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
+}
+
+// A window's parameters that no storage holds any more -- the old contents of tensors it updates
+// in place: an optimizer's parameters and states -- lend their buffers to results of the same type,
+// so that a window does not hold two copies of what it updates (docs/design.md, "Donation").
+struct Donation {
+  std::vector<std::pair<size_t, size_t>> aliases;  // (parameter, result)
+  std::string key;  // appended to the window's key: a program that may donate is another program
+};
+
+Donation donation_of(const Window& w) {
+  std::map<std::pair<DType, int64_t>, std::deque<size_t>> results_of_type;
+  for (size_t r = 0; r < w.results().size(); ++r)
+    results_of_type[{w.results()[r]->dtype(), w.results()[r]->length()}].push_back(r);
+  Donation d;
+  for (size_t p = 0; p < w.parameters().size(); ++p) {
+    const graph::DeviceValue& old = *w.parameters()[p];
+    if (old.is_held()) continue;
+    auto free = results_of_type.find({old.dtype(), old.length()});
+    if (free == results_of_type.end() || free->second.empty()) continue;
+    d.aliases.emplace_back(p, free->second.front());
+    free->second.pop_front();
+    d.key += "|donate " + std::to_string(p) + ">" + std::to_string(d.aliases.back().second);
+  }
+  return d;
+}
+
+// The donating parameters something outside the window still reads (a compiled graph's pending
+// first run, a host copy in flight): XLA copies those instead of reusing their buffers. Inside,
+// the window's parameter list and its nodes' inputs hold them.
+std::vector<int64_t> still_read(const Window& w, const Donation& d) {
+  std::unordered_map<const graph::DeviceValue*, long> inside;
+  for (const auto& alias : d.aliases) inside[w.parameters()[alias.first].get()] = 1;
+  for (const NodePtr& n : w.nodes())
+    for (const ValuePtr& in : n->inputs)
+      if (auto it = inside.find(in.get()); it != inside.end()) it->second++;
+  std::vector<int64_t> keep;
+  for (const auto& alias : d.aliases) {
+    const ValuePtr& v = w.parameters()[alias.first];
+    if (v.use_count() != inside[v.get()] || v->buffer().use_count() != 1) keep.push_back(static_cast<int64_t>(alias.first));
+  }
+  return keep;
 }
 
 // Host data as the contents of `value` (counted, and traced for a profiler). With `when_read` the
@@ -325,19 +369,23 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   const graph::Origin* cut_at = TraceCause::current();  // the host read or op that cut the window
   TraceCause cause(nodes.front()->origin.get());
   std::string what = describe(nodes);
-  auto text = [&] { return w.program_text(); };
+  Donation donation = donation_of(w);
+  auto text = [&] { return w.program_text(donation.aliases); };
   auto names = [&] { return ProgramNames{what, identity_of(nodes)}; };
+  std::string key = w.key() + donation.key;
   std::shared_ptr<runtime::Executable> exe;
   try {
-    exe = m == Mode::kFused ? cached_executable_or_compile_async(w.key(), text, names)
-                            : cached_executable(w.key(), text, names);
+    exe = m == Mode::kFused ? cached_executable_or_compile_async(key, text, names)
+                            : cached_executable(key, text, names);
   } catch (const runtime::PjrtError&) {
     // A window XLA cannot compile runs op by op: an op that cannot compile alone is then named.
   }
   if (exe) {
     const char* kind = m == Mode::kFused ? "fused window" : "lazy window";
     int64_t ops = static_cast<int64_t>(nodes.size());
-    execute(w, *exe, what, {kind, nodes.front().get(), nodes.back().get(), ops, &reason, cut_at});
+    std::vector<int64_t> keep = still_read(w, donation);
+    execute(w, *exe, what, {kind, nodes.front().get(), nodes.back().get(), ops, &reason, cut_at}, keep);
+    counters().donated_buffers += static_cast<int64_t>(donation.aliases.size() - keep.size());
     record_window(ops);
   } else {
     counters().op_by_op_windows++;

@@ -18,7 +18,7 @@ struct Counters {
   std::atomic<int64_t> op_by_op_windows{0};   // windows run op by op while their program compiled
   std::atomic<int64_t> captured_ops{0};        // ops recorded into torch.compile graphs
   std::atomic<int64_t> compiled_graph_runs{0};  // torch.compile graphs executed
-  std::atomic<int64_t> donated_buffers{0};      // input buffers a compiled graph reused for its results
+  std::atomic<int64_t> donated_buffers{0};      // input buffers a compiled graph or window reused for its results
   std::atomic<int64_t> collectives{0};       // collectives run (compiled across devices or host-staged)
   std::atomic<int64_t> compiles{0};
   std::atomic<int64_t> compile_ns{0};

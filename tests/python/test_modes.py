@@ -69,6 +69,33 @@ def test_a_window_materializes_only_live_values():
     torch.testing.assert_close(got, ((x.cpu() * 2).sin() + 1).relu())
 
 
+@pytest.mark.parametrize("mode", ["fused", "lazy"])
+def test_windows_donate_the_old_contents_of_what_they_update(mode):
+    """An in-place update's old contents, held by no tensor any more, lend their buffer to the
+    window's results (an optimizer step does not hold two copies of its states); a clone or a
+    result read from the old contents keeps its values, a view sees the new ones."""
+    cpu = [torch.randn(6, 4), torch.randn(3)]
+    dev = [t.to("tpu") for t in cpu]
+    views = [t.view(-1) for t in dev]
+    with torchtpu.eager_mode(mode):
+        for step in range(4):
+            torchtpu.cache.wait_for_background_compiles()  # fused: the window's program is ready
+            before = torchtpu.metrics.as_dict()["donated_buffers"]
+            old = [t.clone() for t in dev]
+            doubled = [t * 2 for t in dev]
+            for t in dev + cpu:
+                t.mul_(0.5).add_(1.0)
+            torchtpu.sync()
+            donated = torchtpu.metrics.as_dict()["donated_buffers"] - before
+            if mode == "lazy" or step > 0:  # fused ran its first window op by op while it compiled
+                assert donated == len(dev), (step, donated)
+            for d, c, o, x, v in zip(dev, cpu, old, doubled, views):
+                torch.testing.assert_close(d.cpu(), c, rtol=0, atol=0)
+                torch.testing.assert_close(v.cpu(), c.view(-1), rtol=0, atol=0)
+                torch.testing.assert_close(o.cpu(), (c - 1.0) / 0.5, rtol=1e-6, atol=1e-6)
+                torch.testing.assert_close(x.cpu(), (c - 1.0) / 0.5 * 2, rtol=1e-6, atol=1e-6)
+
+
 def test_lazy_mode_runs_nothing_until_sync():
     a = torch.ones(8, device="tpu")
     torchtpu.metrics.reset()
