@@ -67,7 +67,7 @@ _torchvision_ops.register()
 from . import compile as _compile  # noqa: E402
 
 _compile.route_default_backend()
-_compile.install_tracing_patches()
+_compile.install_patches()
 compile_options = _compile.compile_options
 
 # torch.distributed: the "tpu_dist" backend (and tpu kernels for the functional collectives).

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from . import _C
+from . import modes
 
 _lib = None
 
@@ -42,21 +42,11 @@ _REDUCED = (torch.bfloat16, torch.float16)
 
 @contextlib.contextmanager
 def _one_program():
-    """A fused kernel's ops run as one program, as the op is one kernel on CUDA: in strict mode they
-    are recorded (lazy mode) and run together when the mode switches back; fused and lazy mode
-    record them anyway, and debug mode keeps running each op on its own, checked. Lazy, not fused:
-    on a compile-cache miss fused mode would run the ops one by one while the window compiles,
-    compiling a program for each op first (a first AdamW step of the GPT benchmark took 1.5 s
-    longer that way); the step's one program is all it needs."""
-    strict = _C._eager_mode() == "strict"
-    if strict:
-        _C._set_eager_mode("lazy")
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        if strict:
-            _C._set_eager_mode("strict")  # runs the recorded ops
+    """A fused kernel's ops run as one program, as the op is one kernel on CUDA
+    (:func:`torchtpu.modes.one_program`: recorded in lazy mode, whose program compiles when
+    missing, where fused mode would compile a program per op too while the window compiles)."""
+    with modes.one_program(), torch.no_grad():
+        yield
 
 
 # Working copies ----------------------------------------------------------------------------------

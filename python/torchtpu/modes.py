@@ -47,6 +47,21 @@ def sync() -> None:
 mark_step = sync  # the PyTorch/XLA name
 
 
+@contextlib.contextmanager
+def one_program():
+    """The ops inside run as one program: strict mode records them (lazy mode: a program compiled
+    when missing, never op by op) and runs them when the block ends; fused and lazy mode record them
+    anyway; debug mode runs and checks each op."""
+    strict = _C._eager_mode() == "strict"
+    if strict:
+        _C._set_eager_mode("lazy")
+    try:
+        yield
+    finally:
+        if strict:
+            _C._set_eager_mode("strict")  # runs the recorded ops
+
+
 def optimizer_step(optimizer, **kwargs):
     """``optimizer.step(**kwargs)`` then :func:`sync`, as ``torch_xla``'s ``xm.optimizer_step``."""
     loss = optimizer.step(**kwargs)

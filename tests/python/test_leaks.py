@@ -153,7 +153,10 @@ def _compiled_training():
     for _ in range(4):
         step(model, opt, x, y).item()
         held.append(_settled_bytes())
-    assert held == [held[0]] * 4  # optimizer state exists from the first step: nothing grows
+    # Optimizer state exists from the first step. What may grow is the recent-scalar cache
+    # (aten/scalar_cache.cpp): AdamW's two bias corrections are new values every step (8 bytes
+    # each, unless an earlier run cached them); the comparison to the baseline below is exact.
+    assert all(0 <= b - a <= 16 for a, b in zip(held, held[1:])), held
 
 
 def test_compiled_training_steps_give_their_memory_back():

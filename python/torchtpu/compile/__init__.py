@@ -58,15 +58,15 @@ def route_default_backend() -> None:
     wrapper.__call__ = __call__
 
 
-def install_tracing_patches() -> None:
+def install_patches() -> None:
     """Dynamo traces with fake tensors before any backend runs: their shape functions for tpu
-    tensors are installed when torchtpu is imported (fake_kernels.py), and its optimizer tracing is
-    patched when Dynamo is imported (optimizer_tracing.py)."""
-    from . import optimizer_tracing
-    from .fake_kernels import install
+    tensors are installed when torchtpu is imported (fake_kernels.py); optimizer steps of tpu
+    parameters in compiled code run as one recorded program instead of a Dynamo graph
+    (optimizer_steps.py)."""
+    from . import fake_kernels, optimizer_steps
 
-    install()
-    optimizer_tracing.install_when_dynamo_is_imported()
+    fake_kernels.install()
+    optimizer_steps.install()
 
 
 __all__ = ["backend", "compile_options"]

@@ -133,6 +133,8 @@ def _through_aot_autograd(gm, example_inputs, line):
 def backend(gm: torch.fx.GraphModule, example_inputs):
     """The ``backend="tpu"`` entry point Dynamo calls with each graph it captures."""
     _note_dynamo_recompiles()
+    if all(n.op in ("placeholder", "output") for n in gm.graph.nodes):
+        return gm.forward  # no op to compile (Dynamo sends such graphs when it resumes a frame)
     line = _user_line(gm)
     plan = direct.Plan(gm)
     if plan.refused:
