@@ -157,6 +157,7 @@ PYBIND11_MODULE(_C, m) {
     without_gil([&] { exec::set_mode(*mode); });
   });
   m.def("_eager_mode", [] { return std::string(exec::mode_name(exec::mode())); });
+  m.def("_set_one_program_block", &exec::set_one_program_block);
   m.def("_flush", [](const std::string& reason) {
     without_gil([&] { aten::flush_pending(reason); });
   });

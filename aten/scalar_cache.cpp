@@ -65,6 +65,7 @@ std::shared_ptr<exec::BufferRef> device_scalar(const c10::Scalar& s, int device)
   if (auto ref = cache.find(key)) return ref;
   auto ref = std::make_shared<exec::BufferRef>(device, size);
   exec::upload(*ref, bytes, dtype);
+  ref->value()->mark_scalar();
   cache.insert(key, ref);
   return ref;
 }

@@ -346,6 +346,13 @@ void check_finite(const graph::Node& node) {
       throw NonFiniteValue(op_of(node) + " produced NaN or Inf (TORCHTPU_CHECK_NANS=1)");
 }
 
+std::atomic<bool>& one_program_block() {
+  static std::atomic<bool> inside{false};
+  return inside;
+}
+
+bool in_one_program_block() { return one_program_block(); }
+
 // The pending graph of the deferred modes and the lock that serializes recording into it and
 // cutting it (the autograd engine records from its own thread).
 struct Deferred {
@@ -369,7 +376,7 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   const graph::Origin* cut_at = TraceCause::current();  // the host read or op that cut the window
   TraceCause cause(nodes.front()->origin.get());
   std::string what = describe(nodes);
-  Donation donation = donation_of(w);
+  Donation donation = in_one_program_block() ? donation_of(w) : Donation{};
   auto text = [&] { return w.program_text(donation.aliases); };
   auto names = [&] { return ProgramNames{what, identity_of(nodes)}; };
   std::string key = w.key() + donation.key;
@@ -481,6 +488,9 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
   return out;
 }
 
+
+void set_one_program_block(bool inside) { one_program_block() = inside; }
+
 void run(OpCall&& call) {
   TraceCause cause(call.origin.get());
   if (capturing()) {
@@ -506,8 +516,9 @@ void run(OpCall&& call) {
   std::lock_guard<std::recursive_mutex> lock(deferred().mu);
   std::optional<int> device = deferred().graph.device();
   NodePtr node = record_op(std::move(call));
-  if (device && *device != node_device) flush_locked(m, "device change");
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
+  if (node->zero_bytes && in_one_program_block()) return upload_zeros(Window({node}, Window::Keep::kAlive));
+  if (device && *device != node_device) flush_locked(m, "device change");
   deferred().graph.append(std::move(node));
   if (m == Mode::kFused && deferred().graph.size() >= max_window_ops()) flush_locked(m, "size limit");
 }

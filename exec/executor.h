@@ -29,6 +29,17 @@ void set_mode(Mode mode);
 const char* mode_name(Mode mode);
 std::optional<Mode> parse_mode(const std::string& name);
 
+// While set (torchtpu.modes.one_program: an optimizer step run as one program), fused and lazy
+// mode upload the zeros of a zero fill of a whole storage (a new optimizer state) at once instead
+// of recording it, and a window run then donates the old contents of what it updates.
+//  - A fill reads nothing, so its result is the same, and the window that follows is then the
+//    program of every later step, which finds the states as inputs, not the first step's own; no
+//    program is compiled for such a one-off fill.
+//  - Donation (docs/design.md, "Windows donate") makes the XLA CPU plugin's execute call wait
+//    until the programs still reading those buffers have run (the backward pass, ~50 ms on the
+//    GPT step): worth the memory for an optimizer step, not for every window.
+void set_one_program_block(bool inside);
+
 // Records `call` (its output storages now hold its results, possibly pending) and runs it as
 // the mode says. Takes the lowering and the views out of `call`; its key and origin stay.
 void run(OpCall&& call);

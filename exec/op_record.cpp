@@ -210,7 +210,8 @@ std::optional<BoundOp> bind_loaded(const OpCall& call) {
     graph::KeyWriter w(key, node_key.size() + kNumber + 5 + (inputs.size() + plan.slots.size()) * (kNumber + 3));
     w.number(node_key.size()) << ':' << node_key << '<';
     for (const graph::ValuePtr& in : inputs) {
-      size_t p = std::find(parameters.begin(), parameters.end(), in) - parameters.begin();
+      size_t p = in->is_scalar() ? parameters.size()  // as graph::Window numbers them
+                                 : std::find(parameters.begin(), parameters.end(), in) - parameters.begin();
       if (p == parameters.size()) parameters.push_back(in);
       w << 'p';
       w.number(p) << ',';

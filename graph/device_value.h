@@ -69,6 +69,13 @@ class DeviceValue {
     output_index_ = index;
   }
 
+  // A device copy of a Scalar from the value-keyed cache (aten/scalar_cache.h): two arguments that
+  // happen to hold equal values share it, so programs take each use as a parameter of its own --
+  // their wiring, hence their cache key, must not depend on the values (Adam's bias correction
+  // equals 1 - beta1 at its first step).
+  void mark_scalar() { scalar_ = true; }
+  bool is_scalar() const { return scalar_; }
+
   // Storages holding this value (maintained by the storage).
   void hold() { holders_++; }
   void release() { holders_--; }
@@ -93,6 +100,7 @@ class DeviceValue {
   Node* producer_ = nullptr;
   size_t output_index_ = 0;
   std::atomic<int> holders_{0};
+  bool scalar_ = false;
   std::vector<CheckPtr> checks_;
 };
 

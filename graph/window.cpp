@@ -15,6 +15,10 @@ Window::Window(std::vector<NodePtr> nodes, Keep keep) : nodes_(std::move(nodes))
   std::unordered_map<const Node*, size_t> node_index;
   std::unordered_map<const DeviceValue*, size_t> parameter_index;
   auto parameter = [&](const ValuePtr& in) {
+    if (in->is_scalar()) {
+      parameters_.push_back(in);
+      return parameters_.size() - 1;
+    }
     if (single) {
       size_t p = std::find(parameters_.begin(), parameters_.end(), in) - parameters_.begin();
       if (p == parameters_.size()) parameters_.push_back(in);

@@ -51,15 +51,22 @@ mark_step = sync  # the PyTorch/XLA name
 def one_program():
     """The ops inside run as one program: strict mode records them (lazy mode: a program compiled
     when missing, never op by op) and runs them when the block ends; fused and lazy mode record them
-    anyway; debug mode runs and checks each op."""
+    anyway; debug mode runs and checks each op. For an optimizer step (exec/executor.h,
+    set_one_program_block): zero fills of whole tensors (its new states) are uploaded at once, so
+    that the first step's program is every later step's, and the program donates the old
+    contents of what it updates."""
     strict = _C._eager_mode() == "strict"
     if strict:
         _C._set_eager_mode("lazy")
+    _C._set_one_program_block(True)
     try:
         yield
     finally:
-        if strict:
-            _C._set_eager_mode("strict")  # runs the recorded ops
+        try:
+            if strict:
+                _C._set_eager_mode("strict")  # runs the recorded ops
+        finally:
+            _C._set_one_program_block(False)
 
 
 def optimizer_step(optimizer, **kwargs):
