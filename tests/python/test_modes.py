@@ -101,6 +101,21 @@ def test_one_program_blocks_donate_the_old_contents_of_what_they_update(mode):
                 torch.testing.assert_close(x.cpu(), (c - 1.0) / 0.5 * 2, rtol=1e-6, atol=1e-6)
 
 
+def test_equal_scalars_do_not_rewire_a_window():
+    """Scalars travel as device copies cached by value; two that happen to be equal are still two
+    parameters of the program, so a window whose values coincide once (AdamW's first step) is the
+    program of every other step (it recompiled: "the same ops, wired differently")."""
+    x = torch.randn(13, 3, device="tpu")
+    compiles = []
+    with torchtpu.eager_mode("lazy"):
+        for a, b in [(0.3125, 0.3125), (0.5, 0.75), (0.125, 0.375)]:
+            before = torchtpu.metrics.counters()["compiles"]
+            got = x.mul(a).sub(b).cpu()
+            compiles.append(torchtpu.metrics.counters()["compiles"] - before)
+            torch.testing.assert_close(got, x.cpu() * a - b)
+    assert compiles[1:] == [0, 0], compiles
+
+
 def test_lazy_mode_runs_nothing_until_sync():
     a = torch.ones(8, device="tpu")
     torchtpu.metrics.reset()
