@@ -218,7 +218,8 @@ void execute(const Window& w, runtime::Executable& exe, const std::string& what,
 
 // A window's parameters that no storage holds any more -- the old contents of tensors it updates
 // in place: an optimizer's parameters and states -- lend their buffers to results of the same type,
-// so that a window does not hold two copies of what it updates (docs/design.md, "Donation").
+// so that a window does not hold two copies of what it updates (docs/design.md, "Optimizer
+// windows donate").
 struct Donation {
   std::vector<std::pair<size_t, size_t>> aliases;  // (parameter, result)
   std::string key;  // appended to the window's key: a program that may donate is another program
@@ -346,12 +347,11 @@ void check_finite(const graph::Node& node) {
       throw NonFiniteValue(op_of(node) + " produced NaN or Inf (TORCHTPU_CHECK_NANS=1)");
 }
 
+// Set by torchtpu.modes.one_program (see set_one_program_block).
 std::atomic<bool>& one_program_block() {
   static std::atomic<bool> inside{false};
   return inside;
 }
-
-bool in_one_program_block() { return one_program_block(); }
 
 // The pending graph of the deferred modes and the lock that serializes recording into it and
 // cutting it (the autograd engine records from its own thread).
@@ -376,7 +376,7 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   const graph::Origin* cut_at = TraceCause::current();  // the host read or op that cut the window
   TraceCause cause(nodes.front()->origin.get());
   std::string what = describe(nodes);
-  Donation donation = in_one_program_block() ? donation_of(w) : Donation{};
+  Donation donation = one_program_block() ? donation_of(w) : Donation{};
   auto text = [&] { return w.program_text(donation.aliases); };
   auto names = [&] { return ProgramNames{what, identity_of(nodes)}; };
   std::string key = w.key() + donation.key;
@@ -488,7 +488,6 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
   return out;
 }
 
-
 void set_one_program_block(bool inside) { one_program_block() = inside; }
 
 void run(OpCall&& call) {
@@ -517,7 +516,7 @@ void run(OpCall&& call) {
   std::optional<int> device = deferred().graph.device();
   NodePtr node = record_op(std::move(call));
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
-  if (node->zero_bytes && in_one_program_block()) return upload_zeros(Window({node}, Window::Keep::kAlive));
+  if (node->zero_bytes && one_program_block()) return upload_zeros(Window({node}, Window::Keep::kAlive));
   if (device && *device != node_device) flush_locked(m, "device change");
   deferred().graph.append(std::move(node));
   if (m == Mode::kFused && deferred().graph.size() >= max_window_ops()) flush_locked(m, "size limit");
