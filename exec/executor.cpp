@@ -290,9 +290,8 @@ void materialize_from_host(graph::DeviceValue& value, const void* data, std::fun
   value.materialize(std::make_shared<runtime::Buffer>(std::move(sent.first)));
 }
 
-// Zeros uploaded as the node's one result (graph::Node::zero_bytes).
-void upload_zeros(const Window& w) {
-  graph::DeviceValue& v = *w.results().at(0);
+// Zeros uploaded as a zero fill's one result (graph::Node::zero_bytes).
+void upload_zeros(graph::DeviceValue& v) {
   std::vector<char> zeros(v.length() * element_size(v.dtype()), 0);
   materialize_from_host(v, zeros.data());
 }
@@ -307,7 +306,7 @@ void execute_single(const NodePtr& node, const char* kind = "op") {
   auto names = [&] { return ProgramNames{what, identity_of({node})}; };
   auto exe = node->zero_bytes ? cached_executable_or_compile_async(w.key(), text, names)
                               : cached_executable(w.key(), text, names);
-  if (!exe) return upload_zeros(w);  // nobody waits for a compile to make zeros
+  if (!exe) return upload_zeros(*w.results().at(0));  // nobody waits for a compile to make zeros
   execute(w, *exe, what, {kind, node.get(), node.get()});
 }
 
@@ -516,7 +515,7 @@ void run(OpCall&& call) {
   std::optional<int> device = deferred().graph.device();
   NodePtr node = record_op(std::move(call));
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
-  if (node->zero_bytes && one_program_block()) return upload_zeros(Window({node}, Window::Keep::kAlive));
+  if (node->zero_bytes && one_program_block()) return upload_zeros(*node->outputs.at(0).lock());
   if (device && *device != node_device) flush_locked(m, "device change");
   deferred().graph.append(std::move(node));
   if (m == Mode::kFused && deferred().graph.size() >= max_window_ops()) flush_locked(m, "size limit");
