@@ -4,6 +4,7 @@
 // mixing inputs (addcmul, cat-like ops) in the widest input type; every other op falls through.
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 namespace torchtpu::aten {
 namespace {
@@ -20,7 +21,9 @@ at::Tensor binary_cross_entropy_refused(const at::Tensor&, const at::Tensor&,
 }  // namespace
 
 // The policy lists spell their signatures with unqualified ATen names.
-using at::DimnameList;
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 14
+using at::DimnameList;  // named tensors (and this name) were removed in PyTorch 2.14
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

@@ -7,14 +7,19 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 # --with-torch-xla: also create .venv-torch-xla with PyTorch/XLA (it pins its own PyTorch), which
 # benchmarks/run.py then measures beside torchtpu. Optional and large (several GB).
+# --torch VERSION: instead of the pinned PyTorch, make .venv-torchVERSION with that PyTorch (2.11 to
+# 2.15) and torchtpu built against it (a wheel install, built in build-torchVERSION, so .venv's
+# editable build is left alone); then run the quickstart. scripts/test_torch_versions.sh uses it.
 WITH_TORCH_XLA=0
-for arg in "$@"; do
-  case "$arg" in
+TORCH_VERSION=""
+while (($#)); do
+  case "$1" in
     --with-torch-xla) WITH_TORCH_XLA=1 ;;
-    *) echo "unknown option: $arg (known: --with-torch-xla)" >&2; exit 2 ;;
+    --torch) TORCH_VERSION=${2:?"--torch needs a version, e.g. --torch 2.15.0"}; shift ;;
+    *) echo "unknown option: $1 (known: --with-torch-xla, --torch VERSION)" >&2; exit 2 ;;
   esac
+  shift
 done
-
 step() { printf '\n== %s\n' "$*"; }
 
 # System tools (Debian): compiler, CMake, Ninja, ccache, GoogleTest, Google Benchmark.
@@ -27,6 +32,27 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+if [ -n "$TORCH_VERSION" ]; then
+  venv=.venv-torch$TORCH_VERSION
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  stamp=$venv/.requirements.sha256
+  if ! sha256sum -c --status "$stamp" 2>/dev/null; then
+    step "installing Python packages with torch==$TORCH_VERSION into $venv"
+    # requirements.txt without its torch and torchvision pins (torchvision pairs with one torch:
+    # the model zoo needs it, the core tests do not)
+    grep -vE '^(torch|torchvision)==' requirements.txt > "$venv/requirements.txt"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q "torch==$TORCH_VERSION" -r "$venv/requirements.txt"
+    sha256sum requirements.txt > "$stamp"
+  fi
+  step "building torchtpu against torch $TORCH_VERSION (build-torch$TORCH_VERSION)"
+  TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps \
+    -C build-dir="build-torch$TORCH_VERSION" .
+  step "running examples/quickstart.py on torch $TORCH_VERSION"
+  (cd examples && "$ROOT/$venv/bin/python" quickstart.py)
+  exit 0
 fi
 
 # Python environment, reinstalled only when requirements.txt changes.

@@ -18,6 +18,10 @@ def _autoload():
 
 import torch  # noqa: E402
 
+from . import torch_versions  # noqa: E402
+
+torch_versions.check()  # before the extension, which links against one torch release
+
 # The C++ runtime searches these folders for PJRT plugins (xla_plugins/..., jax_plugins/...).
 os.environ.setdefault(
     "TORCHTPU_PLUGIN_DIRS", os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
@@ -36,13 +40,13 @@ from . import _C  # noqa: E402  (registers the device with PyTorch's dispatcher)
 from . import cache, device_module, metrics, modes  # noqa: E402
 from .modes import eager_mode, get_eager_mode, mark_step, optimizer_step, set_eager_mode, sync  # noqa: E402,F401
 
-get_eager_mode()  # a bad TORCHTPU_EAGER_MODE fails here, at import
+if get_eager_mode() == "fused":  # (a bad TORCHTPU_EAGER_MODE fails here, at import)
+    set_eager_mode("fused")  # installs what fused mode needs
 
 torch._register_device_module("tpu", device_module)
-from . import amp, backends, checkpoint, data, tensor_repr  # noqa: E402,F401  (torch.tpu.amp as torch.cuda.amp; torch.backends.tpu)
+from . import amp, backends, checkpoint, data  # noqa: E402,F401  (torch.tpu.amp as torch.cuda.amp; torch.backends.tpu)
 
 backends.register()
-tensor_repr.register()
 
 # Adam/AdamW/SGD(fused=True): aten::_fused_{adam,adamw,sgd}_ run on the device, not the CPU fallback.
 from . import fused_optimizers  # noqa: E402
@@ -58,17 +62,18 @@ torch.utils.generate_methods_for_privateuse1_backend(
 # torchvision's custom ops (roi_align, nms) on tpu. Registered without importing torchvision (slow):
 # the dispatcher attaches the kernels when torchvision defines its ops, if it ever does.
 from .integrations import torchvision as _torchvision_ops  # noqa: E402
-from .integrations import flex_attention as _flex_attention  # noqa: E402,F401  (lets tpu tensors in)
 
 _torchvision_ops.register()
 
-# torch.compile: backend="tpu" comes from the torch_dynamo_backends entry point; plain
-# torch.compile(fn) on tpu tensors is routed to it.
+# torch.compile: backend="tpu" comes from the torch_dynamo_backends entry point.
 from . import compile as _compile  # noqa: E402
 
-_compile.route_default_backend()
-_compile.install_patches()
 compile_options = _compile.compile_options
+
+# The pieces of PyTorch torchtpu replaces, each listed with its reason in patches.py.
+from . import patches  # noqa: E402
+
+patches.install("import")
 
 # torch.distributed: the "tpu_dist" backend (and tpu kernels for the functional collectives).
 if torch.distributed.is_available():

@@ -15,7 +15,7 @@ import functools
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from . import _C
+from . import _C, patches
 
 MODES = ("debug", "strict", "fused", "lazy")
 
@@ -27,6 +27,8 @@ def get_eager_mode() -> str:
 def set_eager_mode(name: str) -> None:
     """Switches the mode; ops still pending from the previous mode run first."""
     _C._set_eager_mode(name)
+    if name == "fused":
+        patches.install("fused")
 
 
 @contextlib.contextmanager
@@ -88,16 +90,21 @@ def _cut(reason):
         _C._flush(reason)
 
 
-def _cut_before(reason, fn):
+def cut_before_backward(fn):
+    """``fn`` (torch.autograd.backward or grad; PyTorch has no global hook for a backward pass)
+    cutting the fused window first. Installed by patches.py when fused mode is first used."""
     @functools.wraps(fn)
     def cut_then_call(*args, **kwargs):
-        _cut(reason)
+        _cut("backward")
         return fn(*args, **kwargs)
     return cut_then_call
 
 
-# Tensor.backward calls torch.autograd.backward; PyTorch has no global hook for a backward pass.
-torch.autograd.backward = _cut_before("backward", torch.autograd.backward)
-torch.autograd.grad = _cut_before("backward", torch.autograd.grad)
-register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: _cut("optimizer step start"))
-register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _cut("optimizer step"))
+_optimizer_cuts = []
+
+
+def register_optimizer_cuts() -> None:
+    """The cuts around every optimizer step (global optimizer hooks), once."""
+    if not _optimizer_cuts:
+        _optimizer_cuts.append(register_optimizer_step_pre_hook(lambda opt, args, kwargs: _cut("optimizer step start")))
+        _optimizer_cuts.append(register_optimizer_step_post_hook(lambda opt, args, kwargs: _cut("optimizer step")))

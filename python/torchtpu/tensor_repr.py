@@ -11,23 +11,19 @@ pass, for an optimizer step's gradients) and cost ~0.3 s of a GPT training step'
 
 import sys
 
-import torch._tensor_str as tensor_str
-
-_format_contents = tensor_str._tensor_str
-
 
 def _dynamo_is_compiling_a_frame() -> bool:
     guards = sys.modules.get("torch._guards")
     return guards is not None and guards.CompileContext.try_get() is not None
 
 
-def _format_on_host(self, indent):
-    if self.device.type == "tpu":
-        if _dynamo_is_compiling_a_frame():
-            return "..."
-        self = self.cpu()
-    return _format_contents(self, indent)
-
-
-def register() -> None:
-    tensor_str._tensor_str = _format_on_host
+def formatting_on_host(format_contents):
+    """``torch._tensor_str._tensor_str`` formatting tpu tensors on the host (installed by
+    patches.py)."""
+    def _tensor_str(self, indent):
+        if self.device.type == "tpu":
+            if _dynamo_is_compiling_a_frame():
+                return "..."
+            self = self.cpu()
+        return format_contents(self, indent)
+    return _tensor_str

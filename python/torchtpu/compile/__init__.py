@@ -41,32 +41,15 @@ def _on_tpu(inputs) -> bool:
     return any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in inputs)
 
 
-def route_default_backend() -> None:
-    """``torch.compile(fn)`` (Inductor, the default) on tpu tensors uses this backend: Inductor
-    has no code generator for the device."""
-    wrapper = torch._TorchCompileInductorWrapper
-    if getattr(wrapper.__call__, "_torchtpu", False):
-        return
-    inductor_call = wrapper.__call__
-
+def inductor_or_tpu(inductor_call):
+    """Inductor's entry (``torch._TorchCompileInductorWrapper.__call__``) sending graphs of tpu
+    tensors to this backend: plain ``torch.compile(fn)`` on tpu tensors uses it, as Inductor has
+    no code generator for the device (installed by patches.py)."""
     def __call__(self, model_, inputs_):
         if _on_tpu(inputs_):
             return backend(model_, inputs_)
         return inductor_call(self, model_, inputs_)
-
-    __call__._torchtpu = True
-    wrapper.__call__ = __call__
-
-
-def install_patches() -> None:
-    """Dynamo traces with fake tensors before any backend runs: their shape functions for tpu
-    tensors are installed when torchtpu is imported (fake_kernels.py); optimizer steps of tpu
-    parameters in compiled code run as one recorded program instead of a Dynamo graph
-    (optimizer_steps.py)."""
-    from . import fake_kernels, optimizer_steps
-
-    fake_kernels.install()
-    optimizer_steps.install()
+    return __call__
 
 
 __all__ = ["backend", "compile_options"]

@@ -9,7 +9,6 @@ other device keeps PyTorch's.
 """
 
 import torch
-from torch._C import DispatchKey
 
 
 def _device_type(t: torch.Tensor) -> str:
@@ -17,7 +16,9 @@ def _device_type(t: torch.Tensor) -> str:
     return getattr(t, "fake_device", t.device).type
 
 
-def _grouped_mm_meta(original):
+def grouped_mm_meta(original):
+    """The meta kernel of aten._grouped_mm for tpu tensors, PyTorch's `original` for the rest
+    (installed by patches.py)."""
     from torch._meta_registrations import _create_grouped_mm_output_tensor
 
     def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
@@ -31,16 +32,4 @@ def _grouped_mm_meta(original):
                      lambda: "Have to provide offsets if there is a 2d matrix, or no offset if both matrices are 3d")
         return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
 
-    grouped_mm._torchtpu = True
     return grouped_mm
-
-
-def install() -> None:
-    op = torch.ops.aten._grouped_mm.default
-    original = op.py_kernels.get(DispatchKey.Meta)
-    if original is None or getattr(original, "_torchtpu", False):
-        return
-    kernel = _grouped_mm_meta(original)
-    op.py_kernels[DispatchKey.Meta] = kernel
-    torch._decomp.meta_table[op] = kernel
-    op._dispatch_cache.clear()

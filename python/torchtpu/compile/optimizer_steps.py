@@ -11,9 +11,9 @@ rate that a scheduler changes is a runtime value of the program: Dynamo guards o
 and recompiled the step at every change, then gave up after eight and ran it op by op. The
 in-place updates donate their old buffers as the compiled graph's did (exec/executor.cpp).
 
-Installed on ``Optimizer.profile_hook_step``, the wrapper PyTorch puts around each optimizer
-class's ``step`` when its first instance is made (classes instantiated before torchtpu was
-imported keep Dynamo's way).
+Installed (patches.py) on ``Optimizer.profile_hook_step``, the wrapper PyTorch puts around each
+optimizer class's ``step`` when its first instance is made (classes instantiated before torchtpu
+was imported keep Dynamo's way).
 """
 
 import functools
@@ -63,13 +63,8 @@ def _never_compiled(code) -> None:
         frames.set_code_exec_strategy(code, skip)
 
 
-def install() -> None:
-    hook = torch.optim.Optimizer.profile_hook_step
-    if getattr(hook, "_torchtpu", False):
-        return
-
-    def profile_hook_step(func):
-        return _route(hook(func))
-
-    profile_hook_step._torchtpu = True
-    torch.optim.Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+def routed_profile_hook_step(profile_hook_step):
+    """``Optimizer.profile_hook_step`` routing the steps it wraps (installed by patches.py)."""
+    def routing_profile_hook_step(func):
+        return _route(profile_hook_step(func))
+    return routing_profile_hook_step

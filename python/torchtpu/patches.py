@@ -1,0 +1,143 @@
+"""Every piece of PyTorch that torchtpu replaces, in one list.
+
+Each patch names its target (a module path, then attributes), why it exists, the PyTorch releases
+it was written against and when it is installed: at import, or when fused mode is first turned on
+(the only mode it matters for). The replacements themselves live beside the code they serve; this
+module only installs them. ``tests/python/test_patches.py`` checks that every target still exists
+in the installed PyTorch (a PyTorch upgrade that moves one fails there, not in a model) and that
+none changes anything for a CPU-only user of ``import torch``: each replacement hands every call
+that does not involve a tpu tensor to the original, and fused mode's are not installed at all
+until fused mode is used.
+"""
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import torch_versions
+
+ALL_SUPPORTED = torch_versions.supported_range()
+
+
+def _optimizer_steps(original):
+    from .compile import optimizer_steps
+    return optimizer_steps.routed_profile_hook_step(original)
+
+
+def _inductor_call(original):
+    from . import compile
+    return compile.inductor_or_tpu(original)
+
+
+def _tensor_str(original):
+    from . import tensor_repr
+    return tensor_repr.formatting_on_host(original)
+
+
+def _flex_validate_device(original):
+    from .integrations import flex_attention
+    return flex_attention.validate_device_or_tpu(original)
+
+
+def _grouped_mm_meta(original):
+    from .compile import fake_kernels
+    return fake_kernels.grouped_mm_meta(original)
+
+
+def _cut_before_backward(original):
+    from . import modes
+    return modes.cut_before_backward(original)
+
+
+@dataclass(frozen=True)
+class Patch:
+    target: str                  # "torch.autograd.backward"
+    replacement: Callable[[Any], Any]  # the original -> what replaces it
+    why: str
+    versions: str = ALL_SUPPORTED  # the PyTorch releases it was written and tested against
+    when: str = "import"         # or "fused": the first switch to fused mode
+
+    def owner_and_name(self):
+        """The object holding the target and the target's attribute name (raises when PyTorch no
+        longer has it)."""
+        parts = self.target.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            try:
+                owner = importlib.import_module(".".join(parts[:split]))
+            except ImportError:
+                continue
+            for attr in parts[split:-1]:
+                owner = getattr(owner, attr)
+            getattr(owner, parts[-1])
+            return owner, parts[-1]
+        raise ImportError(f"no module in {self.target}")
+
+    def install(self) -> None:
+        owner, name = self.owner_and_name()
+        original = getattr(owner, name)
+        if getattr(original, "_torchtpu_patch", False):
+            return  # installed already
+        replacement = self.replacement(original)
+        replacement._torchtpu_patch = True
+        if isinstance(owner, type) and isinstance(owner.__dict__.get(name), staticmethod):
+            replacement = staticmethod(replacement)
+        setattr(owner, name, replacement)
+
+
+class MetaKernelPatch(Patch):
+    """Replaces an op's Python meta kernel (what fake tensors run), not an attribute."""
+
+    def owner_and_name(self):
+        from torch._C import DispatchKey
+        owner, name = super().owner_and_name()
+        op = getattr(owner, name)
+        if DispatchKey.Meta not in op.py_kernels:
+            raise LookupError(f"{self.target} has no Python meta kernel any more")
+        return op, DispatchKey.Meta
+
+    def install(self) -> None:
+        import torch
+        op, key = self.owner_and_name()
+        original = op.py_kernels[key]
+        if getattr(original, "_torchtpu_patch", False):
+            return
+        kernel = self.replacement(original)
+        kernel._torchtpu_patch = True
+        op.py_kernels[key] = kernel
+        torch._decomp.meta_table[op] = kernel
+        op._dispatch_cache.clear()
+
+
+PATCHES = (
+    Patch("torch.optim.Optimizer.profile_hook_step", _optimizer_steps,
+          "an optimizer step of tpu parameters in compiled code runs as one recorded program, not "
+          "as a Dynamo graph (compile/optimizer_steps.py); the wrapper PyTorch puts around each "
+          "optimizer class's step on its first instance"),
+    Patch("torch._TorchCompileInductorWrapper.__call__", _inductor_call,
+          "plain torch.compile(fn) (Inductor) on tpu tensors uses backend='tpu': Inductor has no "
+          "code generator for the device"),
+    Patch("torch._tensor_str._tensor_str", _tensor_str,
+          "printing a tpu tensor copies it to the host once and formats it there, instead of "
+          "formatting with device ops compiled per shape (tensor_repr.py)"),
+    Patch("torch.nn.attention.flex_attention._validate_device", _flex_validate_device,
+          "flex_attention refuses devices outside an allow-list; uncompiled, its dense "
+          "implementation is made of ops tpu lowers (integrations/flex_attention.py)"),
+    MetaKernelPatch("torch.ops.aten._grouped_mm.default", _grouped_mm_meta,
+                    "the meta kernel accepts bfloat16 only (its CUDA kernel's limit); tpu runs "
+                    "every floating dtype (compile/fake_kernels.py)"),
+    Patch("torch.autograd.backward", _cut_before_backward,
+          "fused mode cuts a window where the backward pass begins, so every training step makes "
+          "the same windows (modes.py)", when="fused"),
+    Patch("torch.autograd.grad", _cut_before_backward,
+          "as torch.autograd.backward", when="fused"),
+)
+
+
+def install(when: str = "import") -> None:
+    """Installs the patches of `when` ("import" or "fused"); a patch already in place is kept."""
+    for patch in PATCHES:
+        if patch.when == when:
+            patch.install()
+    if when == "fused":
+        from . import modes
+        modes.register_optimizer_cuts()
