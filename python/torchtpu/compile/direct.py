@@ -18,8 +18,11 @@ from torch.utils import _pytree as pytree
 
 from .captured_graph import CapturedGraph, NeedsEager
 
-# Nodes that change state the program's ops depend on: they stay in order with those ops.
+# Nodes that change state the program's ops depend on: they stay in order with those ops. Besides
+# grad mode, functorch's transform levels: Dynamo (PyTorch 2.14 on) inlines vmap, leaving calls
+# that enter and leave its levels around the batched ops (FlexAttention's create_block_mask).
 _SIDE_EFFECTS = {torch._C._set_grad_enabled}
+_SIDE_EFFECT_MODULES = {"torch._functorch.predispatch"}
 _NOT_CAPTURED = {torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast}
 
 
@@ -86,7 +89,8 @@ class Plan:
         if devices:  # CPU tensors only
             return True
         # No tensors: Python work on what the prologue computes (not state the program needs).
-        return n.target not in _SIDE_EFFECTS and all(
+        side_effect = n.target in _SIDE_EFFECTS or getattr(n.target, "__module__", None) in _SIDE_EFFECT_MODULES
+        return not side_effect and all(
             a.op in ("placeholder", "get_attr") or a in self.prologue for a in n.all_input_nodes)
 
     def _refuse(self, reason):

@@ -189,6 +189,23 @@ class ProcessGroupTPU(dist.ProcessGroup):
         return self._work("scatter", opts, outputs,
                           lambda w: self.transport.scatter(outputs, input_lists, opts.rootRank, w))
 
+    def gather_single(self, output, input, opts):
+        """Gathers one tensor from each rank into ``output`` (its chunks, in rank order) on the root."""
+        output_lists = [list(output.chunk(self.size()))] if self.rank() == opts.rootRank else []
+        return self.gather(output_lists, [input], opts)
+
+    # PyTorch 2.14 renamed the single-tensor collectives its Python calls (torch.distributed's
+    # all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and their coalesced forms).
+    all_gather_single = _allgather_base
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+    reduce_scatter_single = _reduce_scatter_base
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+    all_to_all_single = alltoall_base
+
+    def set_timeout(self, timeout):
+        """dist.set_timeout(timeout, group): the default timeout of this group's later collectives."""
+        self.timeout = timeout
+
     def send(self, tensors, dst, tag=0):
         tensors = _listed(tensors)
         return self._work("send", None, tensors, lambda w: self.transport.send(tensors, dst, tag, w))
