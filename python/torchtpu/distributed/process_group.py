@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _C
-from .work import Work
+from .work import Work, hidden_from_modes
 
 _OWN_PACKAGES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
 
@@ -233,7 +233,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
         if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
             timeout = self.timeout
         where = _Where(name, user_line(), timeout, outputs)
-        started = call(where)
+        with hidden_from_modes():
+            started = call(where)
         if isinstance(started, torch._C.Future):
             return Work(result=outputs, future=started, where=where)
         return Work(started, outputs)

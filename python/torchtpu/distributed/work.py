@@ -4,6 +4,15 @@ import threading
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+def hidden_from_modes():
+    """The tensor ops a collective makes internally (staging copies to and from the host) are the
+    collective's, as they would be inside NCCL: Python dispatch modes do not see them. Selective
+    activation checkpointing counts the ops it sees, and a finish step run at wait() would
+    otherwise count differently in the forward and in the recomputation."""
+    return _disable_current_modes()
 
 
 class Work(dist._Work):
@@ -35,7 +44,8 @@ class Work(dist._Work):
         with self._lock:
             if not self._done:
                 try:
-                    self._finish()
+                    with hidden_from_modes():
+                        self._finish()
                 except BaseException as e:  # kept: every later wait() raises it again
                     self._error = e
                 self._done = True
