@@ -56,6 +56,7 @@ def report() -> str:
         f"{m['max_window_ops']}); {m['op_by_op_windows']} run op by op while compiling; "
         f"{m['background_compiles_pending']} background compiles pending",
         f"window cuts: {m['window_cuts'] or 'none'}",
+        f"torch.compile graphs: {m['compiled_graph_runs']} runs ({m['captured_ops']} ops captured)",
         f"compiles: {m['compiles']} (total {_seconds(m['compile_ns'])}, max {_seconds(m['max_compile_ns'])})",
         f"compile cache: {c['requests']} requests, hits {c['hits']}, misses {c['misses']} "
         f"(dir {c['dir'] or 'off'}, shared {c['shared_dir'] or 'off'})",
