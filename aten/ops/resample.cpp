@@ -1,5 +1,7 @@
 // Spatial rearrangement: flip, roll, reflection/replication padding (and backward), nearest,
 // linear, bicubic and antialiased upsampling (and backward).
+#include <torch/version.h>
+
 #include <array>
 #include <cmath>
 #include <functional>
@@ -329,6 +331,22 @@ V roll(LoweringContext& c) {
   return {flat ? c.b.reshape(x, c.out().dims) : x};
 }
 
+// From PyTorch 2.14 the 2-d pads of a channels-last batch are channels-last, on CPU and in the
+// shape function torch.compile traces with (its C++ meta kernel still says contiguous).
+LoweringOptions pad2d_layout() {
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 14
+  return {};
+#else
+  return with_meta([](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+    std::vector<c10::IValue> returns = meta_kernel(schema.name(), schema.overload_name(), args);
+    const at::Tensor& input = args[0].toTensor();
+    if (schema.overload_name().empty() && input.dim() == 4)
+      returns[0] = returns[0].toTensor().contiguous(input.suggest_memory_format());
+    return returns;
+  });
+#endif
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(resample) {
@@ -338,10 +356,12 @@ TORCHTPU_LOWERINGS(resample) {
     for (int64_t d : c.int_list(1)) dims.push_back(d < 0 ? d + x.type.rank() : d);
     return V{dims.empty() || x.type.rank() == 0 ? x : c.b.reverse(x, dims)};  // a 0-d tensor is its own flip
   });
-  register_lowering({"reflection_pad1d", "reflection_pad1d.out", "reflection_pad2d", "reflection_pad2d.out",
-                     "reflection_pad3d", "reflection_pad3d.out"}, reflection_pad);
-  register_lowering({"replication_pad1d", "replication_pad1d.out", "replication_pad2d", "replication_pad2d.out",
-                     "replication_pad3d", "replication_pad3d.out"}, replication_pad);
+  register_lowering({"reflection_pad1d", "reflection_pad1d.out", "reflection_pad3d", "reflection_pad3d.out"},
+                    reflection_pad);
+  register_lowering({"reflection_pad2d", "reflection_pad2d.out"}, reflection_pad, pad2d_layout());
+  register_lowering({"replication_pad1d", "replication_pad1d.out", "replication_pad3d", "replication_pad3d.out"},
+                    replication_pad);
+  register_lowering({"replication_pad2d", "replication_pad2d.out"}, replication_pad, pad2d_layout());
   // The .vec overloads are composites over these.
   register_lowering({"upsample_nearest1d", "upsample_nearest1d.out", "upsample_nearest2d", "upsample_nearest2d.out",
                      "upsample_nearest3d", "upsample_nearest3d.out"}, upsample_nearest(false));

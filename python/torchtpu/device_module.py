@@ -5,7 +5,13 @@ import threading
 
 import torch
 
-from . import _C
+from . import _C, devices, memory
+from .devices import current_device, device_count, synchronize  # noqa: F401
+from .memory import (  # noqa: F401
+    empty_cache, get_per_process_memory_fraction, max_memory_allocated, max_memory_reserved, mem_get_info,
+    memory_allocated, memory_reserved, memory_stats, memory_summary, reset_accumulated_memory_stats,
+    reset_max_memory_allocated, reset_peak_memory_stats, set_per_process_memory_fraction)
+from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
 
 def is_available() -> bool:
@@ -36,29 +42,8 @@ def init() -> None:
     _C._device_count()
 
 
-def device_count() -> int:
-    return _C._device_count()
-
-
-def current_device() -> int:
-    return _C._current_device()
-
-
 def set_device(device) -> None:
-    _C._set_device(_index(device))
-
-
-def _index(device) -> int:
-    if isinstance(device, torch.device):
-        return device.index if device.index is not None else current_device()
-    if isinstance(device, str):
-        return _index(torch.device(device))
-    return int(device)
-
-
-def synchronize(device=None) -> None:
-    """Waits for all work queued on the device; raises the first asynchronous failure."""
-    _C._synchronize(_device_index(device), "synchronize")
+    _C._set_device(devices.index(device))
 
 
 _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
@@ -81,7 +66,7 @@ def get_sync_debug_mode() -> int:
 
 
 def get_device_name(device=None) -> str:
-    return _C._platform_info()["device_kinds"][_device_index(device)]
+    return _C._platform_info()["device_kinds"][devices.index_or_current(device)]
 
 
 class _DeviceProperties:
@@ -98,7 +83,7 @@ class _DeviceProperties:
 
 
 def get_device_properties(device=None) -> _DeviceProperties:
-    return _DeviceProperties(_device_index(device))
+    return _DeviceProperties(devices.index_or_current(device))
 
 
 def get_amp_supported_dtype() -> list:
@@ -107,10 +92,6 @@ def get_amp_supported_dtype() -> list:
 
 def is_bf16_supported() -> bool:
     return True
-
-
-def _device_index(device) -> int:
-    return _index(device) if device is not None else current_device()
 
 
 def manual_seed(seed: int) -> None:
@@ -137,13 +118,13 @@ def initial_seed() -> int:
 
 def get_rng_state(device=None) -> torch.Tensor:
     """The generator state as a CPU uint8 tensor (16 bytes: seed and offset)."""
-    seed, offset = _C._get_rng_state(_device_index(device))
+    seed, offset = _C._get_rng_state(devices.index_or_current(device))
     return torch.tensor([seed, offset], dtype=torch.uint64).view(torch.uint8)
 
 
 def set_rng_state(new_state: torch.Tensor, device=None) -> None:
     seed, offset = new_state.view(torch.uint64).tolist()
-    _C._set_rng_state(_device_index(device), seed, offset)
+    _C._set_rng_state(devices.index_or_current(device), seed, offset)
 
 
 def get_rng_state_all() -> list:
@@ -163,7 +144,7 @@ class device:
     """Context manager that changes the current tpu device, like ``torch.cuda.device``."""
 
     def __init__(self, device):
-        self.index = _index(device)
+        self.index = devices.index(device)
         self.prev = None
 
     def __enter__(self):
@@ -209,11 +190,3 @@ def precision(name: str):
     finally:
         _C._set_precision_override(previous)
         _precision.name = previous
-
-
-# Last: these modules use this module's device-index helper.
-from .memory import (  # noqa: E402,F401
-    empty_cache, get_per_process_memory_fraction, max_memory_allocated, max_memory_reserved, mem_get_info,
-    memory_allocated, memory_reserved, memory_stats, memory_summary, reset_accumulated_memory_stats,
-    reset_max_memory_allocated, reset_peak_memory_stats, set_per_process_memory_fraction)
-from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: E402,F401

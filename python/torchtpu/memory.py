@@ -8,23 +8,23 @@ reserved, active and requested bytes equal allocated bytes. ``TORCHTPU_MEMORY_LI
 would: an allocation past it raises ``torch.OutOfMemoryError`` before anything runs."""
 
 import collections
+import warnings
 
-from . import _C
-from .device_module import _device_index, device_count, synchronize
+from . import _C, devices
 
 
 def memory_stats(device=None) -> dict:
     """``torch.cuda.memory_stats``'s keys (``allocated_bytes.all.current``, ``num_ooms``, ...), plus
     ``torchtpu.limit_bytes`` when a limit is set and what the PJRT plugin reports (``pjrt.*``)."""
-    return collections.OrderedDict(sorted(_C._memory_stats(_device_index(device)).items()))
+    return collections.OrderedDict(sorted(_C._memory_stats(devices.index_or_current(device)).items()))
 
 
 def memory_allocated(device=None) -> int:
-    return _C._memory_stats(_device_index(device))["allocated_bytes.all.current"]
+    return _C._memory_stats(devices.index_or_current(device))["allocated_bytes.all.current"]
 
 
 def max_memory_allocated(device=None) -> int:
-    return _C._memory_stats(_device_index(device))["allocated_bytes.all.peak"]
+    return _C._memory_stats(devices.index_or_current(device))["allocated_bytes.all.peak"]
 
 
 def memory_reserved(device=None) -> int:
@@ -36,7 +36,7 @@ def max_memory_reserved(device=None) -> int:
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    _C._reset_peak_memory(_device_index(device))
+    _C._reset_peak_memory(devices.index_or_current(device))
 
 
 def reset_max_memory_allocated(device=None) -> None:
@@ -44,19 +44,19 @@ def reset_max_memory_allocated(device=None) -> None:
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
-    _C._reset_accumulated_memory(_device_index(device))
+    _C._reset_accumulated_memory(devices.index_or_current(device))
 
 
 def empty_cache() -> None:
     """Runs pending work on every device, so that buffers only a pending program still held are
     released (there is no cache of free blocks to return)."""
-    for index in range(device_count()):
-        synchronize(index)
+    for index in range(devices.device_count()):
+        devices.synchronize(index)
 
 
 def mem_get_info(device=None) -> tuple:
     """``(free, total)`` bytes: under the memory limit where one is set, else of the device."""
-    index = _device_index(device)
+    index = devices.index_or_current(device)
     stats = _C._memory_stats(index)
     if "torchtpu.limit_bytes" in stats:
         limit = stats["torchtpu.limit_bytes"]
@@ -70,13 +70,13 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     """Limits this process's storages on the device to ``fraction`` of its memory, as on CUDA."""
     if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-    index = _device_index(device)
+    index = devices.index_or_current(device)
     _C._set_memory_limit(index, int(fraction * _C._memory_size(index)),
                          f"set_per_process_memory_fraction({fraction})")
 
 
 def get_per_process_memory_fraction(device=None) -> float:
-    index = _device_index(device)
+    index = devices.index_or_current(device)
     limit = _C._memory_stats(index).get("torchtpu.limit_bytes")
     return 1.0 if limit is None else limit / _C._memory_size(index)
 
@@ -85,9 +85,24 @@ def memory_summary(device=None, abbreviated=False) -> str:
     """A short table of the device's memory statistics."""
     stats = memory_stats(device)
     rows = [("allocated", "allocated_bytes.all"), ("storages", "allocation.all")]
-    lines = [f"tpu:{_device_index(device)} memory summary", f"{'':12}{'current':>16}{'peak':>16}"]
+    lines = [f"tpu:{devices.index_or_current(device)} memory summary", f"{'':12}{'current':>16}{'peak':>16}"]
     lines += [f"{name:12}{stats[key + '.current']:>16,}{stats[key + '.peak']:>16,}" for name, key in rows]
     lines.append(f"out-of-memory errors: {stats['num_ooms']}")
     if "torchtpu.limit_bytes" in stats:
         lines.append(f"limit: {stats['torchtpu.limit_bytes']:,} bytes")
     return "\n".join(lines)
+
+
+def _record_memory_history(enabled="all", *args, **kwargs) -> None:
+    """``torch.cuda.memory._record_memory_history``: accepted so that tools which record around a
+    run (TorchTitan's memory snapshots) run on tpu, but nothing is recorded: storages are PJRT
+    buffers without a caching allocator's segments or allocation stacks."""
+    if enabled:
+        warnings.warn("torch.tpu.memory records no allocation history; memory_stats() and "
+                      "torchtpu.metrics report what the device holds", stacklevel=2)
+
+
+def _snapshot(device=None) -> dict:
+    """``torch.cuda.memory._snapshot``'s structure, empty (see :func:`_record_memory_history`)."""
+    return {"segments": [], "device_traces": [], "allocator_settings": {}}
+

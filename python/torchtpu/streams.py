@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from .device_module import _device_index
+from . import devices
 
 
 class Stream(torch.Stream):
@@ -20,7 +20,7 @@ class Stream(torch.Stream):
     as with CUDA's) naming the device's one ordered stream."""
 
     def __new__(cls, device=None, priority=0, **kwargs):
-        return super().__new__(cls, device=torch.device("tpu", _device_index(device)), priority=priority)
+        return super().__new__(cls, device=torch.device("tpu", devices.index_or_current(device)), priority=priority)
 
     # waiting, querying and synchronizing are torch.Stream's, through the device guard (aten/device.cpp)
     def record_event(self, event=None):

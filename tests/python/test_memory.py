@@ -119,3 +119,19 @@ def test_a_malformed_limit_is_an_error_that_names_it():
 def line_of(marker):
     with open(__file__) as f:
         return next(n for n, line in enumerate(f, start=1) if marker in line and "line_of" not in line)
+
+
+def test_what_torchtitan_reads_of_the_device_module():
+    """TorchTitan's memory monitor and profiler: the keys it reads of memory_stats(), the device's
+    total memory, peak resets and the torch.tpu.memory submodule (as torch.cuda.memory)."""
+    device = torch.device("tpu")  # (TorchTitan passes the device without an index)
+    torch.tpu.reset_peak_memory_stats()
+    x = torch.ones(1024, device=device)
+    stats = torch.tpu.memory_stats(device)
+    for key in ("active_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms"):
+        assert key in stats, key
+    assert stats["active_bytes.all.peak"] >= x.nbytes
+    assert torch.tpu.get_device_properties(device).total_memory > 0
+    assert torch.tpu.memory.memory_stats is torch.tpu.memory_stats
+    torch.tpu.memory._record_memory_history(enabled=None)
+    assert torch.tpu.memory._snapshot()["segments"] == []
