@@ -6,6 +6,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "exec/executor.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
+#include "hlo/builder.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -122,6 +124,15 @@ std::optional<DType> tpu_dtype(c10::ScalarType t) {
 }
 
 std::atomic<int> sync_debug{0};  // torch.tpu.set_sync_debug_mode
+
+// Conversions to float8_e4m3fn as the linked PyTorch's own: c10::Float8_e4m3fn saturates a value
+// beyond ±448 (an infinity too) to ±448 since PyTorch #178817, after 2.11, which gave NaN. Asking
+// the header's conversion follows whichever release this is built against.
+[[maybe_unused]] const bool float8_e4m3fn_saturation = [] {
+  bool saturates = !c10::Float8_e4m3fn(1000.0f).isnan();
+  hlo::set_float8_e4m3fn_saturates(saturates);
+  return saturates;
+}();
 
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }

@@ -1,4 +1,6 @@
 // Element-wise ops: unary, binary, compare, select, clamp, conversions.
+#include <atomic>
+
 #include "hlo/attributes.h"
 #include "hlo/builder.h"
 
@@ -24,6 +26,8 @@ constexpr std::string_view kBinaryNames[] = {
     "stablehlo.xor", "chlo.zeta"};
 
 constexpr std::string_view kCompareNames[] = {"EQ", "NE", "GE", "GT", "LE", "LT"};
+
+std::atomic<bool> float8_saturation{false};  // set_float8_e4m3fn_saturates
 
 }  // namespace
 
@@ -109,10 +113,28 @@ Value complex64_to_complex32(Builder& b, const Value& x) {
 
 }  // namespace
 
+void set_float8_e4m3fn_saturates(bool on) { float8_saturation.store(on, std::memory_order_relaxed); }
+bool float8_e4m3fn_saturates() { return float8_saturation.load(std::memory_order_relaxed); }
+
 Value Builder::convert(const Value& x, DType to) {
   if (x.type.dtype == to) return x;
   if (x.type.dtype == DType::kC32) return convert(complex32_to_complex64(*this, x), to);
   if (to == DType::kC32) return complex64_to_complex32(*this, convert(x, DType::kC64));
+  DType from = x.type.dtype;
+  bool float8 = to == DType::kF8E4M3FN || to == DType::kF8E5M2;
+  bool real = from != DType::kBool && !is_complex(from);  // complex32 was handled above
+  if (float8 && real) {
+    // PyTorch's float8 types are constructed from a float: a float64 rounds to float32 first
+    // (1.0625 + 2^-40 is 1.0 in float8_e4m3fn, not 1.125), and so does an integer.
+    Value f = from == DType::kF64 || !is_floating(from) ? convert(x, DType::kF32) : x;
+    if (to == DType::kF8E4M3FN && float8_e4m3fn_saturates()) {
+      // Everything beyond ±448 (what would round to 480, NaN's pattern, or is an infinity) is
+      // ±448; NaN stays NaN.
+      Value clamped = clamp(constant(lowest_value(to), f.type), f, constant(highest_value(to), f.type));
+      f = select(compare(Compare::kNE, f, f), f, clamped);
+    }
+    return emit1("stablehlo.convert", {f}, x.type.with_dtype(to));
+  }
   if (x.type.dtype == DType::kBool && (is_floating(to) || is_complex(to))) {
     // Through an integer: XLA rewrites a multiply or divide of a converted predicate by a
     // broadcast scalar into a select, which loses IEEE's 0 * inf = NaN and 0 / 0 = NaN

@@ -458,6 +458,16 @@ constexpr const char* kGenericKernels[] = {
     "isposinf.out", "isneginf", "isneginf.out",
 };
 
+// Device-generic sparse kernels that later PyTorch releases added (linalg_vector_norm_sparse,
+// PyTorch #185309, after 2.11): registered where the linked PyTorch has them, so that an older one
+// still says the op has no sparse kernel instead of failing for want of a SparseCPU one.
+constexpr const char* kLaterGenericKernels[] = {"linalg_vector_norm"};
+
+bool pytorch_has_sparse_kernel(const char* name) {
+  std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp({std::string("aten::") + name, ""});
+  return op && op->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU);
+}
+
 // Runs the generic kernel through its SparseCPU registration, which is that same function.
 void run_generic_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   op.callBoxedForDispatchKey(c10::DispatchKey::SparseCPU, *stack);
@@ -468,6 +478,8 @@ void run_generic_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   for (const char* name : kGenericKernels)
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&run_generic_kernel>());
+  for (const char* name : kLaterGenericKernels)
+    if (pytorch_has_sparse_kernel(name)) m.impl(name, torch::CppFunction::makeFromBoxedFunction<&run_generic_kernel>());
   m.impl("_coalesce", coalesce);
   m.impl("add.out", add_out);
   m.impl("mul.out", mul_out);
