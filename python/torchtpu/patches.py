@@ -10,6 +10,7 @@ that does not involve a tpu tensor to the original, and fused mode's are not ins
 until fused mode is used.
 """
 
+import contextlib
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -49,13 +50,24 @@ def _cut_before_backward(original):
     return modes.cut_before_backward(original)
 
 
+def _per_thread_world(original):
+    from . import distributed
+    return distributed.ThreadLocalWorld()
+
+
+def _fake_tensor_cache_per_device(original):
+    from . import distributed
+    return distributed.FakeTensorCacheByDevice()
+
+
 @dataclass(frozen=True)
 class Patch:
     target: str                  # "torch.autograd.backward"
     replacement: Callable[[Any], Any]  # the original -> what replaces it
     why: str
     versions: str = ALL_SUPPORTED  # the PyTorch releases it was written and tested against
-    when: str = "import"         # or "fused": the first switch to fused mode
+    when: str = "import"         # or "fused": the first switch to fused mode; or "run_threads":
+    #                              while torchtpu.distributed.run_threads runs ranks as threads
 
     def owner_and_name(self):
         """The object holding the target and the target's attribute name (raises when PyTorch no
@@ -130,7 +142,30 @@ PATCHES = (
           "the same windows (modes.py)", when="fused"),
     Patch("torch.autograd.grad", _cut_before_backward,
           "as torch.autograd.backward", when="fused"),
+    Patch("torch.distributed.distributed_c10d._world", _per_thread_world,
+          "c10d keeps its groups in one process-wide registry; ranks that are threads each need "
+          "their own (distributed/__init__.py)", when="run_threads"),
+    Patch("torch._subclasses.fake_tensor.FakeTensorMode.cache", _fake_tensor_cache_per_device,
+          "the fake tensors' dispatch cache keys an index-less device argument ('tpu', as DTensor "
+          "makes them) but caches outputs on the current device: rank threads, each on its own "
+          "device, would get each other's (distributed/__init__.py)", when="run_threads"),
 )
+
+
+@contextlib.contextmanager
+def installed(when: str):
+    """The patches of `when` for the duration of the block; the originals are put back after."""
+    saved = []
+    try:
+        for patch in PATCHES:
+            if patch.when == when:
+                owner, name = patch.owner_and_name()
+                saved.append((owner, name, getattr(owner, name)))
+                setattr(owner, name, patch.replacement(saved[-1][2]))
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
 
 
 def install(when: str = "import") -> None:

@@ -6,18 +6,7 @@ here is imported until a compile asks for it: Dynamo and AOT autograd take a sec
 
 import torch
 
-options = {"buckets": None}
-
-
-def compile_options(*, buckets=None) -> None:
-    """Options of torch.compile(backend="tpu").
-
-    ``buckets``: the sizes a dynamic dimension is padded up to (graphs compiled with
-    ``dynamic=True`` or ``torch._dynamo.mark_dynamic``, see docs/compile.md). ``None`` (the
-    default): the next power of two, at least 8. A list: the smallest listed size that fits
-    (larger sizes run unpadded)."""
-    options["buckets"] = None if buckets is None else sorted(int(b) for b in buckets)
-
+from .options import compile_options
 
 # torch.compile's modes, all accepted: an XLA program already launches as one unit (what
 # "reduce-overhead" gets from CUDA graphs) and XLA chooses its fusions itself (no autotuning)

@@ -41,7 +41,7 @@ aten = torch.ops.aten
 
 def bucket(n: int) -> int:
     """The size a dynamic size ``n`` runs at (see torchtpu.compile_options)."""
-    buckets = options["buckets"]
+    buckets = options.bucket_sizes()
     if buckets is None:
         return max(8, 1 << max(0, n - 1).bit_length())
     return next((b for b in buckets if b >= n), n)

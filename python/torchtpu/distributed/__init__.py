@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d_module
 
+from .. import patches
 from . import functional
 from .host_transport import HostTransport
 from .process_group import ProcessGroupTPU
@@ -64,7 +65,7 @@ for _field in (*_ThreadWorld._FIELDS, "group_count"):
                                            lambda self, value, f=_field: self._state.__setitem__(f, value)))
 
 
-class _ThreadLocalWorld:
+class ThreadLocalWorld:
     """c10d's ``_world`` with one ``_ThreadWorld`` per rank thread. Other threads (autograd's
     device threads, which run DDP's communication hooks) see the world of the rank whose device
     they serve: rank r's device is tpu:r."""
@@ -88,19 +89,52 @@ class _ThreadLocalWorld:
         setattr(self._world(), name, value)
 
 
+class FakeTensorCacheByDevice:
+    """FakeTensorMode's dispatch cache (one for the process) kept per current device. Its key holds
+    an index-less device argument as given ("tpu": DTensor's sharding propagation makes its fake
+    arguments so) while the cached output has it resolved to the current device, so one cache would
+    serve rank 1 the tpu:0 tensors rank 0 made and the next op would find two devices."""
+
+    def __init__(self):
+        self._by_device = {}
+
+    def _cache(self):
+        return self._by_device.setdefault(torch.tpu.current_device(), {})
+
+    def get(self, key, default=None):
+        return self._cache().get(key, default)
+
+    def __setitem__(self, key, entry):
+        self._cache()[key] = entry
+
+    # Eviction (the object a key names died, on whichever thread) and clearing reach every device's.
+    def __contains__(self, key):
+        return any(key in cache for cache in list(self._by_device.values()))
+
+    def pop(self, key, default=None):
+        for cache in list(self._by_device.values()):
+            cache.pop(key, None)
+        return default
+
+    def __len__(self):
+        return sum(len(cache) for cache in list(self._by_device.values()))
+
+    def clear(self):
+        self._by_device.clear()
+
+
 @contextlib.contextmanager
 def _thread_local_world():
-    """Lets each thread be its own rank: c10d's world and group registry become per thread, and
-    autograd runs backward on the calling thread (as the ranks' collectives expect)."""
-    saved = c10d_module._world
-    c10d_module._world = _ThreadLocalWorld()
-    torch._C._distributed_c10d._set_thread_isolation_mode(True)
-    try:
-        with torch.autograd.set_multithreading_enabled(False):
-            yield
-    finally:
-        torch._C._distributed_c10d._set_thread_isolation_mode(False)
-        c10d_module._world = saved
+    """Lets each thread be its own rank: c10d's world and group registry become per thread, fake
+    tensors' dispatch cache per device (both patches.py), and autograd runs backward on the
+    calling thread (as the ranks' collectives expect)."""
+    with patches.installed("run_threads"):
+        torch._C._distributed_c10d._set_thread_isolation_mode(True)
+        try:
+            with torch.autograd.set_multithreading_enabled(False):
+                yield
+        finally:
+            torch._C._distributed_c10d._set_thread_isolation_mode(False)
 
 
 def run_threads(fn, world_size: int, *args, timeout: float = 300.0):
