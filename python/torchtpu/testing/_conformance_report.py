@@ -4,7 +4,7 @@ import datetime
 import os
 import platform
 
-from .opinfo import DTYPES, SHORT
+from ._dtypes import DTYPES, SHORT
 
 
 def _core_ops():

@@ -38,13 +38,10 @@ import os
 import sys
 import time
 
+from ._conformance_report import write_markdown
+from ._dtypes import DTYPES, SHORT
 from ._workers import announce, record, run_units
 
-DTYPES = ["float64", "float32", "bfloat16", "float16", "complex128", "complex64", "int64", "int32",
-          "int16", "int8", "uint8", "bool"]
-SHORT = {"float64": "f64", "float32": "f32", "bfloat16": "bf16", "float16": "f16",
-         "complex128": "c128", "complex64": "c64", "int64": "i64", "int32": "i32", "int16": "i16",
-         "int8": "i8", "uint8": "u8", "bool": "b8"}
 GRAD_DTYPES = ["float32"]
 
 # Ops whose results are random by design: comparing them with CPU values is meaningless.
@@ -666,7 +663,6 @@ def main(argv=None):
     with open(args.json, "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)
     if args.markdown:
-        from ._conformance_report import write_markdown
         write_markdown(args.markdown, report, args)
     print(json.dumps(totals["all"]))
     return 0
