@@ -21,7 +21,7 @@
 #include "exec/executor.h"
 #include "exec/metrics.h"
 #include "exec/runtime_context.h"
-#include "hlo/builder.h"
+#include "hlo/float8.h"
 
 namespace torchtpu::aten {
 namespace {

@@ -5,16 +5,44 @@
 #include <opcode.h>
 
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace torchtpu::aten {
 namespace {
 
+// The folders torch and torchtpu were imported from (with a trailing '/'), or fewer while either
+// is still being imported. Decided by the installed packages' locations, not by a folder's name: a
+// user's project may itself sit in a folder called torchtpu. Called with the GIL held.
+const std::vector<std::string>& package_dirs() {
+  static std::vector<std::string> dirs;
+  if (dirs.size() == 2) return dirs;
+  dirs.clear();
+  for (const char* name : {"torch", "torchtpu"}) {
+    PyObject* key = PyUnicode_FromString(name);
+    PyObject* module = PyImport_GetModule(key);  // only if imported: never imports
+    Py_DECREF(key);
+    PyObject* file = module ? PyObject_GetAttrString(module, "__file__") : nullptr;
+    const char* path = file && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : nullptr;
+    if (path) {
+      std::string dir(path);
+      dirs.push_back(dir.substr(0, dir.rfind('/') + 1));
+    }
+    Py_XDECREF(file);
+    Py_XDECREF(module);
+    PyErr_Clear();
+  }
+  return dirs;
+}
+
 // Frames of PyTorch, torchtpu and the standard library are not "user" frames.
 bool is_internal(std::string_view file) {
+  if (file.rfind("<frozen", 0) == 0) return true;
+  for (const std::string& dir : package_dirs())
+    if (file.rfind(dir, 0) == 0) return true;
   auto has = [&](std::string_view part) { return file.find(part) != std::string_view::npos; };
-  if (has("/torch/") || has("/torchtpu/") || file.rfind("<frozen", 0) == 0) return true;
   return has("/lib/python3.") && !has("-packages/");
 }
 

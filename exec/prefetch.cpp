@@ -59,11 +59,13 @@ std::vector<std::string> read_manifest(const std::string& path) {
 bool write_manifest(const std::string& path, const std::vector<std::string>& keys) {
   std::error_code ec;
   fs::path target(path);
-  fs::create_directories(target.parent_path(), ec);
+  // Private to the user, as the cache's executables are: a manifest names what a command ran.
+  if (fs::create_directories(target.parent_path(), ec)) fs::permissions(target.parent_path(), fs::perms::owner_all, ec);
   std::string tmp = path + ".tmp-" + std::to_string(getpid());
   bool complete;
   {
     std::ofstream out(tmp, std::ios::trunc);
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
     for (const std::string& key : keys) out << key << '\n';
     complete = static_cast<bool>(out.flush());
   }

@@ -70,13 +70,6 @@ struct ConvSpec {
   int64_t batch_group_count = 1;
 };
 
-// Conversions to float8_e4m3fn (no infinities, largest finite value 448): XLA's convert turns a
-// value that rounds beyond ±448 (an infinity included) into NaN; with saturation on, convert gives
-// ±448 instead. PyTorch's own conversion saturates from the release that changed it (PyTorch #178817);
-// the PyTorch extension sets this once, at load, to match the torch it was built against. Off by default.
-void set_float8_e4m3fn_saturates(bool on);
-bool float8_e4m3fn_saturates();
-
 class Builder;
 // Builds the body of a region (reduce, sort, scatter, collectives) from its block arguments and
 // returns the values the region yields.
@@ -104,8 +97,6 @@ class Builder {
   Value select(const Value& pred, const Value& on_true, const Value& on_false);
   Value clamp(const Value& lo, const Value& x, const Value& hi);
   // Also to and from complex32 (stored as 32-bit words of two float16 parts: see DType::kC32).
-  // To a float8 type, as PyTorch converts: through float32 (a float64 is rounded twice), and to
-  // float8_e4m3fn saturating where float8_e4m3fn_saturates() says so.
   Value convert(const Value& x, DType to);
   Value bitcast_convert(const Value& x, DType to);
 

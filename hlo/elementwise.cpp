@@ -3,6 +3,7 @@
 
 #include "hlo/attributes.h"
 #include "hlo/builder.h"
+#include "hlo/float8.h"
 
 namespace torchtpu::hlo {
 namespace {
@@ -116,6 +117,8 @@ Value complex64_to_complex32(Builder& b, const Value& x) {
 void set_float8_e4m3fn_saturates(bool on) { float8_saturation.store(on, std::memory_order_relaxed); }
 bool float8_e4m3fn_saturates() { return float8_saturation.load(std::memory_order_relaxed); }
 
+// To a float8 type as PyTorch converts: through float32, and to float8_e4m3fn saturating where
+// float8_e4m3fn_saturates() says so.
 Value Builder::convert(const Value& x, DType to) {
   if (x.type.dtype == to) return x;
   if (x.type.dtype == DType::kC32) return convert(complex32_to_complex64(*this, x), to);

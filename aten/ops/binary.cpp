@@ -531,7 +531,11 @@ TORCHTPU_LOWERINGS(binary) {
     return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
   }, with_meta(add_meta(no_bool_subtraction)));
   register_with_variants("mul", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    bool wide = wide_scalar_operand(c);
+    // float8 products are formed in float32 (exactly) and rounded by the conversion to the output,
+    // PyTorch's rounding, saturating float8_e4m3fn where PyTorch does (XLA's own float8 multiply
+    // gives NaN beyond ±448).
+    DType t = c.compute_dtype();
+    bool wide = wide_scalar_operand(c) || t == DType::kF8E4M3FN || t == DType::kF8E5M2;
     return V{bin(c, BinaryOp::kMultiply, operand(c, 0, wide), operand(c, 1, wide))};
   });
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {

@@ -1,6 +1,6 @@
 // Cold-start prefetching: keys load in order on background threads, a caller waits for the one a
 // worker has in hand and loads the ones no worker reached itself, and the manifest of used keys
-// round-trips through its file, ignoring damaged lines.
+// round-trips through its file (private to the user), ignoring damaged lines.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -91,6 +91,17 @@ TEST(Manifest, RoundTripsAndIgnoresDamagedLines) {
   std::ofstream(path, std::ios::app) << "../../etc/passwd\n" << key(3) << "\n";
   EXPECT_EQ(read_manifest(path), (std::vector<std::string>{key(1), key(2), key(3)}));
   std::filesystem::remove_all(dir);
+}
+
+TEST(Manifest, IsPrivateToTheUser) {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / ("torchtpu_manifest_perms_" + std::to_string(getpid()));
+  std::string path = workload_manifest_path(dir.string(), "fingerprint");
+  ASSERT_TRUE(write_manifest(path, {key(1)}));
+  auto others = fs::perms::group_all | fs::perms::others_all;
+  EXPECT_EQ(fs::status(fs::path(path).parent_path()).permissions() & others, fs::perms::none);
+  EXPECT_EQ(fs::status(path).permissions() & others, fs::perms::none);
+  fs::remove_all(dir);
 }
 
 TEST(UsedKeys, KeepsFirstUseOrderOnce) {

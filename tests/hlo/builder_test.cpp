@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "hlo/builder.h"
+#include "hlo/float8.h"
 
 namespace torchtpu::hlo {
 namespace {
@@ -125,6 +126,26 @@ TEST(Builder, BitcastBetweenWidthsAddsOrTakesTheLastDimension) {
   Value bytes = b.parameter({DType::kU8, {3, 4}});
   EXPECT_EQ(b.bitcast_convert(bytes, DType::kF32).type.dims, (std::vector<int64_t>{3}));
   EXPECT_THROW(b.bitcast_convert(b.parameter({DType::kU8, {3, 2}}), DType::kF32), std::exception);
+}
+
+TEST(Builder, Float8ConversionsGoThroughFloat32AndSaturateWhenAsked) {
+  auto program = [](DType from, DType to) {
+    Builder b;
+    b.results({b.convert(b.parameter({from, {2}}), to)});
+    return b.module_text();
+  };
+  // a float64 or an integer rounds to float32 first, as PyTorch's float8 constructors take a float
+  EXPECT_TRUE(has(program(DType::kF64, DType::kF8E5M2), "(tensor<2xf64>) -> tensor<2xf32>"));
+  EXPECT_TRUE(has(program(DType::kS64, DType::kF8E4M3FN), "(tensor<2xi64>) -> tensor<2xf32>"));
+  EXPECT_FALSE(has(program(DType::kF32, DType::kF8E4M3FN), "stablehlo.clamp"));
+  set_float8_e4m3fn_saturates(true);
+  std::string saturating = program(DType::kF32, DType::kF8E4M3FN);
+  std::string e5m2 = program(DType::kF32, DType::kF8E5M2);
+  set_float8_e4m3fn_saturates(false);
+  EXPECT_TRUE(has(saturating, "stablehlo.clamp"));
+  EXPECT_TRUE(has(saturating, "4.48000000000000000e+02"));
+  EXPECT_TRUE(has(saturating, "stablehlo.select"));  // NaN stays NaN
+  EXPECT_FALSE(has(e5m2, "stablehlo.clamp"));  // float8_e5m2 has infinities
 }
 
 TEST(Builder, ComplexAndUnsignedTypes) {

@@ -231,3 +231,20 @@ def test_metrics_on_exit_and_program_dumps(tmp_path):
     assert "torchtpu metrics" in out and "compiles:" in out
     dumps = list(tmp_path.glob("*.mlir"))
     assert dumps and all("stablehlo" in d.read_text() for d in dumps)
+
+
+def test_a_user_project_in_a_folder_named_torchtpu_gets_its_own_line(tmp_path):
+    """Whether a frame is torchtpu's own is decided by where the package is installed, not by a
+    folder called torchtpu: a user's script there is named in errors, not pytest or a library."""
+    project = tmp_path / "torchtpu" / "work"
+    project.mkdir(parents=True)
+    script = project / "train.py"
+    script.write_text("import torch, torchtpu\n"
+                      "t = torch.randn(4, 3, device='tpu')\n"
+                      "try:\n"
+                      "    t.index_select(0, torch.tensor([1, 7], device='tpu')).cpu()\n"
+                      "except IndexError as e:\n"
+                      "    print(e)\n")
+    code, out, err = run_python(f"import runpy; runpy.run_path({str(script)!r})")
+    assert code == 0, err
+    assert f"{script}:4" in out, out

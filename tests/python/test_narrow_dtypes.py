@@ -49,6 +49,25 @@ def test_float8_widens_and_rounds_as_cpu(dtype, no_fallbacks):
 
 
 @pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_overflow_and_double_rounding_as_cpu(dtype, no_fallbacks):
+    """Beyond float8_e4m3fn's range (±448; no infinities) CPU's conversion gives NaN up to PyTorch
+    2.11 and ±448 after (PyTorch #178817): tpu follows the torch it is built against, in conversions
+    from every dtype and in products. A float64 or an integer reaches float8 through float32, as
+    PyTorch's float8 types are constructed from a float (1.0625 + 2^-40 is 1.0, not 1.125)."""
+    wide = torch.tensor([448.0, 464.0, 470.0, 479.0, 480.0, 1000.0, 1e30, float("inf"), float("nan"),
+                         1.0625 + 2.0 ** -40, 1.125 + 2.0 ** -40, 57344.0, 61440.0, 1e6], dtype=torch.float64)
+    wide = torch.cat([wide, -wide])
+    for source in (torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.float8_e5m2):
+        same_bits(wide.to(source).to("tpu").to(dtype), wide.to(source).to(dtype))
+    integers = torch.tensor([460, 470, 1000, 70000, -100000, 2 ** 40, 3])
+    for source in (torch.int64, torch.int32):
+        same_bits(integers.to(source).to("tpu").to(dtype), integers.to(source).to(dtype))
+    big = torch.tensor([20.0, -300.0, 400.0, 448.0, 2.0]).to(dtype)
+    same_bits(big.to("tpu") * big.to("tpu"), big * big)
+    same_bits(big.to("tpu").mul_(big.to("tpu")), big.clone().mul_(big))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
 def test_float8_ops_cpu_supports(dtype, no_fallbacks):
     g = torch.Generator().manual_seed(1)
     x = (torch.randn(6, 5, generator=g) * 4).to(dtype)

@@ -118,6 +118,16 @@ def test_ops_match_cpu(op, no_fallbacks):
     torch.testing.assert_close(got.cpu(), expected)
 
 
+@pytest.mark.parametrize("ord", [2, 1, float("inf"), 0, 3.5])
+def test_vector_norm_as_cpu(ord, no_fallbacks):
+    """torch.linalg.vector_norm of a sparse tensor, a device-generic kernel since PyTorch #185309
+    (after 2.11, which has no sparse kernel for it on any device)."""
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::linalg_vector_norm", "SparseCPU"):
+        pytest.skip("this PyTorch has no sparse linalg_vector_norm")
+    cpu = duplicated()
+    torch.testing.assert_close(torch.linalg.vector_norm(cpu.to("tpu"), ord).cpu(), torch.linalg.vector_norm(cpu, ord))
+
+
 def test_empty_and_all_zero(no_fallbacks):
     zeros = torch.zeros(3, 4)
     assert_same_sparse(zeros.to("tpu").to_sparse(), zeros.to_sparse())
