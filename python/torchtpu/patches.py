@@ -1,9 +1,10 @@
 """Every piece of PyTorch that torchtpu replaces, in one list.
 
 Each patch names its target (a module path, then attributes), why it exists, the PyTorch releases
-it was written against and when it is installed: at import, or when fused mode is first turned on
-(the only mode it matters for). The replacements themselves live beside the code they serve; this
-module only installs them. ``tests/python/test_patches.py`` checks that every target still exists
+it was written against and when it is installed: at import; when fused mode is first turned on
+(the only mode it matters for); or only while ``torchtpu.distributed.run_threads`` runs ranks as
+threads. The replacements themselves live beside the code they serve; this module only installs
+them. ``tests/python/test_patches.py`` checks that every target still exists
 in the installed PyTorch (a PyTorch upgrade that moves one fails there, not in a model) and that
 none changes anything for a CPU-only user of ``import torch``: each replacement hands every call
 that does not involve a tpu tensor to the original, and fused mode's are not installed at all
