@@ -1,8 +1,14 @@
 #include "aten/dtype_support.h"
 
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/clamp.h>
+#include <ATen/ops/clamp_max.h>
+#include <ATen/ops/clamp_min.h>
+#include <ATen/ops/hardtanh.h>
 #include <ATen/ops/result_type.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <optional>
@@ -28,11 +34,27 @@ struct Refusal {
   const char* overload = nullptr;  // only this overload ("" for clamp_min's Scalar one)
   bool scalars_promote = false;    // judged on the dtype the Scalar arguments promote self to
   bool all_promote = false;        // judged on the dtype all arguments promote to (the shifts')
+  bool type_error = false;         // `message` is a TypeError
 };
 
 // A refusal judged on the dtype all arguments promote to (atan2 of a float and a complex tensor).
 constexpr Refusal promoted(Kind kind, const char* kernel, const char* runtime_error_message = nullptr) {
   return {kind, kernel, runtime_error_message, runtime_error_message != nullptr, nullptr, false, true};
+}
+
+// PyTorch 2.15 raises TypeError for maximum's (minimum's, fmax's, fmin's) complex tensors and
+// NotImplementedError for heaviside's, where earlier versions raised RuntimeError.
+constexpr bool kTorch215 = TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15);
+constexpr Refusal promoted_type_error(const char* message) {
+  Refusal r = promoted(Kind::kComplex, nullptr, message);
+  r.runtime_error = !kTorch215;
+  r.type_error = kTorch215;
+  return r;
+}
+constexpr Refusal promoted_not_implemented(const char* message) {
+  Refusal r = promoted(Kind::kComplex, nullptr, message);
+  r.runtime_error = !kTorch215;
+  return r;
 }
 
 // By the op's name without the in-place underscore; measured against CPU PyTorch 2.11.
@@ -55,10 +77,10 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"erf", {Kind::kComplex, "erf_vml_cpu"}},
       {"erfc", {Kind::kComplex, "erfc_vml_cpu"}},
       {"lgamma", {Kind::kComplex, "lgamma_vml_cpu"}},
-      {"maximum", promoted(Kind::kComplex, nullptr, "maximum not implemented for complex tensors.")},
-      {"minimum", promoted(Kind::kComplex, nullptr, "minimum not implemented for complex tensors.")},
-      {"fmax", promoted(Kind::kComplex, nullptr, "fmax not implemented for complex tensors.")},
-      {"fmin", promoted(Kind::kComplex, nullptr, "fmin not implemented for complex tensors.")},
+      {"maximum", promoted_type_error("maximum not implemented for complex tensors.")},
+      {"minimum", promoted_type_error("minimum not implemented for complex tensors.")},
+      {"fmax", promoted_type_error("fmax not implemented for complex tensors.")},
+      {"fmin", promoted_type_error("fmin not implemented for complex tensors.")},
       {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, "", true}},
       {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, "", true}},
       {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, "", true}},
@@ -80,7 +102,7 @@ const std::unordered_multimap<std::string, Refusal>& refusals() {
       {"gcd", promoted(Kind::kComplex, "gcd_cpu")},
       {"lcm", promoted(Kind::kComplex, "lcm_cpu")},
       {"special_xlog1py", promoted(Kind::kComplex, "xlog1py_cpu")},
-      {"heaviside", promoted(Kind::kComplex, nullptr, "heaviside is not yet implemented for complex tensors.")},
+      {"heaviside", promoted_not_implemented("heaviside is not yet implemented for complex tensors.")},
       {"lt", promoted(Kind::kComplex, "lt_cpu")},
       {"le", promoted(Kind::kComplex, "le_cpu")},
       {"gt", promoted(Kind::kComplex, "gt_cpu")},
@@ -192,6 +214,9 @@ ScalarRangeChecks scalar_range_checks(const c10::FunctionSchema& schema) {
   checks.target = rule->second.target;
   checks.checked = rule->second.checked;
   checks.integer_powers = name == "pow";
+  using P = ScalarRangeChecks::Probe;
+  checks.probe = name == "clamp" ? P::kClamp : name == "clamp_min" ? P::kClampMin : name == "clamp_max" ? P::kClampMax
+                 : name == "hardtanh" ? P::kHardtanh : P::kNone;
   const std::vector<std::string>& names = rule->second.names;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     const c10::Argument& a = schema.arguments()[i];
@@ -206,14 +231,33 @@ ScalarRangeChecks scalar_range_checks(const c10::FunctionSchema& schema) {
 void check_scalar_ranges(const ScalarRangeChecks& checks, const std::vector<c10::IValue>& args) {
   using C = ScalarRangeChecks::Checked;
   if (checks.args.empty() || !args[0].isTensor()) return;
-  // Small integers fit every dtype: the common calls (add's alpha=1) skip the promotion.
+  using P = ScalarRangeChecks::Probe;
+  // Small integers fit every dtype: the common calls (add's alpha=1) skip the promotion. (Not
+  // negative ones for clamp: PyTorch 2.15 refuses uint8 clamp(max=-1).)
+  int64_t smallest = checks.probe == P::kNone ? -128 : 0;
   auto small = [&](size_t i) {
-    return !args[i].isScalar() || (args[i].isInt() && args[i].toInt() >= -128 && args[i].toInt() <= 127);
+    return !args[i].isScalar() || (args[i].isInt() && args[i].toInt() >= smallest && args[i].toInt() <= 127);
   };
   if (!checks.integer_powers && std::all_of(checks.args.begin(), checks.args.end(), small)) return;
   c10::ScalarType t = checks.target == ScalarRangeChecks::Target::kSelf ? args[0].toTensor().scalar_type()
                                                                          : result_type(args);
   bool integral = c10::isIntegralType(t, /*includeBool=*/true);
+  if (checks.probe != P::kNone && integral) {
+    // CPU's own judgement of the bounds (its errors, in the installed version's words), on one
+    // element of self's dtype: the op promotes it as it does self.
+    at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(args[0].toTensor().scalar_type()));
+    auto bound = [&](size_t i) {
+      return args[i].isScalar() ? std::optional<c10::Scalar>(args[i].toScalar()) : std::nullopt;
+    };
+    switch (checks.probe) {
+      case P::kClamp: (void)at::clamp(one, bound(1), bound(2)); break;
+      case P::kClampMin: (void)at::clamp_min(one, args[1].toScalar()); break;
+      case P::kClampMax: (void)at::clamp_max(one, args[1].toScalar()); break;
+      case P::kHardtanh: (void)at::hardtanh(one, args[1].toScalar(), args[2].toScalar()); break;
+      case P::kNone: break;
+    }
+    return;
+  }
   bool half = t == c10::kHalf || t == c10::kBFloat16;
   if (checks.checked == C::kIntegralAndHalf && !integral && !half) return;
   if (checks.checked == C::kOpmath && half) t = c10::kFloat;
@@ -224,6 +268,17 @@ void check_scalar_ranges(const ScalarRangeChecks& checks, const std::vector<c10:
                 "Integers to negative integer powers are not allowed.");
     check_scalar_fits(s, t);
   }
+}
+
+bool clamp_clips_integer_bounds() {
+  static const bool clips = [] {
+    try {  // clipped: 0 stays 0; wrapped: min=255
+      return at::clamp(at::zeros({1}, at::TensorOptions().dtype(c10::kByte)), c10::Scalar(-1), std::nullopt).item<uint8_t>() == 0;
+    } catch (const c10::Error&) {
+      return false;
+    }
+  }();
+  return clips;
 }
 
 void check_scalar_fits(const c10::Scalar& value, c10::ScalarType dtype) {
@@ -283,6 +338,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
     if (!is(r.kind, computed)) continue;
     if (!r.message) TORCH_CHECK_NOT_IMPLEMENTED(false, '"', r.kernel, "\" not implemented for '", c10::toString(computed), "'");
     if (r.runtime_error) TORCH_CHECK(false, r.message);
+    if (r.type_error) TORCH_CHECK_TYPE(false, r.message);
     TORCH_CHECK_NOT_IMPLEMENTED(false, r.message);
   }
 }

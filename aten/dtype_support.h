@@ -28,9 +28,17 @@ struct ScalarRangeChecks {
   Target target = Target::kSelf;
   Checked checked = Checked::kAll;
   bool integer_powers = false;  // pow: integers to negative integer powers are refused
+  // clamp's and hardtanh's bounds for an integral compute dtype: judged by the linked torch's own
+  // CPU kernel (PyTorch 2.15 clips integer bounds to the dtype's range and raises only for a min
+  // above it or a max below it; earlier versions raised any Scalar conversion's overflow error).
+  enum class Probe { kNone, kClamp, kClampMin, kClampMax, kHardtanh };
+  Probe probe = Probe::kNone;
 };
 ScalarRangeChecks scalar_range_checks(const c10::FunctionSchema& schema);
 void check_scalar_ranges(const ScalarRangeChecks& checks, const std::vector<c10::IValue>& args);
+// Whether the linked torch's CPU clamp clips an integer Scalar bound to the dtype's range (2.15:
+// uint8 clamp(min=-1) clamps nothing) rather than wrapping it (earlier versions: min=255).
+bool clamp_clips_integer_bounds();
 // CPU's overflow check of a Scalar converted to `dtype` (fill_(300) on int8 raises).
 void check_scalar_fits(const c10::Scalar& value, c10::ScalarType dtype);
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "aten/dtype_support.h"
 #include "aten/lowering.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/ops/math.h"
@@ -683,16 +684,22 @@ TORCHTPU_LOWERINGS(binary) {
                     with_meta(masked_fill_meta));
   register_with_variants("clamp", {"", "Tensor"}, [](LoweringContext& c) {
     Value x = c.in_b(0);
-    if (c.has(1)) x = nan_extreme(c.b, BinaryOp::kMaximum, x, c.in_b(1));
-    if (c.has(2)) x = nan_extreme(c.b, BinaryOp::kMinimum, x, c.in_b(2));
+    bool clip = clamp_clips_integer_bounds();
+    if (c.has(1)) x = nan_extreme(c.b, BinaryOp::kMaximum, x, integer_bound(c, 1, clip));
+    if (c.has(2)) x = nan_extreme(c.b, BinaryOp::kMinimum, x, integer_bound(c, 2, clip));
     return V{x};
   }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
     TORCH_CHECK(!args[1].isNone() || !args[2].isNone(), "torch.clamp: At least one of 'min' or 'max' must not be None");
     no_complex_bounds(args);
   })));
-  register_with_variants("clamp_min", {"", "Tensor"}, nan_propagating(BinaryOp::kMaximum),
+  auto clamp_one_side = [](BinaryOp op) -> Lowering {
+    return [op](LoweringContext& c) {
+      return V{nan_extreme(c.b, op, c.in_b(0), integer_bound(c, 1, clamp_clips_integer_bounds()))};
+    };
+  };
+  register_with_variants("clamp_min", {"", "Tensor"}, clamp_one_side(BinaryOp::kMaximum),
                          with_meta(checked_meta(no_complex_bounds)));
-  register_with_variants("clamp_max", {"", "Tensor"}, nan_propagating(BinaryOp::kMinimum),
+  register_with_variants("clamp_max", {"", "Tensor"}, clamp_one_side(BinaryOp::kMinimum),
                          with_meta(checked_meta(no_complex_bounds)));
   // PyTorch's lerp: weight < 0.5 ? start + w * (end - start) : end - (end - start) * (1 - w).
   register_with_variants("lerp", {"Scalar", "Tensor"}, [](LoweringContext& c) {

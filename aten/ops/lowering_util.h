@@ -48,6 +48,21 @@ inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
   return v.type.dtype == to ? v : b.convert(v, to);
 }
 
+// Bound argument `i` of clamp or hardtanh in the compute dtype, broadcast. A Scalar bound for an
+// integral dtype is truncated to an integer and, with `clip`, clipped to the dtype's range first,
+// as PyTorch 2.15's CPU kernels do (int8 clamp(max=300) clamps nothing); without, converted (a
+// uint8 clamp(min=-1) is min=255 before 2.15). Bounds that neither way takes raised before this.
+inline hlo::Value integer_bound(LoweringContext& c, size_t i, bool clip) {
+  DType t = c.compute_dtype();
+  bool integral = t != DType::kBool && t != DType::kC32 && !is_floating(t) && !is_complex(t);
+  if (!clip || !integral || !c.arg(i).isScalar() || t == DType::kS64) return c.in_b(i);
+  hlo::Value v = cast(c.b, c.raw(i), DType::kS64);  // a float Scalar truncates, as toLong
+  hlo::TensorType s64{DType::kS64, {}};
+  v = c.b.binary(hlo::BinaryOp::kMaximum, v, c.b.constant_int(static_cast<int64_t>(lowest_value(t)), s64));
+  if (t != DType::kU64) v = c.b.binary(hlo::BinaryOp::kMinimum, v, c.b.constant_int(static_cast<int64_t>(highest_value(t)), s64));
+  return c.bcast(cast(c.b, v, t));
+}
+
 // complex32 (torch.chalf) is stored as float16 pairs (DType::kC32) and computed in complex64, as
 // PyTorch's kernels compute it in complex<float>: the dtype a value of type `t` is computed in,
 // and a stored value widened to it.

@@ -359,7 +359,9 @@ TORCHTPU_LOWERINGS(unary) {
   });
   register_lowering({"hardtanh", "hardtanh_", "hardtanh.out"}, [](LoweringContext& c) {
     Ops o(c);
-    return V{o.min(o.max(c.in(0), c.bcast(c.in(1))), c.bcast(c.in(2)))};
+    // Integer bounds clipped to the dtype's range in every version: before 2.15, CPU raised for
+    // those beyond it (and for an unsigned dtype's negative ones).
+    return V{o.min(o.max(c.in(0), integer_bound(c, 1, true)), integer_bound(c, 2, true))};
   });
   // the slope in opmath, not rounded to bfloat16/float16 first, as CPU's and CUDA's kernels
   register_lowering({"leaky_relu", "leaky_relu_", "leaky_relu.out"}, [](LoweringContext& c) {

@@ -1,7 +1,7 @@
 """TorchTitan's Llama 3 debug model: tokens/s of TorchTitan training on tpu (unmodified, from PyPI)
 beside a plain PyTorch training loop of the same model on the CPU, on the same data.
 
-    .venv/bin/python benchmarks/torchtitan.py [--steps 12] [--seq-len 256] [--markdown FILE]
+    .venv/bin/python benchmarks/torchtitan_training.py [--steps 12] [--seq-len 256] [--markdown FILE]
 
 The tpu side is ``torchrun -m torchtitan.train --module llama3 --config llama3_debugmodel`` (eager,
 and with ``--compile.enable``), its tokens/s read from TorchTitan's own log. The CPU side builds the
