@@ -6,8 +6,9 @@ beside a plain PyTorch training loop of the same model on the CPU, on the same d
 The tpu side is ``torchrun -m torchtitan.train --module llama3 --config llama3_debugmodel`` (eager,
 and with ``--compile.enable``), its tokens/s read from TorchTitan's own log. The CPU side builds the
 model from TorchTitan's classes, takes batches from TorchTitan's dataloader and runs forward,
-backward and AdamW in a loop (FlexAttention compiled by Inductor, as TorchTitan does; CPU has no
-uncompiled FlexAttention backward). Both run float32 with batch 8. Medians over the steps after the
+backward and AdamW in a loop; its attention is FlexAttention's math with the block mask made dense
+(PyTorch's FlexAttention refuses gradients on CPU, compiled or not), through
+``scaled_dot_product_attention``. Both run float32 with batch 8. Medians over the steps after the
 first two (compiles).
 """
 
@@ -37,9 +38,24 @@ def titan_on_tpu(assets: Path, dump: Path, steps: int, seq_len: int, *extra) -> 
     return [float(t) for t in re.findall(r"step:\s+\d+\s+loss:.*?tps:\s+([0-9,]+)", log.replace(",", ""))]
 
 
+def dense_attention(q, k, v, *, score_mod, block_mask, scale, enable_gqa, return_aux, kernel_options):
+    """TorchTitan's FlexAttention call on CPU: its mask made dense, then SDPA (no score_mod in the
+    debug model)."""
+    import torch
+    from torch.nn.attention.flex_attention import create_mask
+
+    mask = create_mask(block_mask.mask_mod, q.shape[0], 1, q.shape[2], k.shape[2], device=q.device)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                                           enable_gqa=enable_gqa)
+    return out, None
+
+
 def plain_cpu_loop(assets: Path, steps: int, seq_len: int) -> list:
     import torch
+    from torchtitan.models.common.attention import FlexAttention
     from torchtitan.models.llama3.config_registry import llama3_debugmodel
+
+    FlexAttention._compiled_flex_attn = dense_attention
 
     cfg = llama3_debugmodel()
     cfg.training.seq_len = seq_len
@@ -79,7 +95,7 @@ def main() -> None:
                    check=True, capture_output=True)
     assets = work / "assets"
     runs = {
-        "PyTorch CPU eager loop (FlexAttention by Inductor)": plain_cpu_loop(assets, args.steps, args.seq_len),
+        "PyTorch CPU eager loop (attention by SDPA, dense mask)": plain_cpu_loop(assets, args.steps, args.seq_len),
         "TorchTitan on tpu, eager (strict)": titan_on_tpu(assets, work / "eager", args.steps, args.seq_len),
         "TorchTitan on tpu, --compile.enable": titan_on_tpu(assets, work / "compiled", args.steps, args.seq_len,
                                                            "--compile.enable"),
