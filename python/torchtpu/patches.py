@@ -21,44 +21,12 @@ from . import torch_versions
 ALL_SUPPORTED = torch_versions.supported_range()
 
 
-def _optimizer_steps(original):
-    from .compile import optimizer_steps
-    return optimizer_steps.routed_profile_hook_step(original)
-
-
-def _inductor_call(original):
-    from . import compile
-    return compile.inductor_or_tpu(original)
-
-
-def _tensor_str(original):
-    from . import tensor_repr
-    return tensor_repr.formatting_on_host(original)
-
-
-def _flex_validate_device(original):
-    from .integrations import flex_attention
-    return flex_attention.validate_device_or_tpu(original)
-
-
-def _grouped_mm_meta(original):
-    from .compile import fake_kernels
-    return fake_kernels.grouped_mm_meta(original)
-
-
-def _cut_before_backward(original):
-    from . import modes
-    return modes.cut_before_backward(original)
-
-
-def _per_thread_world(original):
-    from . import distributed
-    return distributed.ThreadLocalWorld()
-
-
-def _fake_tensor_cache_per_device(original):
-    from . import distributed
-    return distributed.FakeTensorCacheByDevice()
+def _from(module: str, factory: str):
+    """The replacement that ``factory(original)`` of torchtpu's ``module`` makes, the module
+    imported only when the patch is installed."""
+    def make(original):
+        return getattr(importlib.import_module(module, __package__), factory)(original)
+    return make
 
 
 @dataclass(frozen=True)
@@ -122,34 +90,43 @@ class MetaKernelPatch(Patch):
 
 
 PATCHES = (
-    Patch("torch.optim.Optimizer.profile_hook_step", _optimizer_steps,
+    Patch("torch.optim.Optimizer.profile_hook_step",
+          _from(".compile.optimizer_steps", "routed_profile_hook_step"),
           "an optimizer step of tpu parameters in compiled code runs as one recorded program, not "
           "as a Dynamo graph (compile/optimizer_steps.py); the wrapper PyTorch puts around each "
           "optimizer class's step on its first instance"),
-    Patch("torch._TorchCompileInductorWrapper.__call__", _inductor_call,
+    Patch("torch._TorchCompileInductorWrapper.__call__",
+          _from(".compile", "inductor_or_tpu"),
           "plain torch.compile(fn) (Inductor) on tpu tensors uses backend='tpu': Inductor has no "
           "code generator for the device"),
-    Patch("torch._tensor_str._tensor_str", _tensor_str,
+    Patch("torch._tensor_str._tensor_str",
+          _from(".tensor_repr", "formatting_on_host"),
           "printing a tpu tensor copies it to the host once and formats it there, instead of "
-          "formatting with device ops compiled per shape (tensor_repr.py)"),
-    Patch("torch.nn.attention.flex_attention._validate_device", _flex_validate_device,
+          "formatting with device ops compiled per shape"),
+    Patch("torch.nn.attention.flex_attention._validate_device",
+          _from(".integrations.flex_attention", "validate_device_or_tpu"),
           "flex_attention refuses devices outside an allow-list; uncompiled, its dense "
-          "implementation is made of ops tpu lowers (integrations/flex_attention.py)"),
-    MetaKernelPatch("torch.ops.aten._grouped_mm.default", _grouped_mm_meta,
+          "implementation is made of ops tpu lowers"),
+    MetaKernelPatch("torch.ops.aten._grouped_mm.default",
+                    _from(".compile.fake_kernels", "grouped_mm_meta"),
                     "the meta kernel accepts bfloat16 only (its CUDA kernel's limit); tpu runs "
-                    "every floating dtype (compile/fake_kernels.py)"),
-    Patch("torch.autograd.backward", _cut_before_backward,
+                    "every floating dtype"),
+    Patch("torch.autograd.backward",
+          _from(".modes", "cut_before_backward"),
           "fused mode cuts a window where the backward pass begins, so every training step makes "
-          "the same windows (modes.py)", when="fused"),
-    Patch("torch.autograd.grad", _cut_before_backward,
+          "the same windows", when="fused"),
+    Patch("torch.autograd.grad",
+          _from(".modes", "cut_before_backward"),
           "as torch.autograd.backward", when="fused"),
-    Patch("torch.distributed.distributed_c10d._world", _per_thread_world,
+    Patch("torch.distributed.distributed_c10d._world",
+          _from(".distributed", "per_thread_world"),
           "c10d keeps its groups in one process-wide registry; ranks that are threads each need "
-          "their own (distributed/__init__.py)", when="run_threads"),
-    Patch("torch._subclasses.fake_tensor.FakeTensorMode.cache", _fake_tensor_cache_per_device,
+          "their own", when="run_threads"),
+    Patch("torch._subclasses.fake_tensor.FakeTensorMode.cache",
+          _from(".distributed", "fake_tensor_cache_per_device"),
           "the fake tensors' dispatch cache keys an index-less device argument ('tpu', as DTensor "
           "makes them) but caches outputs on the current device: rank threads, each on its own "
-          "device, would get each other's (distributed/__init__.py)", when="run_threads"),
+          "device, would get each other's", when="run_threads"),
 )
 
 

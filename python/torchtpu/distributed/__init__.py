@@ -123,6 +123,16 @@ class FakeTensorCacheByDevice:
         self._by_device.clear()
 
 
+def per_thread_world(original):
+    """c10d's world while ranks run as threads (patches.py)."""
+    return ThreadLocalWorld()
+
+
+def fake_tensor_cache_per_device(original):
+    """FakeTensorMode's dispatch cache while ranks run as threads (patches.py)."""
+    return FakeTensorCacheByDevice()
+
+
 @contextlib.contextmanager
 def _thread_local_world():
     """Lets each thread be its own rank: c10d's world and group registry become per thread, fake
