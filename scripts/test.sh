@@ -8,7 +8,7 @@ ctest --test-dir build --output-on-failure -j2 --timeout 300 || status=1
 # (imports, tracing, XLA's compiles), so two at a time use both cores. The longest files go
 # first, so that the workers finish together (xdist's default order, most tests first, left the
 # single multi-minute tests for the end).
-longest=(test_benchmarks test_conformance_gate test_distributed test_train test_module_db test_fuzz
+longest=(test_benchmarks test_conformance_gate test_distributed test_torchtitan test_train test_module_db test_fuzz
          test_compile test_modes test_packaging test_threads test_checkpoint)
 files=()
 for name in "${longest[@]}"; do files+=("tests/python/$name.py"); done
