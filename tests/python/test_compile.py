@@ -487,17 +487,23 @@ def test_cpu_tensors_through_the_tpu_backend_train_like_eager_cpu():
 def _train_like_cpu(cpu, dev, batches, loss_of, compiled):
     """One step per batch (tensors on CPU): ``loss_of(cpu, *batch)`` eagerly on CPU and
     ``compiled(dev, *batch)`` on the tpu copy; losses and gradients must match. Returns, per
-    batch, whether the tpu step captured a program."""
+    batch, whether the tpu step captured a program; a step that captured none must compile none."""
     captures = []
     for batch in batches:
         for m in (cpu, dev):
             m.zero_grad()
         expected = loss_of(cpu, *batch)
         expected.backward()
-        before = _counters()["captured_ops"]
+        torch.tpu.synchronize()  # the previous step's compiles are counted there
+        before = _counters()
         got = compiled(dev, *(t.to("tpu") for t in batch))
         got.backward()
-        captures.append(_counters()["captured_ops"] > before)
+        torch.tpu.synchronize()
+        after = _counters()
+        captured = after["captured_ops"] > before["captured_ops"]
+        if not captured:  # a size in a bucket seen before: its programs, not one more
+            assert after["compiles"] == before["compiles"], f"a new size {batch[0].shape} compiled a program"
+        captures.append(captured)
         _close(got, expected, 1e-5)
         for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
             torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)

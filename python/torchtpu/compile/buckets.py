@@ -34,18 +34,11 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .. import _C
-from . import options
 from .captured_graph import CapturedGraph
+from .layout import Unsplit, divides, factor_list, norm, prefix_indexed, size, sizes, value
+from .padding import bucket, narrow, pad
 
 aten = torch.ops.aten
-
-def bucket(n: int) -> int:
-    """The size a dynamic size ``n`` runs at (see torchtpu.compile_options)."""
-    buckets = options.bucket_sizes()
-    if buckets is None:
-        return max(8, 1 << max(0, n - 1).bit_length())
-    return next((b for b in buckets if b >= n), n)
-
 
 # ---------------------------------------------------------------- analysis of the graph
 
@@ -73,85 +66,10 @@ def _dims_arg(node, rank):
     return [d % rank for d in dims]
 
 
-# ---------------------------------------------------------------- layouts
-#
-# A reshape that merges the dynamic dimension with an outer one ([B, S, D] -> [B*S, D], as every
-# Linear on a sequence does) interleaves the padded part: row b*S_padded + s is valid when s < S.
-# So each dimension carries its *factors*, outermost first ((B, S) for that merged dimension), and
-# masks, output slicing and input padding work on the tensor viewed as its factors, where the
-# valid part of each factor is a prefix. A dimension nothing has split is one factor: padded at
-# its end. An input's dimension of size B*S becomes (B, S) when an op of the graph reads it so
-# (a reshape to [B, S, ...], or an element-wise op with a tensor laid out so); the graph is then
-# planned again with that layout for every dimension of that size.
+# ---------------------------------------------------------------- planning
 
 class _Replan(Exception):
     """A dimension's factors were learned: plan the graph again."""
-
-
-class _Unsplit:
-    """A dimension of size ``expr`` (a product, such as B*S) whose factors no op named yet: one
-    factor, padded at its end, until an op splits it. ``origin`` is (node, dimension)."""
-
-    __slots__ = ("expr", "origin")
-
-    def __init__(self, expr, origin):
-        self.expr, self.origin = expr, origin
-
-    def __eq__(self, other):
-        return isinstance(other, _Unsplit) and other.origin == self.origin
-
-    def __hash__(self):
-        return hash(self.origin)
-
-    def __repr__(self):
-        return f"({self.expr},)"
-
-
-def _factor_list(dim):
-    return (dim.expr,) if isinstance(dim, _Unsplit) else dim
-
-
-def _size(dim):
-    return math.prod(_factor_list(dim))
-
-
-def _norm(factors):
-    """Factors without ones, adjacent constants multiplied (their split never matters)."""
-    out = []
-    for f in factors:
-        if f == 1:
-            continue
-        if out and f.is_number and out[-1].is_number:
-            out[-1] = out[-1] * f
-        else:
-            out.append(f)
-    return tuple(out) or (sympy.Integer(1),)
-
-
-def _divides(f, e):
-    return sympy.fraction(sympy.cancel(e / f))[1] == 1
-
-
-def _prefix_indexed(dim):
-    """Whether an index along the dimension means the same position padded or not (only its
-    outermost factor may be dynamic)."""
-    return all(f.is_number for f in _factor_list(dim)[1:])
-
-
-def _sizes(layout, values):
-    """Each dimension's size, and each factor's, with the symbols set to ``values`` (the lists are
-    shared: do not change them)."""
-    values = frozenset(values.items())
-    dims = [_value(_size(dim), values) for dim in layout]
-    flat = [_value(f, values) for dim in layout for f in _factor_list(dim)]
-    return dims, flat
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _value(expr, values: frozenset) -> int:
-    """``expr`` with the symbols set to ``values``: sympy's subs takes a good part of a
-    millisecond, so once per expression and size, not on every call of a graph."""
-    return int(expr.subs(dict(values)))
 
 
 _VIEWS = {aten.t.default, aten.transpose.int, aten.permute.default, aten.unsqueeze.default,
@@ -212,7 +130,7 @@ class _Rewriter:
         self.symbols = padded  # the symbols that are padded (sizes of input tensors)
         self.sizes = {}  # symbol -> placeholder holding its true size (added)
         self.layouts = {}  # node -> its dimensions' factors (a list of them for multi-output ops)
-        self.splits = {}  # an _Unsplit's origin -> the factors ops gave it (or another _Unsplit)
+        self.splits = {}  # an Unsplit's origin -> the factors ops gave it (or another Unsplit)
         self.actions = []
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         self.last_placeholder = placeholders[-1]
@@ -246,7 +164,7 @@ class _Rewriter:
         for n in self.graph.nodes:
             if isinstance(n.meta.get("val"), torch.Tensor):
                 for dim in self.final(self.layout(n)):
-                    for e in (*dim, _size(dim)):
+                    for e in (*dim, size(dim)):
                         if self.dynamic(e) and not computable(e):
                             raise NotBucketable(f"no size input gives {e}")
 
@@ -278,16 +196,16 @@ class _Rewriter:
         an op has split since."""
         if not (e.is_Mul and self.dynamic(e)):
             return (e,)
-        return self.resolved(_Unsplit(e, origin))
+        return self.resolved(Unsplit(e, origin))
 
     def resolved(self, dim):
-        while isinstance(dim, _Unsplit) and dim.origin in self.splits:
+        while isinstance(dim, Unsplit) and dim.origin in self.splits:
             dim = self.splits[dim.origin]
         return dim
 
     def final(self, layout):
         """A layout with every dimension as its tuple of factors."""
-        return [_factor_list(self.resolved(dim)) for dim in layout]
+        return [factor_list(self.resolved(dim)) for dim in layout]
 
     def dynamic(self, e):
         return bool(e.free_symbols & self.symbols)
@@ -298,20 +216,20 @@ class _Rewriter:
         a, b = self.resolved(a), self.resolved(b)
         if a == b:
             return a
-        if sympy.expand(_size(a) - _size(b)) == 0:
+        if sympy.expand(size(a) - size(b)) == 0:
             for x, y in ((a, b), (b, a)):
-                if isinstance(x, _Unsplit):
+                if isinstance(x, Unsplit):
                     self.splits[x.origin] = y
                     raise _Replan()
         raise NotBucketable(f"{what} pairs dimensions laid out as {a} and {b}")
 
     def regroup(self, layout, out_exprs):
-        """The factors of a reshape's output dimensions, from its input's factors. An _Unsplit
+        """The factors of a reshape's output dimensions, from its input's factors. An Unsplit
         dimension may be split here (planned again then); one kept whole stays itself."""
-        flat = []  # (factor, the _Unsplit it is part of)
+        flat = []  # (factor, the Unsplit it is part of)
         for dim in map(self.resolved, layout):
-            flat += [(dim.expr, dim)] if isinstance(dim, _Unsplit) else [(f, None) for f in dim if f != 1]
-        pieces = {}  # an _Unsplit -> the factors it was split into
+            flat += [(dim.expr, dim)] if isinstance(dim, Unsplit) else [(f, None) for f in dim if f != 1]
+        pieces = {}  # an Unsplit -> the factors it was split into
         out = []
         for o in out_exprs:
             taken, prod = [], sympy.Integer(1)
@@ -320,7 +238,7 @@ class _Rewriter:
                     raise NotBucketable(f"a reshape to {out_exprs} of dimensions {layout}")
                 f, whole = flat.pop(0)
                 missing = sympy.cancel(o / prod)
-                if not _divides(f, missing):
+                if not divides(f, missing):
                     part = sympy.gcd(f, missing)
                     if part == 1 or not (f.is_number or whole is not None):
                         raise NotBucketable(f"a reshape to {out_exprs} splits a dimension of {layout}")
@@ -331,12 +249,12 @@ class _Rewriter:
                 taken.append((f, whole))
                 prod *= f
             kept_whole = len(taken) == 1 and taken[0][1] is not None and taken[0][0] == taken[0][1].expr
-            out.append(taken[0][1] if kept_whole else _norm([f for f, _ in taken]))
+            out.append(taken[0][1] if kept_whole else norm([f for f, _ in taken]))
         if flat:
             raise NotBucketable(f"a reshape to {out_exprs} of dimensions {layout}")
         for whole, parts in pieces.items():
-            if len(_norm(parts)) > 1:
-                self.splits[whole.origin] = _norm(parts)
+            if len(norm(parts)) > 1:
+                self.splits[whole.origin] = norm(parts)
                 raise _Replan()
         return out
 
@@ -391,11 +309,11 @@ class _Rewriter:
         elif not (dtype.is_floating_point or dtype.is_complex):  # an integer: keep its type
             info = torch.iinfo(dtype)
             fill = info.min if fill == -math.inf else info.max if fill == math.inf else int(fill)
-        size = self.padded_size(factor)
-        index = self.graph.call_function(aten.arange.default, (size,), {"device": device, "dtype": torch.int64})
+        length = self.padded_size(factor)
+        index = self.graph.call_function(aten.arange.default, (length,), {"device": device, "dtype": torch.int64})
         valid = self.graph.call_function(aten.lt.Tensor, (index, self.true_size(factor)))
         shape = [1] * rank
-        shape[position] = size
+        shape[position] = length
         valid = self.graph.call_function(aten.view.default, (valid, shape))
         return self.graph.call_function(aten.where.ScalarOther, (valid, y, fill))
 
@@ -498,13 +416,13 @@ class _Rewriter:
         t = n.target
         rank = len(src)
         if t in (aten.tril.default, aten.triu.default):
-            if not (_prefix_indexed(src[-2]) and _prefix_indexed(src[-1])):
+            if not (prefix_indexed(src[-2]) and prefix_indexed(src[-1])):
                 raise NotBucketable(f"{t} of a dimension merged with a dynamic one")
             return src
         if t is aten.slice_backward.default:  # (grad, input_sizes, dim, start, end, step)
             dim, start, step = n.args[2] % rank, n.args[3], n.args[5]
-            if any(self.dynamic(f) for f in _factor_list(src[dim])) or self.dynamic(_exprs(n.meta["val"])[dim]):
-                if len(_factor_list(src[dim])) != 1 or not isinstance(start, int) or start < 0 or step != 1:
+            if any(self.dynamic(f) for f in factor_list(src[dim])) or self.dynamic(_exprs(n.meta["val"])[dim]):
+                if len(factor_list(src[dim])) != 1 or not isinstance(start, int) or start < 0 or step != 1:
                     raise NotBucketable(f"{t} of a dynamic dimension from {start} by {step}")
                 # the gradient's padded part lands where the input had valid rows (a slice that
                 # dropped the last rows): zero it first
@@ -516,11 +434,11 @@ class _Rewriter:
                 raise NotBucketable(f"{t} along a dynamic dimension")
             return src[:dim] + [self.plain(_exprs(n.meta["val"])[dim], (n, dim))] + src[dim:]
         dim = n.args[1] % rank
-        factors = _factor_list(self.resolved(src[dim]))
+        factors = factor_list(self.resolved(src[dim]))
         moved = any(self.dynamic(f) for f in factors)
         if t is aten.select.int:
             index = n.args[2]
-            if moved and not (_prefix_indexed(src[dim]) and isinstance(index, int) and index >= 0):
+            if moved and not (prefix_indexed(src[dim]) and isinstance(index, int) and index >= 0):
                 raise NotBucketable(f"{t} along a dynamic dimension from its end")
             return src[:dim] + src[dim + 1:]
         start, end, step = (list(n.args[2:]) + [None, None, None])[:3]
@@ -543,11 +461,11 @@ class _Rewriter:
         if any(i is None for i in indices):
             raise NotBucketable(f"{n.target} with a skipped dimension")
         for k, i in enumerate(indices):
-            if self.dynamic(_size(src[k])):
+            if self.dynamic(size(src[k])):
                 d = self.positions_dim(i)
-                if d is None or not (_prefix_indexed(src[k]) and _prefix_indexed(self.layout(i)[d])):
+                if d is None or not (prefix_indexed(src[k]) and prefix_indexed(self.layout(i)[d])):
                     raise NotBucketable(f"{n.target} of a dynamic dimension by other than its positions")
-            elif any(self.dynamic(_size(dim)) for dim in self.layout(i)):
+            elif any(self.dynamic(size(dim)) for dim in self.layout(i)):
                 raise NotBucketable(f"{n.target} of a static dimension by a dynamic index")
         out = _exprs(n.meta["val"])
         indexed = len(out) - (len(src) - len(indices))
@@ -585,7 +503,7 @@ class _Rewriter:
     def split_layout(self, n):
         src = self.layout(n.args[0])
         dim = (n.args[2] if len(n.args) > 2 else 0) % len(src)
-        if self.dynamic(_size(src[dim])):
+        if self.dynamic(size(src[dim])):
             raise NotBucketable(f"{n.target} along a dynamic dimension")
         return [src[:dim] + [(_exprs(v)[dim],)] + src[dim + 1:] for v in n.meta["val"]]
 
@@ -601,15 +519,15 @@ class _Rewriter:
             before, after = pads[2 * i], pads[2 * i + 1]
             if before == 0 and after == 0:
                 continue
-            if self.dynamic(_size(src[d])):
-                if len(_factor_list(src[d])) != 1 or not (isinstance(before, int) and isinstance(after, int)) \
+            if self.dynamic(size(src[d])):
+                if len(factor_list(src[d])) != 1 or not (isinstance(before, int) and isinstance(after, int)) \
                         or before < 0 or after < 0:
                     raise NotBucketable(f"{n.target} pads a dynamic dimension by {before}, {after}")
                 masked.append(d)
             out[d] = self.plain(_exprs(n.meta["val"])[d], (n, d))
         if masked:
-            value = n.args[2] if len(n.args) > 2 else 0
-            self.actions.append(lambda: self.mask_arg(n, 0, masked, value))
+            fill = n.args[2] if len(n.args) > 2 else 0
+            self.actions.append(lambda: self.mask_arg(n, 0, masked, fill))
         return out
 
     def cat_layout(self, n):
@@ -621,8 +539,8 @@ class _Rewriter:
         out = []
         for d, e in enumerate(_exprs(n.meta["val"])):
             if d == dim:
-                moving = [i for i, lay in enumerate(layouts) if self.dynamic(_size(lay[d]))]
-                if moving and (moving != [len(inputs) - 1] or len(_factor_list(layouts[-1][d])) != 1):
+                moving = [i for i, lay in enumerate(layouts) if self.dynamic(size(lay[d]))]
+                if moving and (moving != [len(inputs) - 1] or len(factor_list(layouts[-1][d])) != 1):
                     raise NotBucketable(f"{n.target} puts a dynamic dimension before others")
                 out.append(layouts[0][d] if len(inputs) == 1 else self.plain(e, (n, d)))
                 continue
@@ -677,7 +595,7 @@ class _Rewriter:
         """``val``'s layout where its leading dimensions are ``src``'s (same sizes), then plain."""
         out = []
         for d, e in enumerate(_exprs(val)):
-            same = d < len(src) and sympy.expand(_size(src[d]) - e) == 0
+            same = d < len(src) and sympy.expand(size(src[d]) - e) == 0
             if self.dynamic(e) and not same:
                 raise NotBucketable(f"{n.target} gives a dimension of size {e} of unknown layout")
             out.append(src[d] if same else self.plain(e, (n, d)))
@@ -856,8 +774,11 @@ class BucketedGraph:
         self.shape_symbols = _shape_symbols(gm, symbolic_inputs)
         rewriter = _Rewriter(gm, _symbol_nodes(gm, symbolic_inputs, self.shape_symbols), self.padded)
         rewriter.plan()
+        # the layouts of the inputs that run padded (a parameter's static layout needs nothing)
         self.input_layouts = [rewriter.final(rewriter.layout(p)) if isinstance(p.meta.get("val"), torch.Tensor) else None
                               for p in placeholders]
+        self.input_layouts = [layout if layout is not None and _is_dynamic(layout, self.padded) else None
+                              for layout in self.input_layouts]
         output = next(n for n in gm.graph.nodes if n.op == "output")
         self.output_layouts = [  # a tensor's layout, a size's expression, or None
             (rewriter.final(rewriter.layout(a)) if isinstance(a.meta.get("val"), torch.Tensor)
@@ -878,24 +799,28 @@ class BucketedGraph:
         true, padded = _true_and_padded(self.symbolic_inputs, self.padded, args, self.shape_symbols)
         bound = []
         for i, (a, layout) in enumerate(zip(args, self.input_layouts)):
-            if layout is not None and not (self.arrive_padded[i] and list(a.shape) == _sizes(layout, padded)[0]):
-                a = _pad(a, layout, true, padded)
+            if layout is not None and not (self.arrive_padded[i] and list(a.shape) == sizes(layout, padded)[0]):
+                a = pad(a, layout, true, padded)
             elif i in self.symbolic_inputs:
-                a = _value(self.symbolic_inputs[i], frozenset(padded.items()))
+                a = value(self.symbolic_inputs[i], frozenset(padded.items()))
             bound.append(a)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("tpu"))
-        sizes = [torch.tensor(_value(e, frozenset(true.items())), dtype=torch.int64) for e in self.size_exprs]
-        if sizes:  # the true sizes, as runtime inputs, in one transfer
-            sizes = list(torch.stack(sizes).to(device).unbind())
-        out = self.graph(*bound, *sizes)
+        true_sizes = [torch.tensor(value(e, frozenset(true.items())), dtype=torch.int64) for e in self.size_exprs]
+        if true_sizes:  # the true sizes, as runtime inputs, in one transfer
+            true_sizes = list(torch.stack(true_sizes).to(device).unbind())
+        out = self.graph(*bound, *true_sizes)
         flat, spec = pytree.tree_flatten(out)
         for i, layout in enumerate(self.output_layouts):
             if isinstance(layout, list):
                 if not self.keep_padded[i]:
-                    flat[i] = _narrow(flat[i], layout, true, padded)
+                    flat[i] = narrow(flat[i], layout, true, padded)
             elif layout is not None:
-                flat[i] = _value(layout, frozenset(true.items()))
+                flat[i] = value(layout, frozenset(true.items()))
         return pytree.tree_unflatten(flat, spec)
+
+
+def _is_dynamic(layout, padded_symbols):
+    return any(f.free_symbols & padded_symbols for dim in layout for f in factor_list(dim))
 
 
 def _true_and_padded(symbolic_inputs, padded_symbols, args, shape_symbols=None):
@@ -908,8 +833,8 @@ def _true_and_padded(symbolic_inputs, padded_symbols, args, shape_symbols=None):
         true[symbol] = args[i].shape[d]
     for i, expr in symbolic_inputs.items():
         if not expr.free_symbols <= true.keys():
-            symbol, value = _solve(expr, args[i])
-            true[symbol] = value
+            symbol, solved = _solve(expr, args[i])
+            true[symbol] = solved
     return true, {s: bucket(v) if s in padded_symbols else v for s, v in true.items()}
 
 
@@ -925,8 +850,8 @@ class _Unpadding:
         true, padded = _true_and_padded(self.symbolic_inputs, self.padded, args)
         args = list(args)
         for i, layout in self.layouts.items():
-            if list(args[i].shape) == _sizes(layout, padded)[0]:
-                args[i] = _narrow(args[i], layout, true, padded)
+            if list(args[i].shape) == sizes(layout, padded)[0]:
+                args[i] = narrow(args[i], layout, true, padded)
         return self.run(*args)
 
 
@@ -935,36 +860,6 @@ def unpad_saved(gm, run):
     placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
     layouts = {i: _saved_padded_layout(p) for i, p in enumerate(placeholders) if _saved_padded_layout(p) is not None}
     return run if not layouts or isinstance(run, BucketedGraph) else _Unpadding(run, gm, layouts)
-
-
-def _pad(t, layout, true, padded):
-    """``t`` zero-padded at the end of each dimension's factors (one small op). Always a new
-    tensor, also at a bucket's exact size: which inputs share storage must not depend on the size."""
-    dims, factors = _sizes(layout, padded)
-    true_dims, true_factors = _sizes(layout, true)
-    split = len(factors) != len(dims)
-    if split:
-        t = t.reshape(true_factors)
-    widths = []
-    for have, want in reversed(list(zip(t.shape, factors))):
-        widths += [0, want - have]
-    t = torch.constant_pad_nd(t, widths, 0)
-    return t.reshape(dims) if split else t
-
-
-def _narrow(t, layout, true, padded):
-    """The valid part of a padded result, each dimension's factors cut to their true sizes: a
-    new contiguous tensor, as eager mode's result would be (``.view`` must work on it)."""
-    dims, factors = _sizes(layout, true)
-    if list(t.shape) == dims:
-        return t
-    split = len(factors) != len(dims)
-    if split:
-        t = t.reshape(_sizes(layout, padded)[1])
-    for d, n in enumerate(factors if split else dims):
-        if t.shape[d] != n:
-            t = t.narrow(d, 0, n)
-    return t.reshape(dims).contiguous()
 
 
 def _copy(gm):
