@@ -144,3 +144,33 @@ def test_in_debug_mode_the_failed_op_raises_at_once():
     t = torch.randn(4, 3, device="tpu")
     with torchtpu.eager_mode("debug"), pytest.raises(IndexError, match="index out of range"):
         t.index_select(0, torch.tensor([1, 7], device="tpu"))
+
+
+def test_exit_waits_for_autograd_threads_to_let_go_of_the_last_backward():
+    """PyTorch 2.14 keeps a Python object with every backward pass, and an autograd device thread
+    that lets go of a pass after shutdown began aborts the process. The exit hook runs one empty
+    pass on each tpu device's autograd thread (threads run passes in order): it must run there,
+    and make no program."""
+    import threading
+
+    from torchtpu import autograd_exit
+
+    model = torch.nn.Linear(8, 2).to("tpu")
+    model(torch.randn(4, 8, device="tpu")).sum().backward()
+    torch.tpu.synchronize()
+    threads = []
+    original = autograd_exit._PassThrough.backward
+
+    def recording(ctx, grad):
+        threads.append(threading.get_ident())
+        return original(ctx, grad)
+
+    autograd_exit._PassThrough.backward = staticmethod(recording)
+    try:
+        before = torchtpu.metrics.counters()["executions"]
+        autograd_exit._let_autograd_threads_finish()
+        assert torchtpu.metrics.counters()["executions"] == before
+    finally:
+        autograd_exit._PassThrough.backward = staticmethod(original)
+    assert len(threads) == torch.tpu.device_count()
+    assert threading.get_ident() not in threads
