@@ -10,8 +10,8 @@ short script that ends with ``loss.backward()`` hits it now and then.
 
 At exit each tpu device's autograd thread runs one more, empty, backward pass. A thread runs its
 passes one after another, so when that one is done the previous one was let go. The empty pass
-is started below PyTorch's ``backward()`` so that it carries no Python object itself, and its
-tensors take no program to make.
+is started below PyTorch's ``backward()`` and returns nothing, so that it carries no Python object
+itself, and its tensors take no program to make.
 """
 
 import atexit
@@ -21,14 +21,17 @@ import torch
 from . import _C
 
 
-class _PassThrough(torch.autograd.Function):
+class _Empty(torch.autograd.Function):
+    """A node on the tpu device whose backward does nothing (and returns no gradient: a returned
+    tensor would be one more Python object for the autograd thread to let go of)."""
+
     @staticmethod
     def forward(ctx, x):
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad
+        return None
 
 
 _kept = []  # the empty passes' outputs: their graph must not be freed on an autograd thread
@@ -41,6 +44,6 @@ def _let_autograd_threads_finish():
     engine = torch.autograd.Variable._execution_engine
     for index in range(_C._device_count()):
         x = torch.empty(0, device=f"tpu:{index}", requires_grad=True)
-        y = _PassThrough.apply(x)
+        y = _Empty.apply(x)
         _kept.append(y)
-        engine.run_backward((y,), (torch.empty(0, device=x.device),), False, False, (x,), True, False)
+        engine.run_backward((y,), (torch.empty(0, device=x.device),), False, False, (), True, True)

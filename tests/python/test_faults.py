@@ -159,18 +159,18 @@ def test_exit_waits_for_autograd_threads_to_let_go_of_the_last_backward():
     model(torch.randn(4, 8, device="tpu")).sum().backward()
     torch.tpu.synchronize()
     threads = []
-    original = autograd_exit._PassThrough.backward
+    original = autograd_exit._Empty.backward
 
     def recording(ctx, grad):
         threads.append(threading.get_ident())
         return original(ctx, grad)
 
-    autograd_exit._PassThrough.backward = staticmethod(recording)
+    autograd_exit._Empty.backward = staticmethod(recording)
     try:
         before = torchtpu.metrics.counters()["executions"]
         autograd_exit._let_autograd_threads_finish()
         assert torchtpu.metrics.counters()["executions"] == before
     finally:
-        autograd_exit._PassThrough.backward = staticmethod(original)
+        autograd_exit._Empty.backward = staticmethod(original)
     assert len(threads) == torch.tpu.device_count()
     assert threading.get_ident() not in threads
