@@ -4,10 +4,11 @@
 // by running the op on meta tensors (so errors, dtypes and shapes are PyTorch's own), hands the
 // lowering the op's inputs as StableHLO values, and writes the results into new tensors, `self`
 // (in-place) or `out=` tensors according to the schema. A lowering therefore only describes the
-// functional computation:
+// functional computation. gcd, gcd_ and gcd.out, as aten/ops/binary.cpp registers them (`gcd` is a
+// helper there; tests/python/test_source_tree.py checks that this example is compiled code):
 //
-//   TORCHTPU_LOWERING(add) {
-//     return {ctx.b.binary(hlo::BinaryOp::kAdd, ctx.in(0), ctx.scaled(1, 2))};
+//   TORCHTPU_LOWERINGS(binary) {
+//     register_with_variants("gcd", {""}, [](LoweringContext& c) { return V{gcd(c, c.in_b(0), c.in_b(1))}; });
 //   }
 #pragma once
 
