@@ -83,10 +83,10 @@ DiskCacheOptions tier_options(bool local) {
 std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
 
 // XLA's compiler frees what it allocated (LLVM modules, passes' state), but glibc keeps freed
-// pages in the arena of the thread that freed them, so a process's resident memory grew with its
-// compiles on worker threads: trimming after them took a fused-mode GPT training step's steady RSS
-// from ~1,220 to ~1,130 MB (benchmarks/mode_memory.py). A trim takes ~10 ms, so it follows the compiles
-// of large programs (windows, compiled graphs), which free the most, not every small op's.
+// pages in the arena of the thread that freed them, so a process's resident memory grows with its
+// compiles on worker threads unless they are trimmed (docs/benchmarks.md, "malloc_trim"). A trim
+// costs milliseconds, so it follows the compiles of large programs (windows, compiled graphs),
+// which free the most, not every small op's.
 constexpr double kTrimAfterCompileSeconds = 0.1;
 
 void return_freed_heap_to_the_system() {

@@ -36,8 +36,8 @@ std::optional<Mode> parse_mode(const std::string& name);
 //    program of every later step, which finds the states as inputs, not the first step's own; no
 //    program is compiled for such a one-off fill.
 //  - Donation (docs/design.md, "Optimizer windows donate") makes the XLA CPU plugin's execute call wait
-//    until the programs still reading those buffers have run (the backward pass, ~50 ms on the
-//    GPT step): worth the memory for an optimizer step, not for every window.
+//    until the programs still reading those buffers have run (the whole backward pass before an
+//    optimizer step): worth the memory for an optimizer step, not for every window.
 void set_one_program_block(bool inside);
 
 // Records `call` (its output storages now hold its results, possibly pending) and runs it as

@@ -81,10 +81,10 @@ def optimizer_step(optimizer, **kwargs):
 # Fused mode cuts a training step into three windows at points every iteration reaches in the same
 # order: the backward pass begins, the optimizer step begins, the optimizer step ends. Every
 # iteration then produces the same windows, which hit the compile cache, and each window runs
-# while the host records the next one (one window per step left the device idle while the host
-# recorded, and the host idle while the step ran: a quarter slower on the MLP step of
-# benchmarks/fused_windows.py, 4% on its GPT step). A compiled step has no pending ops to cut,
-# and Dynamo must not see the call (it would break the graph there).
+# while the host records the next one (one window per step leaves the device idle while the host
+# records, and the host idle while the step runs: docs/benchmarks.md, "Fused mode's windows").
+# A compiled step has no pending ops to cut, and Dynamo must not see the call (it would break the
+# graph there).
 def _cut(reason):
     if not torch.compiler.is_compiling() and _C._eager_mode() == "fused":
         _C._flush(reason)

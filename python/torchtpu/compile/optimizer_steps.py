@@ -5,11 +5,10 @@ graph of its own: the optimizer's Python (state initialization, foreach lists, b
 symbolically, with a guard on every parameter, state and hyperparameter. For an optimizer of tpu
 parameters the step runs instead as the eager code it is, its ops recorded (lazy mode) and run as
 one program when it returns, compiled once and cached like any window (docs/compile.md,
-"Optimizer steps"). Measured on benchmarks/run.py's GPT training step: the first steps take ~1 s
-less (Dynamo spent it tracing AdamW), a step no longer pays for Dynamo's guards, and a learning
-rate that a scheduler changes is a runtime value of the program: Dynamo guards on a float ``lr``
-and recompiled the step at every change, then gave up after eight and ran it op by op. The
-in-place updates donate their old buffers as the compiled graph's did (exec/executor.cpp).
+"Optimizer steps", has the measurements). So no step pays for Dynamo's tracing or guards, and a
+learning rate that a scheduler changes is a runtime value of the program, where Dynamo guards on a
+float ``lr`` and recompiles. The in-place updates donate their old buffers as the compiled graph's
+did (exec/executor.cpp).
 
 Installed (patches.py) on ``Optimizer.profile_hook_step``, the wrapper PyTorch puts around each
 optimizer class's ``step`` when its first instance is made (classes instantiated before torchtpu
