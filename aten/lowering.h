@@ -140,6 +140,9 @@ struct LoweringOptions {
   // A matmul or convolution: the float32 precision in force when it is called
   // (torch.set_float32_matmul_precision, torch.tpu.precision) joins its key; see precision().
   bool matmul = false;
+  // Some PyTorch release of the supported window lacks the op (cholesky: gone in 2.14), so install
+  // skips the name there instead of rejecting it as a typo.
+  bool not_in_every_release = false;
 };
 
 // Option factories for the common cases.
@@ -164,6 +167,11 @@ inline LoweringOptions checked_runtime(const char* message) {
   LoweringOptions o = checked(message);
   o.device_check_runtime_error = true;
   o.no_aliasing = true;
+  return o;
+}
+// `o` for an op some PyTorch release of the window lacks (LoweringOptions::not_in_every_release).
+inline LoweringOptions in_some_releases(LoweringOptions o) {
+  o.not_in_every_release = true;
   return o;
 }
 inline LoweringOptions with_meta(MetaFn meta) {
@@ -236,7 +244,12 @@ void register_derived_lowerings(std::function<void()> derive);
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Installs the boxed kernel for every registered op on the PrivateUse1 key; once, at import.
+// Throws, installing nothing, when a registered name is no ATen op (except the in-place and out=
+// spellings register_with_variants guesses, and not_in_every_release ops) or an op is registered
+// twice.
 void install_lowerings();
+// The ops install_lowerings() installed ("add.Tensor"), sorted.
+const std::vector<std::string>& installed_lowerings();
 
 // Registers at static-initialization time: TORCHTPU_LOWERINGS(unary) { register_lowering(...); }
 #define TORCHTPU_LOWERINGS(family)                       \

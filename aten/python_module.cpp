@@ -158,6 +158,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_eager_mode", [] { return std::string(exec::mode_name(exec::mode())); });
   m.def("_set_one_program_block", &exec::set_one_program_block);
+  m.def("_lowered_ops", &aten::installed_lowerings, "The ATen ops with a tpu lowering (\"add.Tensor\")");
   m.def("_flush", [](const std::string& reason) {
     without_gil([&] { aten::flush_pending(reason); });
   });

@@ -619,7 +619,8 @@ TORCHTPU_LOWERINGS(binary) {
         c.b.compare(Compare::kLT, bin(c, BinaryOp::kDivide, c.full(1, b), b), zero));
     return V{c.b.select(negative, c.b.unary(UnaryOp::kNegate, mag), mag)};
   });
-  register_with_variants("ldexp", {"Tensor", ""}, ldexp);
+  register_with_variants("ldexp", {"Tensor"}, ldexp);
+  register_lowering({"ldexp_"}, ldexp);  // its in-place form has no overload name
   register_with_variants("xlogy", {"Tensor", "Scalar_Other"}, [](LoweringContext& c) {
     Value x = c.in_b(0), y = c.in_b(1);
     Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLog, y));

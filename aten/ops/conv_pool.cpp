@@ -610,8 +610,10 @@ TORCHTPU_LOWERINGS(conv_pool) {
                      "_adaptive_avg_pool3d.out"}, adaptive_avg_pool);
   register_lowering({"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"},
                     [](LoweringContext& c) { return adaptive_avg_pool_backward(c, 2); });
-  register_lowering({"_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.grad_input"},
-                    [](LoweringContext& c) { return adaptive_avg_pool_backward(c, 3); });
+  register_lowering({"_adaptive_avg_pool3d_backward"}, [](LoweringContext& c) { return adaptive_avg_pool_backward(c, 3); });
+  // its out= form (spelled without the underscore) has no meta kernel in PyTorch
+  register_lowering({"adaptive_avg_pool3d_backward.grad_input"},
+                    [](LoweringContext& c) { return adaptive_avg_pool_backward(c, 3); }, with_meta(shaped_like(1)));
 }
 
 }  // namespace torchtpu::aten

@@ -10,6 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torchtpu
+
 
 def _tensors(x):
     if isinstance(x, torch.Tensor):
@@ -828,6 +830,19 @@ def test_low_precision_adaptive_avg_pool3d_folds_as_cpu(dtype, no_fallbacks):
         x = torch.randn(*shape, generator=g).to(dtype)
         expected = F.adaptive_avg_pool3d(x, size)
         torch.testing.assert_close(F.adaptive_avg_pool3d(x.to("tpu"), size).cpu(), expected, rtol=0, atol=0)
+
+
+def test_adaptive_avg_pool3d_backward_out_form_runs_on_the_device(no_fallbacks):
+    """Its registration misspelled the out= form's name (a leading underscore), so it ran on the
+    CPU; install now rejects a registered name that is no ATen op."""
+    assert "adaptive_avg_pool3d_backward.grad_input" in torchtpu._C._lowered_ops()
+    g = torch.Generator().manual_seed(0)
+    grad, x = torch.randn(2, 3, 2, 3, 2, generator=g), torch.randn(2, 3, 4, 5, 6, generator=g)
+    expected = torch.ops.aten.adaptive_avg_pool3d_backward.grad_input(grad, x, grad_input=torch.empty(0))
+    out = torch.empty(0, device="tpu")
+    actual = torch.ops.aten.adaptive_avg_pool3d_backward.grad_input(grad.to("tpu"), x.to("tpu"), grad_input=out)
+    assert actual is out
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
