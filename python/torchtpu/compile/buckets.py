@@ -28,6 +28,7 @@ program per size, with the reason recorded.
 import functools
 import math
 import operator
+from typing import NamedTuple, Optional
 
 import sympy
 import torch
@@ -81,8 +82,6 @@ _REDUCTIONS = {aten.sum.dim_IntList: 0.0, aten.sum.default: 0.0, aten.amax.defau
                aten.amin.default: math.inf, aten.mean.dim: 0.0, aten.mean.default: 0.0}
 _SOFTMAX = {aten._softmax.default, aten._log_softmax.default, aten._safe_softmax.default}
 _SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
-_ROW_WISE = _SOFTMAX | _SOFTMAX_BACKWARD | {aten.native_layer_norm.default, aten.embedding.default,
-                                            aten._native_batch_norm_legit_no_training.default}
 # ops along one dimension (dim argument, default -1), row-wise when that dimension is static (a
 # mixture of experts' top-k routing over the experts)
 _ALONG_DIM = {aten.topk.default: 2, aten.sort.default: 1}
@@ -98,14 +97,57 @@ _FRESH_LIKE = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.d
 _CONTRACTIONS = {aten.mm.default: 2, aten.bmm.default: 3, aten.addmm.default: 2}
 _SCALAR_TO_TENSOR = {aten.div.Scalar: aten.div.Tensor, aten.mul.Scalar: aten.mul.Tensor,
                      aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor}
-_MASKED_ARGS = {aten.nll_loss_forward.default, aten.nll_loss_backward.default,
-                aten.native_layer_norm_backward.default, aten.embedding_dense_backward.default}
 _END = 2**62  # a slice "to the end"
 # the arguments whose leading dimensions an op pairs up, row by row
 _PAIRED_ARGS = {aten.nll_loss_forward.default: (0, 1), aten.nll_loss_backward.default: (0, 1, 2),
                 aten._softmax_backward_data.default: (0, 1), aten._log_softmax_backward_data.default: (0, 1),
                 aten.native_layer_norm_backward.default: (0, 1, 3, 4),
                 aten.embedding_dense_backward.default: (0, 1)}
+
+
+class _Rule(NamedTuple):
+    """How an op with a dynamic dimension among its inputs runs padded. ``layout``: the
+    _Rewriter method giving its result's layout; ``row_wise``: it must not reduce over a padded
+    dimension (check_row_wise); ``pairs_rows``: the rows of its arguments pair up (pair_rows);
+    ``mask``: the _Rewriter method that masks its padded part, run once the whole graph is planned.
+    Element-wise ops (PyTorch's pointwise tag) need no entry: they broadcast their inputs' layouts."""
+    layout: str
+    row_wise: bool = False
+    pairs_rows: bool = False
+    mask: Optional[str] = None
+
+
+def _rules():
+    table = {}
+
+    def add(ops, *args, **kwargs):
+        table.update(dict.fromkeys(ops, _Rule(*args, **kwargs)))
+
+    # positions only: which are valid, no mask
+    add(_VIEWS, "view_layout")
+    add(_POSITIONAL, "positional_layout")
+    add(_FRESH, "plain_layout")
+    add(_FRESH_LIKE, "first_input_layout")
+    add([aten.split.Tensor, aten.split_with_sizes.default], "split_layout")
+    add([aten.cat.default], "cat_layout")
+    add([aten.constant_pad_nd.default], "pad_layout")
+    add([aten.index.Tensor], "index_layout")
+    # reading the padded part: masked
+    add(_REDUCTIONS, "result_layout", mask="reduction")
+    add(_CONTRACTIONS, "result_layout", mask="contraction")
+    add(_SOFTMAX | _SOFTMAX_BACKWARD, "result_layout", row_wise=True, pairs_rows=True, mask="softmax")
+    add([aten.nll_loss_forward.default, aten.nll_loss_backward.default], "result_layout", pairs_rows=True, mask="loss")
+    add([aten.native_layer_norm_backward.default], "result_layout", pairs_rows=True, mask="layer_norm_backward")
+    add([aten.embedding_dense_backward.default], "result_layout", pairs_rows=True, mask="embedding_backward")
+    # row by row, never across the padded part
+    add([aten.native_layer_norm.default, aten.embedding.default, aten._native_batch_norm_legit_no_training.default],
+        "result_layout", row_wise=True, pairs_rows=True)
+    add(_ALONG_DIM, "result_layout", row_wise=True)
+    return table
+
+
+_RULES = _rules()
+
 
 
 # A forward graph's outputs that only its backward reads (saved activations) stay padded: the
@@ -134,12 +176,6 @@ class _Rewriter:
         self.actions = []
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         self.last_placeholder = placeholders[-1]
-        self.layout_rules = {
-            **dict.fromkeys(_VIEWS, self.view_layout), **dict.fromkeys(_POSITIONAL, self.positional_layout),
-            **dict.fromkeys(_FRESH, self.plain_layout), **dict.fromkeys(_FRESH_LIKE, lambda n: self.layout(n.args[0])),
-            aten.split.Tensor: self.split_layout, aten.split_with_sizes.default: self.split_layout,
-            aten.cat.default: self.cat_layout, aten.constant_pad_nd.default: self.pad_layout,
-            aten.index.Tensor: self.index_layout}
         self.positions = {}  # node -> the dimension along which its values are their positions
 
     def plan(self):
@@ -342,33 +378,16 @@ class _Rewriter:
         if isinstance(t, torch._ops.OpOverload) and torch.Tag.pointwise in t.tags:
             self.layouts[n] = self.broadcast_layout(n)
             return
-        rule = self.layout_rules.get(t)
-        if rule is not None:  # ops that need no mask, only care over which positions are valid
-            self.layouts[n] = rule(n)
-            return
-        if t in _ROW_WISE or t in _ALONG_DIM:
-            self.check_row_wise(n)
-        elif t not in _REDUCTIONS and t not in _CONTRACTIONS and t not in _MASKED_ARGS:
+        rule = _RULES.get(t)
+        if rule is None:
             raise NotBucketable(f"{t} reads a dynamic dimension")
-        if t in _ROW_WISE or t in _MASKED_ARGS:
+        if rule.row_wise:
+            self.check_row_wise(n)
+        if rule.pairs_rows:
             self.pair_rows(n)
-        self.layouts[n] = self.result_layout(n)
-        self.actions.append(lambda: self.apply(n))
-
-    def apply(self, n):
-        t = n.target
-        if t in _REDUCTIONS:
-            return self.reduction(n)
-        if t in _CONTRACTIONS:
-            return self.contraction(n)
-        if t in _SOFTMAX | _SOFTMAX_BACKWARD:
-            return self.softmax(n)
-        if t in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
-            return self.loss(n)
-        if t is aten.native_layer_norm_backward.default:
-            return self.layer_norm_backward(n)
-        if t is aten.embedding_dense_backward.default:
-            return self.mask_arg(n, 0, _padded_dims(n.args[0], self.symbols), 0.0)
+        self.layouts[n] = getattr(self, rule.layout)(n)
+        if rule.mask:
+            self.actions.append(functools.partial(getattr(self, rule.mask), n))
 
     # -- the layouts of results
 
@@ -386,6 +405,9 @@ class _Rewriter:
                     factors = mine if factors is None else self.unify(factors, mine, n.target)
             layout.append(factors or self.plain(e, (n, d)))
         return layout
+
+    def first_input_layout(self, n):
+        return self.layout(n.args[0])
 
     def view_layout(self, n):
         src = self.layout(n.args[0])
@@ -695,6 +717,9 @@ class _Rewriter:
         rows = _padded_dims(n.args[0], self.symbols)
         self.mask_arg(n, 0, rows, 0.0)
         self.mask_arg(n, 1, _padded_dims(n.args[1], self.symbols), 0.0)
+
+    def embedding_backward(self, n):
+        self.mask_arg(n, 0, _padded_dims(n.args[0], self.symbols), 0.0)
 
     def mask_arg(self, n, index, dims, fill):
         if dims:

@@ -660,7 +660,6 @@ _tv_seg("fcn_resnet50", "segmentation.fcn_resnet50", aux_loss=True)
 # ---------------------------------------------------------------------------------------------
 
 def _rnn_lm():
-    import torch
     from torch import nn
 
     class RNNLM(nn.Module):
@@ -884,6 +883,73 @@ def _state_diff(a, b):
     return worst, where
 
 
+def _beyond_noise(spec, model, batches, steps, cpu_losses, tpu_losses, bad_steps, rec):
+    """The steps whose loss difference is more than float32 rounding makes of this model: the same
+    CPU training in float64, and in float32 from weights moved by one rounding error, say how far
+    two honest float32 implementations may drift apart (ReLU masks and BatchNorm over few values
+    amplify rounding differences). Records the runs and the noise in ``rec``."""
+    noise = [0.0] * steps
+    rec["loss_noise_runs"] = {}
+
+    def within(i):
+        return abs(tpu_losses[i] - cpu_losses[i]) <= NOISE_FACTOR * noise[i]
+
+    # the perturbed float32 runs first: cheap, and enough for most ill-conditioned models;
+    # float64 (slow on CPU for convolutions) only when they do not cover the difference
+    for label in ("perturbed 1", "perturbed 2", "float64"):
+        if all(within(i) for i in bad_steps):
+            break
+        if label == "float64":
+            run = _execute(spec, copy.deepcopy(model).double(), "cpu", _to_double(batches), steps, False)
+        else:
+            run = _execute(spec, _perturbed(copy.deepcopy(model), int(label[-1])), "cpu", batches, steps, False)
+        if run["error"] or len(run["losses"]) != steps:
+            rec["loss_noise_runs"][label] = run["error"]
+            continue
+        rec["loss_noise_runs"][label] = run["losses"]
+        noise = [max(n, abs(c - r)) for n, c, r in zip(noise, cpu_losses, run["losses"])]
+    rec["fp32_noise_rel"] = max(n / max(abs(c), 1e-12) for n, c in zip(noise, cpu_losses))
+    bad_steps = [i for i in bad_steps if not within(i)]
+    rec["loss_parity_within_noise"] = not bad_steps
+    return bad_steps
+
+
+def _trace_into(rec, spec, model, batches, steps, tpu_error, first_bad_step):
+    """Traces the run up to where it first went wrong into ``rec["trace"]``; a mismatch whose
+    ops all match CPU on their own inputs becomes ``drift``."""
+    if tpu_error:
+        t_steps, t_gen = steps, True
+    elif first_bad_step is not None:
+        t_steps, t_gen = first_bad_step + 1, False
+    elif not rec.get("generate_parity", True):
+        t_steps, t_gen = steps, True  # generation follows the training steps
+    else:
+        t_steps, t_gen = steps, spec.generate is not None
+    t0 = time.perf_counter()
+    try:
+        rec["trace"] = _trace(spec, model, batches, t_steps, t_gen)
+    except Exception as e:  # noqa: BLE001
+        rec["trace"] = {"error": _error_text(e), "traceback": traceback.format_exc()[-3000:]}
+    rec["trace"]["seconds"] = round(time.perf_counter() - t0, 2)
+    tr = rec["trace"]
+    fd = tr.get("first_divergence")
+    if (rec["status"] == "mismatch" and not tr.get("error") and not tr.get("tpu_error")
+            and not tr.get("replay_mismatches") and fd
+            and fd.get("input_rel") is not None and fd["input_rel"] <= DRIFT_INPUT_TOL):
+        # every tpu op matches CPU on its own inputs, and where the runs part, the op's inputs
+        # were still equal to rounding: float32 rounding amplified, not a wrong op
+        rec["status"] = "drift"
+    rec["phase"] = "done"
+
+
+def _status(rec, tpu_error):
+    if tpu_error:
+        return "error"
+    if not (rec["loss_parity"] and rec.get("generate_parity", True)):
+        return "mismatch"
+    return "fallback" if rec["fallbacks"] else "pass"
+
+
 def run_model(name, steps=3, trace="auto", mode=None, progress=None, compiled=False):
     """Runs one zoo model on CPU and tpu in this process; returns its result record (a dict).
     ``compiled``: tpu's forward and backward run as ``torch.compile(model, backend="tpu")``."""
@@ -950,37 +1016,9 @@ def run_model(name, steps=3, trace="auto", mode=None, progress=None, compiled=Fa
     rec["loss_rel_diff"] = max(rels) if rels else None
     bad_steps = [i for i, r in enumerate(rels) if r > LOSS_RTOL]
     if bad_steps and not tpu["error"] and len(rels) == steps:
-        # Is the difference more than float32 rounding makes of this model? The same CPU training
-        # in float64, and in float32 from weights moved by one rounding error, say how far two
-        # honest float32 implementations may drift apart (ReLU masks and BatchNorm over few
-        # values amplify rounding differences).
         rec["phase"] = "noise"
         save(rec)
-        noise = [0.0] * steps
-        rec["loss_noise_runs"] = {}
-
-        def within(i):
-            return abs(tpu["losses"][i] - cpu["losses"][i]) <= NOISE_FACTOR * noise[i]
-
-        # the perturbed float32 runs first: cheap, and enough for most ill-conditioned models;
-        # float64 (slow on CPU for convolutions) only when they do not cover the difference
-        for label in ("perturbed 1", "perturbed 2", "float64"):
-            if all(within(i) for i in bad_steps):
-                break
-            if label == "float64":
-                run = _execute(spec, copy.deepcopy(model).double(), "cpu", _to_double(batches),
-                               steps, False)
-            else:
-                run = _execute(spec, _perturbed(copy.deepcopy(model), int(label[-1])), "cpu",
-                               batches, steps, False)
-            if run["error"] or len(run["losses"]) != steps:
-                rec["loss_noise_runs"][label] = run["error"]
-                continue
-            rec["loss_noise_runs"][label] = run["losses"]
-            noise = [max(n, abs(c - r)) for n, c, r in zip(noise, cpu["losses"], run["losses"])]
-        rec["fp32_noise_rel"] = max(n / max(abs(c), 1e-12) for n, c in zip(noise, cpu["losses"]))
-        bad_steps = [i for i in bad_steps if not within(i)]
-        rec["loss_parity_within_noise"] = not bad_steps
+        bad_steps = _beyond_noise(spec, model, batches, steps, cpu["losses"], tpu["losses"], bad_steps, rec)
     rec["loss_parity"] = not tpu["error"] and len(rels) == steps and not bad_steps
     first_bad_step = bad_steps[0] if bad_steps else None
     if spec.generate is not None:
@@ -993,44 +1031,14 @@ def run_model(name, steps=3, trace="auto", mode=None, progress=None, compiled=Fa
         rec["traceback"] = tpu["traceback"]
     else:
         rec["param_rel_diff"], rec["param_worst"] = _state_diff(tpu["state"], cpu["state"])
-    ok = rec["loss_parity"] and rec.get("generate_parity", True)
-    if tpu["error"]:
-        rec["status"] = "error"
-    elif not ok:
-        rec["status"] = "mismatch"
-    elif rec["fallbacks"]:
-        rec["status"] = "fallback"
-    else:
-        rec["status"] = "pass"
+    rec["status"] = _status(rec, tpu["error"])
     rec["phase"] = "done"
     save(rec)
 
     if trace == "always" or (trace == "auto" and rec["status"] in ("mismatch", "error")):
         rec["phase"] = "trace"
         save(rec)
-        if tpu["error"]:
-            t_steps, t_gen = steps, True
-        elif first_bad_step is not None:
-            t_steps, t_gen = first_bad_step + 1, False
-        elif not rec.get("generate_parity", True):
-            t_steps, t_gen = steps, True  # generation follows the training steps
-        else:
-            t_steps, t_gen = steps, spec.generate is not None
-        t0 = time.perf_counter()
-        try:
-            rec["trace"] = _trace(spec, model, batches, t_steps, t_gen)
-        except Exception as e:  # noqa: BLE001
-            rec["trace"] = {"error": _error_text(e), "traceback": traceback.format_exc()[-3000:]}
-        rec["trace"]["seconds"] = round(time.perf_counter() - t0, 2)
-        tr = rec["trace"]
-        fd = tr.get("first_divergence")
-        if (rec["status"] == "mismatch" and not tr.get("error") and not tr.get("tpu_error")
-                and not tr.get("replay_mismatches") and fd
-                and fd.get("input_rel") is not None and fd["input_rel"] <= DRIFT_INPUT_TOL):
-            # every tpu op matches CPU on its own inputs, and where the runs part, the op's inputs
-            # were still equal to rounding: float32 rounding amplified, not a wrong op
-            rec["status"] = "drift"
-        rec["phase"] = "done"
+        _trace_into(rec, spec, model, batches, steps, tpu["error"], first_bad_step)
     rec["total_s"] = round(time.perf_counter() - started, 2)
     save(rec)
     return rec

@@ -235,277 +235,305 @@ def _dense_strides(t):
     return tuple(s for n, s in zip(t.shape, t.stride()) if n > 1) if t.numel() else ()
 
 
-def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
+def _tpu_copier():
+    """Copies a sample's tensors to tpu keeping its views views: a CPU view becomes the same
+    view of a tpu copy of its base (one copy per base, so aliases stay aliases), as when a
+    sample is made on the device. Otherwise (no base, conj/neg bits, another dtype) a copy."""
+    import torch
+
+    bases = {}
+
+    def to_tpu(x):
+        if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+            return x
+        base = x._base
+        if (base is not None and x.layout == torch.strided and base.layout == torch.strided
+                and x.dtype == base.dtype and not x.is_conj() and not x.is_neg()
+                and not base.is_conj() and not base.is_neg()):
+            if id(base) not in bases:
+                t = base.detach().to("tpu")
+                bases[id(base)] = (base, t if t.stride() == base.stride() else None)
+            t_base = bases[id(base)][1]
+            if t_base is not None:
+                v = t_base.as_strided(x.size(), x.stride(), x.storage_offset())
+                return v.requires_grad_(x.requires_grad)
+        return x.detach().to("tpu").requires_grad_(x.requires_grad)
+    return to_tpu
+
+
+def _compare(actual, expected, out_device, strides):
+    from torch.utils._pytree import tree_flatten
+
+    a_leaves, _ = tree_flatten(actual)
+    e_leaves, _ = tree_flatten(expected)
+    if len(a_leaves) != len(e_leaves):
+        raise AssertionError(f"{len(a_leaves)} outputs, expected {len(e_leaves)}")
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        try:
+            _compare_leaf(a, e, out_device, strides)
+        except AssertionError as err:
+            if len(e_leaves) > 1:
+                raise type(err)(f"output {i} of {len(e_leaves)}: {err}") from None
+            raise
+
+
+def _compare_leaf(a, e, out_device, strides):
+    import torch
+
+    if isinstance(e, torch.Tensor):
+        if not isinstance(a, torch.Tensor):
+            raise AssertionError(f"got {type(a).__name__}, expected a tensor")
+        if e.device.type == "cpu" and a.device.type != out_device:
+            raise NotAValueMismatch(f"output on {a.device}, expected {out_device}")
+        torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
+                                   check_stride=False, check_layout=False)
+        if strides and e.layout == torch.strided and _dense_strides(a) != _dense_strides(e):
+            raise NotAValueMismatch(f"strides {tuple(a.stride())}, CPU's {tuple(e.stride())} (shape {tuple(e.shape)})")
+    elif isinstance(e, (float, complex)) and isinstance(a, (float, complex)):
+        torch.testing.assert_close(a, e, equal_nan=True)
+    elif a != e:
+        raise AssertionError(f"{a!r} != {e!r}")
+
+
+def _equal_at_tied_indices(name, args, kwargs, actual, expected, strides):
+    """Whether tpu's indices select the values CPU's select (and any values output matches)."""
+    import torch
+    x = args[0]
+    dim_at, keepdim_at = TIED_INDEX_OPS[name]
+    arg = lambda at, key, default: kwargs.get(key, args[at] if at is not None and len(args) > at else default)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or arg(None, "stable", False):
+        return False
+    dim = arg(dim_at, "dim", -1)
+    if name == "argsort":
+        a_idx, e_idx = actual, expected
+    else:
+        try:
+            _compare_leaf(actual[0], expected[0], "tpu", strides)
+        except AssertionError:
+            return False
+        a_idx, e_idx = actual[1], expected[1]
+    a_idx = a_idx.cpu()
+    if a_idx.shape != e_idx.shape:
+        return False
+    if keepdim_at is not None and not arg(keepdim_at, "keepdim", False):
+        a_idx, e_idx = a_idx.unsqueeze(dim), e_idx.unsqueeze(dim)
+    try:
+        torch.testing.assert_close(x.gather(dim, a_idx), x.gather(dim, e_idx), rtol=0, atol=0, equal_nan=True)
+    except (AssertionError, RuntimeError):
+        return False
+    return True
+
+
+def _grad_check(expected, actual, args, t_args):
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    def total(out):
+        leaves = [o for o in tree_flatten(out)[0]
+                  if isinstance(o, torch.Tensor) and o.requires_grad
+                  and (o.is_floating_point() or o.is_complex())]
+        return sum(o.abs().sum() if o.is_complex() else o.sum() for o in leaves) if leaves else None
+
+    e_total = total(expected)
+    if e_total is None:
+        return None
+    a_total = total(actual)
+    inputs = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+    t_inputs = [a for a in tree_flatten(t_args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+    try:
+        e_grads = torch.autograd.grad(e_total, inputs, allow_unused=True)
+    except Exception:
+        return None  # no CPU reference
+    try:
+        if a_total is None:
+            raise AssertionError("tpu outputs do not require grad")
+        a_grads = torch.autograd.grad(a_total, t_inputs, allow_unused=True)
+        for a, e in zip(a_grads, e_grads):
+            if e is None:
+                continue
+            if a is None:
+                raise AssertionError("gradient missing on tpu")
+            torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=1e-4, atol=1e-4)
+    except Exception as e:
+        return _short_error(e)
+    return "ok"
+
+
+def _rounding_only(fn, wide_args, wide_kwargs, process, actual, expected):
+    """Whether tpu's result is as far from the exact (float64) one as CPU's, and how far."""
+    if wide_args is None:
+        return False, None
+    try:
+        exact = process(fn(*wide_args, **wide_kwargs))
+    except Exception:
+        return False, None  # the op has no float64 form on CPU
+    return _against_exact(actual, expected, exact)
+
+
+def _run_sample(name, fn, args, kwargs, want_grad, process, strides):
+    """-> (result, why, grad_result) with result one of passed / failed / errors. `process` is
+    the sample's output_process_fn_grad, applied to both results as PyTorch's own
+    test_compare_cpu and gradient tests do: it keeps the well-defined part of outputs that
+    are not unique (singular vectors up to sign, the thin part of a full U)."""
     import torch
     from torch.utils._pytree import tree_flatten, tree_map
 
-    import torchtpu
-
-    entries = _entries()
-
-    def tpu_copier():
-        """Copies a sample's tensors to tpu keeping its views views: a CPU view becomes the same
-        view of a tpu copy of its base (one copy per base, so aliases stay aliases), as when a
-        sample is made on the device. Otherwise (no base, conj/neg bits, another dtype) a copy."""
-        bases = {}
-
-        def to_tpu(x):
-            if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
-                return x
-            base = x._base
-            if (base is not None and x.layout == torch.strided and base.layout == torch.strided
-                    and x.dtype == base.dtype and not x.is_conj() and not x.is_neg()
-                    and not base.is_conj() and not base.is_neg()):
-                if id(base) not in bases:
-                    t = base.detach().to("tpu")
-                    bases[id(base)] = (base, t if t.stride() == base.stride() else None)
-                t_base = bases[id(base)][1]
-                if t_base is not None:
-                    v = t_base.as_strided(x.size(), x.stride(), x.storage_offset())
-                    return v.requires_grad_(x.requires_grad)
-            return x.detach().to("tpu").requires_grad_(x.requires_grad)
-        return to_tpu
-
-    def compare(actual, expected, out_device):
-        a_leaves, _ = tree_flatten(actual)
-        e_leaves, _ = tree_flatten(expected)
-        if len(a_leaves) != len(e_leaves):
-            raise AssertionError(f"{len(a_leaves)} outputs, expected {len(e_leaves)}")
-        for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+    # tpu copies first: the CPU call may mutate its inputs
+    to_tpu = _tpu_copier()
+    keep = CPU_ARGS.get(name, ())
+    t_args = tuple(a if i in keep else tree_map(to_tpu, a) for i, a in enumerate(args))
+    t_kwargs = tree_map(to_tpu, kwargs)
+    leaves = tree_flatten((args, kwargs))[0]
+    # factories: the tpu run must make tpu tensors. Samples without any tensor get
+    # device= on both sides, unless the op takes no device (then nothing runs on tpu).
+    inject = "device" not in kwargs and not any(isinstance(x, torch.Tensor) for x in leaves)
+    if str(kwargs.get("device")) == "cpu" or inject:
+        t_kwargs["device"] = "tpu"
+    # outputs belong on tpu, unless the sample asks for the CPU (e.g. x.to("cpu"))
+    asked = tree_flatten((args, {k: v for k, v in kwargs.items() if k != "device"}))[0]
+    out_device = "cpu" if any(str(x) == "cpu" for x in asked
+                              if isinstance(x, (str, torch.device))) else "tpu"
+    # float64 copies of the float inputs, made before the CPU call mutates any: on a mismatch,
+    # the op run on them tells rounding from a wrong value
+    narrow = any(_is_narrow_float(x) for x in leaves)
+    wide_args, wide_kwargs = tree_map(_widened, (args, kwargs)) if narrow else (None, None)
+    try:
+        expected, cpu_exc = fn(*args, **(dict(kwargs, device="cpu") if inject else kwargs)), None
+    except TypeError as e:
+        expected, cpu_exc = None, e
+        if inject:
+            inject = False
+            del t_kwargs["device"]
             try:
-                compare_leaf(a, e, out_device)
-            except AssertionError as err:
-                if len(e_leaves) > 1:
-                    raise type(err)(f"output {i} of {len(e_leaves)}: {err}") from None
-                raise
-
-    def compare_leaf(a, e, out_device):
-        if isinstance(e, torch.Tensor):
-            if not isinstance(a, torch.Tensor):
-                raise AssertionError(f"got {type(a).__name__}, expected a tensor")
-            if e.device.type == "cpu" and a.device.type != out_device:
-                raise NotAValueMismatch(f"output on {a.device}, expected {out_device}")
-            torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
-                                       check_stride=False, check_layout=False)
-            if strides and e.layout == torch.strided and _dense_strides(a) != _dense_strides(e):
-                raise NotAValueMismatch(f"strides {tuple(a.stride())}, CPU's {tuple(e.stride())} (shape {tuple(e.shape)})")
-        elif isinstance(e, (float, complex)) and isinstance(a, (float, complex)):
-            torch.testing.assert_close(a, e, equal_nan=True)
-        elif a != e:
-            raise AssertionError(f"{a!r} != {e!r}")
-
-    def equal_at_tied_indices(name, args, kwargs, actual, expected):
-        """Whether tpu's indices select the values CPU's select (and any values output matches)."""
-        x = args[0]
-        dim_at, keepdim_at = TIED_INDEX_OPS[name]
-        arg = lambda at, key, default: kwargs.get(key, args[at] if at is not None and len(args) > at else default)
-        if not isinstance(x, torch.Tensor) or x.dim() == 0 or arg(None, "stable", False):
-            return False
-        dim = arg(dim_at, "dim", -1)
-        if name == "argsort":
-            a_idx, e_idx = actual, expected
-        else:
-            try:
-                compare_leaf(actual[0], expected[0], "tpu")
-            except AssertionError:
-                return False
-            a_idx, e_idx = actual[1], expected[1]
-        a_idx = a_idx.cpu()
-        if a_idx.shape != e_idx.shape:
-            return False
-        if keepdim_at is not None and not arg(keepdim_at, "keepdim", False):
-            a_idx, e_idx = a_idx.unsqueeze(dim), e_idx.unsqueeze(dim)
+                expected, cpu_exc = fn(*args, **kwargs), None
+            except Exception as e2:
+                expected, cpu_exc = None, e2
+    except Exception as e:
+        expected, cpu_exc = None, e
+    if cpu_exc is not None:
         try:
-            torch.testing.assert_close(x.gather(dim, a_idx), x.gather(dim, e_idx), rtol=0, atol=0, equal_nan=True)
-        except (AssertionError, RuntimeError):
-            return False
-        return True
-
-    def grad_check(expected, actual, args, t_args):
-        def total(out):
-            leaves = [o for o in tree_flatten(out)[0]
-                      if isinstance(o, torch.Tensor) and o.requires_grad
-                      and (o.is_floating_point() or o.is_complex())]
-            return sum(o.abs().sum() if o.is_complex() else o.sum() for o in leaves) if leaves else None
-
-        e_total = total(expected)
-        if e_total is None:
-            return None
-        a_total = total(actual)
-        inputs = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
-        t_inputs = [a for a in tree_flatten(t_args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
-        try:
-            e_grads = torch.autograd.grad(e_total, inputs, allow_unused=True)
-        except Exception:
-            return None  # no CPU reference
-        try:
-            if a_total is None:
-                raise AssertionError("tpu outputs do not require grad")
-            a_grads = torch.autograd.grad(a_total, t_inputs, allow_unused=True)
-            for a, e in zip(a_grads, e_grads):
-                if e is None:
-                    continue
-                if a is None:
-                    raise AssertionError("gradient missing on tpu")
-                torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=1e-4, atol=1e-4)
-        except Exception as e:
-            return _short_error(e)
-        return "ok"
-
-    def against_exact(fn, wide_args, wide_kwargs, process, actual, expected):
-        if wide_args is None:
-            return False, None
-        try:
-            exact = process(fn(*wide_args, **wide_kwargs))
-        except Exception:
-            return False, None  # the op has no float64 form on CPU
-        return _against_exact(actual, expected, exact)
-
-    def run_sample(name, fn, args, kwargs, want_grad, process):
-        """-> (result, why, grad_result) with result one of passed / failed / errors. `process` is
-        the sample's output_process_fn_grad, applied to both results as PyTorch's own
-        test_compare_cpu and gradient tests do: it keeps the well-defined part of outputs that
-        are not unique (singular vectors up to sign, the thin part of a full U)."""
-        # tpu copies first: the CPU call may mutate its inputs
-        to_tpu = tpu_copier()
-        keep = CPU_ARGS.get(name, ())
-        t_args = tuple(a if i in keep else tree_map(to_tpu, a) for i, a in enumerate(args))
-        t_kwargs = tree_map(to_tpu, kwargs)
-        leaves = tree_flatten((args, kwargs))[0]
-        # factories: the tpu run must make tpu tensors. Samples without any tensor get
-        # device= on both sides, unless the op takes no device (then nothing runs on tpu).
-        inject = "device" not in kwargs and not any(isinstance(x, torch.Tensor) for x in leaves)
-        if str(kwargs.get("device")) == "cpu" or inject:
-            t_kwargs["device"] = "tpu"
-        # outputs belong on tpu, unless the sample asks for the CPU (e.g. x.to("cpu"))
-        asked = tree_flatten((args, {k: v for k, v in kwargs.items() if k != "device"}))[0]
-        out_device = "cpu" if any(str(x) == "cpu" for x in asked
-                                  if isinstance(x, (str, torch.device))) else "tpu"
-        # float64 copies of the float inputs, made before the CPU call mutates any: on a mismatch,
-        # the op run on them tells rounding from a wrong value
-        narrow = any(_is_narrow_float(x) for x in leaves)
-        wide_args, wide_kwargs = tree_map(_widened, (args, kwargs)) if narrow else (None, None)
-        try:
-            expected, cpu_exc = fn(*args, **(dict(kwargs, device="cpu") if inject else kwargs)), None
-        except TypeError as e:
-            expected, cpu_exc = None, e
-            if inject:
-                inject = False
-                del t_kwargs["device"]
-                try:
-                    expected, cpu_exc = fn(*args, **kwargs), None
-                except Exception as e2:
-                    expected, cpu_exc = None, e2
-        except Exception as e:
-            expected, cpu_exc = None, e
-        if cpu_exc is not None:
-            try:
-                fn(*t_args, **t_kwargs)
-                torch.tpu.synchronize()
-            except Exception as e:
-                if isinstance(e, type(cpu_exc)) or isinstance(cpu_exc, type(e)):
-                    return "passed", None, None  # both reject the input
-                return ("errors", f"CPU raised {type(cpu_exc).__name__}, tpu raised "
-                        f"{type(e).__name__}: {_short_error(e)}", None)
-            return "failed", f"CPU raised, tpu did not: {_short_error(cpu_exc)}", None
-        try:
-            actual = process(fn(*t_args, **t_kwargs))
+            fn(*t_args, **t_kwargs)
             torch.tpu.synchronize()
         except Exception as e:
-            return "errors", f"{type(e).__name__}: {_short_error(e)}", None
-        expected = process(expected)
+            if isinstance(e, type(cpu_exc)) or isinstance(cpu_exc, type(e)):
+                return "passed", None, None  # both reject the input
+            return ("errors", f"CPU raised {type(cpu_exc).__name__}, tpu raised "
+                    f"{type(e).__name__}: {_short_error(e)}", None)
+        return "failed", f"CPU raised, tpu did not: {_short_error(cpu_exc)}", None
+    try:
+        actual = process(fn(*t_args, **t_kwargs))
+        torch.tpu.synchronize()
+    except Exception as e:
+        return "errors", f"{type(e).__name__}: {_short_error(e)}", None
+    expected = process(expected)
+    try:
+        _compare(actual, expected, out_device, strides)
+    except Exception as e:
+        if not (name in TIED_INDEX_OPS and _equal_at_tied_indices(name, args, kwargs, actual, expected, strides)):
+            if isinstance(e, NotAValueMismatch):
+                return "failed", _short_error(e), None
+            rounding, how = _rounding_only(fn, wide_args, wide_kwargs, process, actual, expected)
+            if rounding:
+                return "rounding", "rounding: " + how, None
+            return "failed", _short_error(e) + (f" ({how})" if how else ""), None
+    if not want_grad:
+        return "passed", None, None
+    return "passed", None, _grad_check(expected, actual, args, t_args)
+
+
+def _samples_of(entry, dtype, want_grad, layout):
+    import torch
+
+    op = entry.opinfo
+    if entry.kind == "op_db":
+        for s in op.sample_inputs("cpu", dtype, requires_grad=want_grad):
+            yield s.noncontiguous() if layout == "noncontiguous" else s
+        return
+    # foreach: as test_foreach.py's parity test, contiguous and not; "cpu:0" so the samples
+    # also intersperse empty tensors (the generator skips those for device "cpu")
+    for nc in {"both": [False, True], "contiguous": [False], "noncontiguous": [True]}[layout]:
+        for s in op.sample_inputs("cpu:0", dtype, requires_grad=want_grad and not nc,
+                                  noncontiguous=nc, allow_higher_dtype_scalars=True):
+            yield s
+    if op.supports_scalar_self_arg and not entry.inplace:  # _foreach_pow(scalar, tensors)
+        for s in op.sample_inputs("cpu:0", dtype, requires_grad=want_grad):
+            if len(s.args) == 1 and isinstance(s.args[0], list) and \
+                    all(isinstance(t, torch.Tensor) for t in s.args[0]):
+                from torch.testing._internal.opinfo.core import SampleInput
+                yield SampleInput(2 if not (dtype.is_floating_point or dtype.is_complex) else 1.5,
+                                  args=(s.input,))
+                break
+
+
+def _call_of(entry):
+    if not entry.inplace:
+        return entry.fn
+
+    def inplace(self_, *args, **kwargs):
+        entry.fn(self_, *args, **kwargs)
+        return self_
+    return inplace
+
+
+def _run_unit(entry, name, dtype_name, grad_dtypes, time_limit, layout, strides):
+    """One (op, dtype) unit: every sample on CPU and tpu, counted into one record."""
+    import torch
+
+    import torchtpu
+
+    rec = {"op": name, "dtype": dtype_name, "failures": [], "roundings": [], "fallback_ops": {}}
+    rec.update({k: 0 for k in COUNTS})
+    dtype = getattr(torch, dtype_name)
+    want_grad = entry.wants_grad(dtype_name, grad_dtypes)
+    fn = _call_of(entry)
+    started = time.time()
+    try:
+        samples = list(_samples_of(entry, dtype, want_grad, layout))
+    except Exception as e:
+        samples = []
+        rec["sample_error"] = _short_error(e)
+    for i, sample in enumerate(samples):
+        if time.time() - started > time_limit:
+            rec["not_run"] = len(samples) - i
+            break
+        if sample.kwargs.get("dropout_p", 0) or (sample.kwargs.get("training") and "dropout" in name):
+            rec["random_samples_excluded"] = rec.get("random_samples_excluded", 0) + 1
+            continue  # draws random numbers: values cannot match CPU
+        args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
+        before = torchtpu.metrics.cpu_fallbacks()
         try:
-            compare(actual, expected, out_device)
-        except Exception as e:
-            if not (name in TIED_INDEX_OPS and equal_at_tied_indices(name, args, kwargs, actual, expected)):
-                if isinstance(e, NotAValueMismatch):
-                    return "failed", _short_error(e), None
-                rounding, how = against_exact(fn, wide_args, wide_kwargs, process, actual, expected)
-                if rounding:
-                    return "rounding", "rounding: " + how, None
-                return "failed", _short_error(e) + (f" ({how})" if how else ""), None
-        if not want_grad:
-            return "passed", None, None
-        return "passed", None, grad_check(expected, actual, args, t_args)
+            result, why, grad = _run_sample(name, fn, args, kwargs, want_grad,
+                                            sample.output_process_fn_grad, strides)
+        except Exception as e:  # the harness itself, e.g. copying an odd argument
+            result, why, grad = "errors", f"harness: {_short_error(e)}", None
+        after = torchtpu.metrics.cpu_fallbacks()
+        used = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+        for k, v in used.items():
+            rec["fallback_ops"][k] = rec["fallback_ops"].get(k, 0) + v
+        rec["samples"] += 1
+        if result == "passed" and used:
+            result = "passed_fallback"
+        rec[result] += 1
+        if grad is not None:
+            rec["grad_samples"] += 1
+            if grad != "ok":
+                rec["grad_failed"] += 1
+                if len(rec["failures"]) < FAILURES_KEPT:
+                    rec["failures"].append({"sample": _describe_call(args, kwargs),
+                                            "why": "gradient: " + grad, "index": i})
+        kept = rec["roundings" if result == "rounding" else "failures"]  # apart: real failures first
+        if why and len(kept) < FAILURES_KEPT:
+            kept.append({"sample": _describe_call(args, kwargs), "why": why,
+                         "index": i, "fallback": sorted(used)})
+    return rec
 
-    def samples_of(entry, dtype, want_grad):
-        op = entry.opinfo
-        if entry.kind == "op_db":
-            for s in op.sample_inputs("cpu", dtype, requires_grad=want_grad):
-                yield s.noncontiguous() if layout == "noncontiguous" else s
-            return
-        # foreach: as test_foreach.py's parity test, contiguous and not; "cpu:0" so the samples
-        # also intersperse empty tensors (the generator skips those for device "cpu")
-        for nc in {"both": [False, True], "contiguous": [False], "noncontiguous": [True]}[layout]:
-            for s in op.sample_inputs("cpu:0", dtype, requires_grad=want_grad and not nc,
-                                      noncontiguous=nc, allow_higher_dtype_scalars=True):
-                yield s
-        if op.supports_scalar_self_arg and not entry.inplace:  # _foreach_pow(scalar, tensors)
-            for s in op.sample_inputs("cpu:0", dtype, requires_grad=want_grad):
-                if len(s.args) == 1 and isinstance(s.args[0], list) and \
-                        all(isinstance(t, torch.Tensor) for t in s.args[0]):
-                    from torch.testing._internal.opinfo.core import SampleInput
-                    yield SampleInput(2 if not (dtype.is_floating_point or dtype.is_complex) else 1.5,
-                                      args=(s.input,))
-                    break
 
-    def call_of(entry):
-        if not entry.inplace:
-            return entry.fn
-
-        def inplace(self_, *args, **kwargs):
-            entry.fn(self_, *args, **kwargs)
-            return self_
-        return inplace
-
+def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
+    entries = _entries()
     with open(out_path, "a") as out:
         for name, dtype_name in units:
-            entry = entries[name]
             announce(out, (name, dtype_name))
-            rec = {"op": name, "dtype": dtype_name, "failures": [], "roundings": [], "fallback_ops": {}}
-            rec.update({k: 0 for k in COUNTS})
-            dtype = getattr(torch, dtype_name)
-            want_grad = entry.wants_grad(dtype_name, grad_dtypes)
-            fn = call_of(entry)
-            started = time.time()
-            try:
-                samples = list(samples_of(entry, dtype, want_grad))
-            except Exception as e:
-                samples = []
-                rec["sample_error"] = _short_error(e)
-            for i, sample in enumerate(samples):
-                if time.time() - started > time_limit:
-                    rec["not_run"] = len(samples) - i
-                    break
-                if sample.kwargs.get("dropout_p", 0) or (sample.kwargs.get("training") and "dropout" in name):
-                    rec["random_samples_excluded"] = rec.get("random_samples_excluded", 0) + 1
-                    continue  # draws random numbers: values cannot match CPU
-                args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
-                before = torchtpu.metrics.cpu_fallbacks()
-                try:
-                    result, why, grad = run_sample(name, fn, args, kwargs, want_grad,
-                                                   sample.output_process_fn_grad)
-                except Exception as e:  # the harness itself, e.g. copying an odd argument
-                    result, why, grad = "errors", f"harness: {_short_error(e)}", None
-                after = torchtpu.metrics.cpu_fallbacks()
-                used = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-                for k, v in used.items():
-                    rec["fallback_ops"][k] = rec["fallback_ops"].get(k, 0) + v
-                rec["samples"] += 1
-                if result == "passed" and used:
-                    result = "passed_fallback"
-                rec[result] += 1
-                if grad is not None:
-                    rec["grad_samples"] += 1
-                    if grad != "ok":
-                        rec["grad_failed"] += 1
-                        if len(rec["failures"]) < FAILURES_KEPT:
-                            rec["failures"].append({"sample": _describe_call(args, kwargs),
-                                                    "why": "gradient: " + grad, "index": i})
-                kept = rec["roundings" if result == "rounding" else "failures"]  # apart: real failures first
-                if why and len(kept) < FAILURES_KEPT:
-                    kept.append({"sample": _describe_call(args, kwargs), "why": why,
-                                            "index": i, "fallback": sorted(used)})
+            rec = _run_unit(entries[name], name, dtype_name, grad_dtypes, time_limit, layout, strides)
             record(out, (name, dtype_name), rec)
 
 
