@@ -543,6 +543,38 @@ def test_causal_decoder_sequence_lengths_run_padded_to_buckets():
     assert not any("run unpadded" in r for r in _recompiles())
 
 
+def test_a_kv_cache_append_runs_padded_without_a_program_per_length():
+    """Attention over a cache that grows by cat([cache, new], dim=seq) (Hugging Face's dynamic
+    cache): the new entries land after the cache's true end, not after its padding, and a new
+    length in a seen bucket captures and compiles nothing."""
+    g = torch.Generator().manual_seed(0)
+    q, new_k = torch.randn(2, 1, 8, generator=g), torch.randn(2, 1, 8, generator=g)
+
+    def step(cache, q, new_k):
+        keys = torch.cat([cache, new_k], dim=1)
+        weights = torch.softmax(q @ keys.transpose(1, 2) / 8 ** 0.5, dim=-1)
+        return keys, weights @ keys
+
+    compiled = torch.compile(step, backend="tpu")
+    captured_at = []
+    for n in (5, 9, 10, 12, 11, 13):
+        cache = torch.randn(2, n, 8, generator=g)
+        torch.tpu.synchronize()
+        before = _counters()
+        keys, out = compiled(cache.to("tpu"), q.to("tpu"), new_k.to("tpu"))
+        torch.tpu.synchronize()
+        after = _counters()
+        if after["captured_ops"] > before["captured_ops"]:
+            captured_at.append(n)
+        else:
+            assert after["compiles"] == before["compiles"], f"cache length {n} compiled a program"
+        expected_keys, expected = step(cache, q, new_k)
+        _close(keys, expected_keys)
+        _close(out, expected)
+    assert captured_at == [5, 9]  # 5 static, then every length of bucket 16 (9..13 + 1) symbolic
+    assert not any("run unpadded" in r for r in _recompiles())
+
+
 def _zoo_model_pair(name):
     """A model-zoo model (seeded) on CPU and its copy on tpu."""
     torch.manual_seed(0)

@@ -553,17 +553,20 @@ class _Rewriter:
         return out
 
     def cat_layout(self, n):
-        """cat along a dimension keeps the padded part a suffix when only the last input is
-        dynamic along it; its other dimensions pair up like an element-wise op's."""
-        inputs = [a for a in n.args[0] if tuple(a.meta["val"].shape) != (0,)]  # cat skips these
+        """cat along a dimension of one input dynamic along it: the inputs after that one are
+        moved to follow its true end (a KV cache's append), so the padded part is a suffix; its
+        other dimensions pair up like an element-wise op's."""
+        inputs = _cat_inputs(n)
         dim = (n.args[1] if len(n.args) > 1 else 0) % len(_exprs(n.meta["val"]))
         layouts = [self.layout(a) for a in inputs]
         out = []
         for d, e in enumerate(_exprs(n.meta["val"])):
             if d == dim:
                 moving = [i for i, lay in enumerate(layouts) if self.dynamic(size(lay[d]))]
-                if moving and (moving != [len(inputs) - 1] or len(factor_list(layouts[-1][d])) != 1):
-                    raise NotBucketable(f"{n.target} puts a dynamic dimension before others")
+                if len(moving) > 1 or (moving and len(factor_list(layouts[moving[0]][d])) != 1):
+                    raise NotBucketable(f"{n.target} joins several dynamic sizes along a dimension")
+                if moving and moving[0] < len(inputs) - 1:
+                    self.actions.append(functools.partial(self.follow_true_end, n, dim, moving[0]))
                 out.append(layouts[0][d] if len(inputs) == 1 else self.plain(e, (n, d)))
                 continue
             factors = layouts[0][d]
@@ -718,6 +721,32 @@ class _Rewriter:
         self.mask_arg(n, 0, rows, 0.0)
         self.mask_arg(n, 1, _padded_dims(n.args[1], self.symbols), 0.0)
 
+    def follow_true_end(self, n, dim, dynamic):
+        """The padded cat ``n`` with the inputs after its dynamic one moved to follow that one's
+        true end: position j takes the padded cat's element while j < start (the sizes before it,
+        its true size included), then the later inputs' element j - start."""
+        inputs = _cat_inputs(n)
+        val = n.meta["val"]
+        static_before = sum(int(a.meta["val"].shape[dim]) for a in inputs[:dynamic])
+        later = inputs[dynamic + 1:]
+        static_after = sum(int(a.meta["val"].shape[dim]) for a in later)
+        true_end = factor_list(self.final(self.layout(inputs[dynamic]))[dim])[0]
+        call = self.graph.call_function
+        with self.graph.inserting_before(n.next):
+            length = self.padded_size(_exprs(val)[dim])
+            j = call(aten.arange.default, (length,), {"device": val.device, "dtype": torch.int64})
+            start = call(aten.add.Tensor, (self.true_size(true_end), static_before))
+            index = call(aten.clamp.default, (call(aten.sub.Tensor, (j, start)), 0, static_after - 1))
+            tail = later[0] if len(later) == 1 else call(aten.cat.default, (later, dim))
+            moved = call(aten.index_select.default, (tail, dim, index))
+            shape = [1] * val.dim()
+            shape[dim] = length
+            keep = call(aten.view.default, (call(aten.lt.Tensor, (j, start)), shape))
+            result = call(aten.where.self, (keep, n, moved))
+        result.meta = dict(n.meta)  # the same value, for the masks planned after it
+        self.layouts[result] = self.layouts[n]
+        n.replace_all_uses_with(result, delete_user_cb=lambda user: user is not result)
+
     def embedding_backward(self, n):
         self.mask_arg(n, 0, _padded_dims(n.args[0], self.symbols), 0.0)
 
@@ -726,6 +755,10 @@ class _Rewriter:
             args = list(n.args)
             args[index] = self.masked(n, args[index], dims, fill)
             n.args = tuple(args)
+
+
+def _cat_inputs(n):
+    return [a for a in n.args[0] if tuple(a.meta["val"].shape) != (0,)]  # cat skips these
 
 
 def _symbolic_inputs(gm):
