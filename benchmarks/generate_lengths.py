@@ -1,0 +1,112 @@
+"""Greedy generation with a growing KV cache: what a first run and a new prompt length cost.
+
+    python benchmarks/generate_lengths.py [--new-tokens 64] [--runtimes ...] [--json FILE]
+
+Hugging Face GPT-2 built from a config (4 layers, d_model 256, 4 heads, vocab 1000, seeded
+weights) generates greedily with its default dynamic cache: a prompt of 7 tokens, then a prompt
+of 11 (a new length). Each runtime runs in its own process with an empty compile cache:
+
+- torch-cpu: PyTorch eager;
+- torchtpu-strict, torchtpu-fused: eager modes (every op's program is compiled for its exact
+  shapes, so each new cache length compiles programs);
+- torchtpu-compiled: the model's ``forward`` under ``torch.compile(backend="tpu")``, whose graphs
+  run padded to buckets of the cache length (docs/compile.md, "Dynamic sizes: buckets").
+
+Reported per runtime and prompt: wall time of ``generate``, XLA compiles during it
+(``torchtpu.metrics``), and whether the tokens equal PyTorch CPU's.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+RUNTIMES = ["torch-cpu", "torchtpu-strict", "torchtpu-fused", "torchtpu-compiled"]
+PROMPTS = [7, 11]
+
+
+def child(runtime, new_tokens):
+    import torch
+    import transformers
+
+    device = "cpu"
+    if runtime.startswith("torchtpu"):
+        import torchtpu
+        torchtpu.set_eager_mode("fused" if runtime == "torchtpu-fused" else "strict")
+        device = "tpu"
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=1000, n_positions=256, n_embd=256, n_layer=4, n_head=4)
+    model = transformers.GPT2LMHeadModel(config).eval().to(device)
+    if runtime == "torchtpu-compiled":
+        model.forward = torch.compile(model.forward, backend="tpu")
+    g = torch.Generator().manual_seed(1)
+    results = []
+    for length in PROMPTS:
+        ids = torch.randint(0, config.vocab_size, (1, length), generator=g)
+        compiles = torchtpu.metrics.counters()["compiles"] if device == "tpu" else None
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(ids.to(device), attention_mask=torch.ones_like(ids).to(device),
+                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                 pad_token_id=0)
+        tokens = out.cpu()[0].tolist()
+        seconds = time.perf_counter() - start
+        if device == "tpu":
+            compiles = torchtpu.metrics.counters()["compiles"] - compiles
+        results.append({"prompt": length, "seconds": seconds, "compiles": compiles, "tokens": tokens})
+    return results
+
+
+def run(runtime, new_tokens):
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as cache:
+        env["TORCHTPU_CACHE_DIR"] = cache  # a first run: compiles count from nothing
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", runtime,
+                            "--new-tokens", str(new_tokens)], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
+    return {"prompts": json.loads(p.stdout.strip().splitlines()[-1])}
+
+
+def table(results):
+    reference = {r["prompt"]: r for r in results.get("torch-cpu", {}).get("prompts", [])}
+    rows = ["| runtime | prompt | generate s | vs CPU | XLA compiles | tokens as CPU |",
+            "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for runtime, result in results.items():
+        if "error" in result:
+            rows.append(f"| {runtime} | error: {result['error']} | | | | |")
+            continue
+        for r in result["prompts"]:
+            ref = reference.get(r["prompt"])
+            ratio = f"{r['seconds'] / ref['seconds']:.1f}×" if ref else "—"
+            same = "—" if ref is None or runtime == "torch-cpu" else ("yes" if r["tokens"] == ref["tokens"] else "NO")
+            compiles = "—" if r["compiles"] is None else r["compiles"]
+            rows.append(f"| {runtime} | {r['prompt']} | {r['seconds']:.2f} | {ratio} | {compiles} | {same} |")
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--runtimes", nargs="+", default=RUNTIMES)
+    ap.add_argument("--json")
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.new_tokens)))
+        return
+    results = {}
+    for runtime in args.runtimes:
+        results[runtime] = run(runtime, args.new_tokens)
+        print(f"{runtime}: {results[runtime].get('error', 'done')}", file=sys.stderr, flush=True)
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
