@@ -16,13 +16,10 @@ Reported per runtime and prompt: wall time of ``generate``, XLA compiles during 
 (``torchtpu.metrics``), and whether the tokens equal PyTorch CPU's.
 """
 
-import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
+
+import fresh_process
 
 RUNTIMES = ["torch-cpu", "torchtpu-strict", "torchtpu-fused", "torchtpu-compiled"]
 PROMPTS = [7, 11]
@@ -57,18 +54,7 @@ def child(runtime, new_tokens):
         if device == "tpu":
             compiles = torchtpu.metrics.counters()["compiles"] - compiles
         results.append({"prompt": length, "seconds": seconds, "compiles": compiles, "tokens": tokens})
-    return results
-
-
-def run(runtime, new_tokens):
-    env = dict(os.environ)
-    with tempfile.TemporaryDirectory() as cache:
-        env["TORCHTPU_CACHE_DIR"] = cache  # a first run: compiles count from nothing
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", runtime,
-                            "--new-tokens", str(new_tokens)], capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
-    return {"prompts": json.loads(p.stdout.strip().splitlines()[-1])}
+    return {"prompts": results}
 
 
 def table(results):
@@ -89,23 +75,15 @@ def table(results):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--runtimes", nargs="+", default=RUNTIMES)
-    ap.add_argument("--json")
-    ap.add_argument("--child")
-    args = ap.parse_args()
+    args = fresh_process.command_line(__doc__, RUNTIMES,
+                                      lambda ap: ap.add_argument("--new-tokens", type=int, default=64))
     if args.child:
         print(json.dumps(child(args.child, args.new_tokens)))
         return
-    results = {}
-    for runtime in args.runtimes:
-        results[runtime] = run(runtime, args.new_tokens)
-        print(f"{runtime}: {results[runtime].get('error', 'done')}", file=sys.stderr, flush=True)
+    results = fresh_process.run_all(__file__, args.runtimes, ["--new-tokens", str(args.new_tokens)],
+                                    lambda r: "done")
     print(table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    fresh_process.save(results, args.json)
 
 
 if __name__ == "__main__":

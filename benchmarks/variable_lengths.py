@@ -19,14 +19,13 @@ the steps, the number of XLA compiles (``torchtpu.metrics``), and the losses' la
 difference from PyTorch eager's.
 """
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+import fresh_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNTIMES = ["torch-cpu", "inductor-cpu", "torchtpu-exact", "torchtpu-buckets", "torchtpu-fused"]
@@ -80,17 +79,6 @@ def child(runtime, steps):
     return {"total_s": total, "step_s": times, "losses": losses, "compiles": compiles}
 
 
-def run(runtime, steps):
-    env = dict(os.environ)
-    with tempfile.TemporaryDirectory() as cache:
-        env["TORCHTPU_CACHE_DIR"] = cache  # compiles count from nothing in every process
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", runtime, "--steps", str(steps)],
-                           capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 def table(results, steps):
     ref = results.get("torch-cpu", {}).get("losses")
     rows = ["| runtime | whole run s | median step ms (last half) | XLA compiles | loss vs eager |",
@@ -107,24 +95,15 @@ def table(results, steps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--runtimes", nargs="+", default=RUNTIMES)
-    ap.add_argument("--json")
-    ap.add_argument("--child")
-    args = ap.parse_args()
+    args = fresh_process.command_line(__doc__, RUNTIMES, lambda ap: ap.add_argument("--steps", type=int, default=12))
     if args.child:
         print(json.dumps(child(args.child, args.steps)))
         return
-    results = {}
-    for rt in args.runtimes:
-        results[rt] = run(rt, args.steps)
-        print(f"{rt}: {results[rt].get('error') or round(results[rt]['total_s'], 1)} s", file=sys.stderr, flush=True)
+    results = fresh_process.run_all(__file__, args.runtimes, ["--steps", str(args.steps)],
+                                    lambda r: f"{r['total_s']:.1f} s")
     print(f"lengths: {lengths(args.steps)}")
     print(table(results, args.steps))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    fresh_process.save(results, args.json)
 
 
 if __name__ == "__main__":
