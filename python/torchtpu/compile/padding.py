@@ -33,7 +33,7 @@ def pad(t, layout, true, padded):
     """``t`` zero-padded at the end of each dimension's factors. Always a new tensor, also at a
     bucket's exact size: which inputs share storage must not depend on the size."""
     dims, factors = sizes(layout, padded)
-    true_dims, true_factors = sizes(layout, true)
+    true_factors = sizes(layout, true)[1]
     on_host = _small(t)
     x = t.cpu() if on_host else t
     split = len(factors) != len(dims)
@@ -63,8 +63,8 @@ def narrow(t, layout, true, padded):
     for d, n in enumerate(factors if split else dims):
         if x.shape[d] != n:
             x = x.narrow(d, 0, n)
-    x = x.reshape(dims)
-    return x.to(t.device) if on_host else x.contiguous()
+    x = x.reshape(dims).contiguous()
+    return x.to(t.device) if on_host else x
 
 
 def _small(t):
