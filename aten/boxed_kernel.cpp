@@ -14,13 +14,13 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <unordered_map>
 
 #include "aten/device.h"
 #include "aten/dtype_support.h"
 #include "aten/generator.h"
 #include "aten/lowering.h"
+#include "aten/lowering_registry.h"
 #include "aten/op_plan.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
@@ -32,30 +32,6 @@
 
 namespace torchtpu::aten {
 namespace {
-
-std::unordered_map<std::string, LoweringEntry>& registry() {
-  static std::unordered_map<std::string, LoweringEntry> r;
-  return r;
-}
-
-// How often each name was registered, and whether every registration only guessed it (the in-place
-// and out= spellings register_with_variants tries, which PyTorch may not define).
-struct Registration {
-  int count = 0;
-  bool guessed = true;
-};
-std::unordered_map<std::string, Registration>& registrations() {
-  static std::unordered_map<std::string, Registration> r;
-  return r;
-}
-
-void add_to_registry(const std::string& op, const Lowering& fn, const LoweringOptions& options, bool guessed) {
-  std::string name = "aten::" + op;
-  Registration& r = registrations()[name];
-  r.count++;
-  r.guessed = r.guessed && guessed;
-  registry()[name] = {fn, options};
-}
 
 std::vector<std::string>& installed() {
   static std::vector<std::string> names;
@@ -370,8 +346,8 @@ void check_inplace_result_fits(const c10::FunctionSchema& schema, const std::vec
   if (!functional || functional->schema().arguments().size() != meta_args.size()) return;
   std::vector<c10::IValue> results(meta_args.begin(), meta_args.end());
   try {
-    auto entry = registry().find(full_name(*functional));
-    if (entry != registry().end() && entry->second.options.meta)
+    auto entry = lowering_registry().find(full_name(*functional));
+    if (entry != lowering_registry().end() && entry->second.options.meta)
       results = entry->second.options.meta(functional->schema(), meta_args);
     else
       functional->callBoxedForDispatchKey(c10::DispatchKey::Meta, results);
@@ -806,73 +782,8 @@ MetaFn shaped_like(size_t like) {
   };
 }
 
-void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
-                       LoweringOptions options) {
-  for (const char* op : ops) add_to_registry(op, fn, options, /*guessed=*/false);
-}
-
-void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
-                            Lowering fn, LoweringOptions options) {
-  std::set<std::string> named, guessed;  // one registration per name, though overloads guess alike
-  for (std::string ov : overloads) {
-    std::string suffix = ov.empty() ? "" : "." + ov;
-    named.insert(name + suffix);
-    guessed.insert(std::string(name) + "_" + suffix);
-    if (ov.empty() || ov == "Tensor") {
-      // The Tensor form's out= and the in-place form are spelled either way (add.out, eq.Tensor_out;
-      // add_.Tensor, floor_divide_.Tensor for a functional floor_divide with no overload name).
-      for (const char* form : {".out", ".Tensor_out", "_.Tensor", ".OutTensor"}) guessed.insert(name + std::string(form));
-    } else {  // div.Scalar_mode_out, div.out_mode (of div.Tensor_mode), xlogy.OutScalar_Other
-      guessed.insert(std::string(name) + "." + ov + "_out");
-      if (ov.rfind("Tensor_", 0) == 0) guessed.insert(std::string(name) + ".out_" + ov.substr(7));
-      guessed.insert(std::string(name) + ".Out" + ov);
-    }
-  }
-  for (const std::string& op : named) add_to_registry(op, fn, options, /*guessed=*/false);
-  for (const std::string& op : guessed)
-    if (!named.count(op)) add_to_registry(op, fn, options, /*guessed=*/true);
-}
-
-const LoweringEntry* find_lowering(const std::string& op) {
-  auto it = registry().find("aten::" + op);
-  return it == registry().end() ? nullptr : &it->second;
-}
-
-namespace {
-std::vector<std::function<void()>>& derivers() {
-  static std::vector<std::function<void()>> d;
-  return d;
-}
-}  // namespace
-
-void register_derived_lowerings(std::function<void()> derive) { derivers().push_back(std::move(derive)); }
-
-namespace {
-std::optional<c10::OperatorHandle> find_op(const std::string& name) {
-  size_t dot = name.find('.');
-  return c10::Dispatcher::singleton().findSchema(
-      {dot == std::string::npos ? name : name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1)});
-}
-
-// A name that is no ATen op (a typo loses the lowering silently: the op would run on the CPU) or
-// an op registered twice (the later registration would replace the other one unnoticed).
-std::vector<std::string> registration_problems() {
-  std::vector<std::string> problems;
-  for (const auto& [name, entry] : registry()) {
-    const Registration& r = registrations().at(name);
-    if (!find_op(name)) {
-      if (!r.guessed && !entry.options.not_in_every_release) problems.push_back(name + " is no ATen op here");
-    } else if (r.count > 1) {
-      problems.push_back(name + " is registered " + std::to_string(r.count) + " times");
-    }
-  }
-  std::sort(problems.begin(), problems.end());
-  return problems;
-}
-}  // namespace
-
 void install_lowerings() {
-  for (const auto& derive : derivers()) derive();
+  run_derivers();
   std::vector<std::string> problems = registration_problems();
   if (!problems.empty()) {
     std::string message = "torchtpu's lowering registrations are wrong:";
@@ -881,7 +792,7 @@ void install_lowerings() {
   }
   static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                             __FILE__, __LINE__);
-  for (const auto& [name, entry] : registry()) {
+  for (const auto& [name, entry] : lowering_registry()) {
     auto handle = find_op(name);
     if (!handle) continue;  // a guessed spelling, or an op this PyTorch release lacks
     auto kernel = std::make_unique<LoweredOpKernel>(OpPlan(handle->schema(), name, entry));
