@@ -740,9 +740,9 @@ hlo::Builder::Precision matmul_precision() {
 
 void set_matmul_precision_override(std::optional<hlo::Builder::Precision> p) { precision_override = p; }
 
-hlo::Value LoweringContext::in(size_t i) const { return in_as(i, compute_dtype()); }
+hlo::Value LoweringContext::input(size_t i) const { return input_as(i, compute_dtype()); }
 
-hlo::Value LoweringContext::in_as(size_t i, DType dtype) const { return cast(b, raw(i), dtype); }
+hlo::Value LoweringContext::input_as(size_t i, DType dtype) const { return cast(b, input_uncast(i), dtype); }
 
 DType LoweringContext::promoted(size_t i, size_t j) const {
   const c10::IValue& a = args_.at(i);
@@ -756,7 +756,7 @@ DType LoweringContext::promoted(size_t i, size_t j) const {
   return computed_as(to_dtype(t));  // as the inputs are widened
 }
 
-hlo::Value LoweringContext::bcast(const hlo::Value& v) const {
+hlo::Value LoweringContext::broadcast_to_output(const hlo::Value& v) const {
   return broadcast_to(b, v, out(0).dims);
 }
 

@@ -8,8 +8,12 @@
 // helper there; tests/python/test_source_tree.py checks that this example is compiled code):
 //
 //   TORCHTPU_LOWERINGS(binary) {
-//     register_with_variants("gcd", {""}, [](LoweringContext& c) { return V{gcd(c, c.in_b(0), c.in_b(1))}; });
+//     register_with_variants("gcd", {""}, [](LoweringContext& c) { return Values{gcd(c, c.elementwise_input(0), c.elementwise_input(1))}; });
 //   }
+//
+// Plain arithmetic on values is written with operators (`x * y + 1`, hlo/operators.h); the
+// builder's calls emit everything else, and aten/ops/math.h's Math rounds each step where CPU
+// computes in bfloat16/float16.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "hlo/builder.h"
+#include "hlo/operators.h"
 
 namespace torchtpu::aten {
 
@@ -34,13 +39,15 @@ class LoweringContext {
   hlo::Builder& b;
 
   // The value of tensor / Scalar argument `i` (schema position), cast to the first output's dtype.
-  hlo::Value in(size_t i) const;
-  // The same, cast to `dtype`; raw() keeps the argument's own dtype.
-  hlo::Value in_as(size_t i, DType dtype) const;
-  hlo::Value raw(size_t i) const { return values_.at(i).at(0); }
-  // in(i) broadcast to the first output's shape: the operand of an element-wise op.
-  hlo::Value in_b(size_t i) const { return bcast(in(i)); }
-  hlo::Value bcast(const hlo::Value& v) const;
+  hlo::Value input(size_t i) const;
+  // The same, cast to `dtype`.
+  hlo::Value input_as(size_t i, DType dtype) const;
+  // The same in the argument's own dtype.
+  hlo::Value input_uncast(size_t i) const { return values_.at(i).at(0); }
+  // input(i) broadcast to the first output's shape: the operand of an element-wise op.
+  hlo::Value elementwise_input(size_t i) const { return broadcast_to_output(input(i)); }
+  // `v` broadcast (numpy-style, trailing dimensions aligned) to the first output's shape.
+  hlo::Value broadcast_to_output(const hlo::Value& v) const;
   // PyTorch's type promotion of tensor/Scalar arguments i and j (at::result_type rules).
   DType promoted(size_t i, size_t j) const;
   bool has(size_t i) const { return i < values_.size() && !values_[i].empty(); }
@@ -96,7 +103,7 @@ using hlo::BinaryOp;
 using hlo::Compare;
 using hlo::UnaryOp;
 using hlo::Value;
-using V = std::vector<hlo::Value>;
+using Values = std::vector<hlo::Value>;
 
 // Scalar arguments reach a program as runtime 0-d inputs (a new learning rate must not compile a
 // new program), so a lowering must not branch on their values. The few that must (a norm's `ord`,

@@ -112,6 +112,8 @@ py::dict cache_stats() {
   for (const char* tier : {"memory", "disk", "shared"}) hits[tier] = s.hits.count(tier) ? s.hits.at(tier) : 0;
   out["hits"] = hits;
   out["misses"] = s.misses;
+  out["quick_compiles"] = s.quick_compiles;
+  out["promotions"] = s.promotions;
   out["background_pending"] = s.background_pending;
   out["prefetched"] = s.prefetched;
   py::list compiles;

@@ -34,7 +34,7 @@ Builder::Builder(std::string function_name) : function_name_(std::move(function_
 
 Value Builder::parameter(const TensorType& type) {
   params_.push_back(type);
-  return {"%arg" + std::to_string(params_.size() - 1), type};
+  return {"%arg" + std::to_string(params_.size() - 1), type, this};
 }
 
 void Builder::results(const std::vector<Value>& values) { results_ = values; }
@@ -64,7 +64,7 @@ std::vector<Value> Builder::emit(std::string_view op, const std::vector<Value>& 
   std::vector<Value> out;
   for (size_t i = 0; i < result_types.size(); ++i)
     out.push_back({result_types.size() == 1 ? name : name + "#" + std::to_string(i),
-                   result_types[i]});
+                   result_types[i], this});
   bool from_constants = op == "stablehlo.constant" ||
                         (!operands.empty() && op != "stablehlo.optimization_barrier" &&
                          std::all_of(operands.begin(), operands.end(),
@@ -95,7 +95,7 @@ std::string Builder::region(const std::vector<TensorType>& arg_types, const Regi
   std::vector<Value> args;
   std::string header = std::string(outer + 2, ' ') + "^bb0(";
   for (size_t i = 0; i < arg_types.size(); ++i) {
-    args.push_back({fresh_name(), arg_types[i]});
+    args.push_back({fresh_name(), arg_types[i], this});
     header += (i ? ", " : "") + args.back().name + ": " + arg_types[i].str();
   }
   header += "):";

@@ -18,10 +18,14 @@
 
 namespace torchtpu::hlo {
 
-// An SSA value: its name in the text ("%3", "%arg0", "%5#1") and its type.
+class Builder;
+
+// An SSA value: its name in the text ("%3", "%arg0", "%5#1"), its type, and the builder that made
+// it, so that arithmetic on values reads as arithmetic (hlo/operators.h), as XLA's XlaOp does.
 struct Value {
   std::string name;
   TensorType type;
+  Builder* builder = nullptr;
 };
 
 // StableHLO unary ops, then CHLO ones (XLA lowers CHLO to HLO when it compiles the module).
@@ -70,7 +74,6 @@ struct ConvSpec {
   int64_t batch_group_count = 1;
 };
 
-class Builder;
 // Builds the body of a region (reduce, sort, scatter, collectives) from its block arguments and
 // returns the values the region yields.
 using RegionBody = std::function<std::vector<Value>(Builder&, const std::vector<Value>& args)>;

@@ -25,17 +25,17 @@ constexpr int kAsymptoticTerms = 19;  // 2 zeta at x = 6 is 19.6
 Value maclaurin(Builder& b, const Value& x) {
   Math m{b};
   Value everywhere = b.constant(1, {DType::kBool, x.type.dims});
-  V s = converge(b, {m.k(1, x), m.mul(x, m.square(x)), m.k(1, x), m.k(1, x), x, x}, everywhere, [](Math& lm, const V& s) {
+  Values s = converge(b, {m.k(1, x), x * m.square(x), m.k(1, x), m.k(1, x), x, x}, everywhere, [](Math& lm, const Values& s) {
     // (k, x^3, f term, f, g term, g); the k-th terms divide the last ones by (3k-1) 3k and 3k (3k+1)
-    Value three_k = lm.mul(s[0], lm.k(3, s[0]));
-    Value f_term = lm.div(lm.mul(s[2], s[1]), lm.mul(lm.sub(three_k, lm.k(1, three_k)), three_k));
-    Value g_term = lm.div(lm.mul(s[4], s[1]), lm.mul(three_k, lm.add(three_k, lm.k(1, three_k))));
-    Value f = lm.add(s[3], f_term), g = lm.add(s[5], g_term);
+    Value three_k = s[0] * lm.k(3, s[0]);
+    Value f_term = s[2] * s[1] / ((three_k - lm.k(1, three_k)) * three_k);
+    Value g_term = s[4] * s[1] / (three_k * (three_k + lm.k(1, three_k)));
+    Value f = s[3] + f_term, g = s[5] + g_term;
     Value change = lm.b.binary(BinaryOp::kMaximum, relative_change(lm, f_term, f), relative_change(lm, g_term, g));
-    return V{lm.add(s[0], lm.k(1, s[0])), s[1], f_term, f, g_term, g, change};
+    return Values{s[0] + lm.k(1, s[0]), s[1], f_term, f, g_term, g, change};
   });
   double ai0 = 1 / (std::cbrt(9.0) * std::tgamma(2.0 / 3)), dai0 = -1 / (std::cbrt(3.0) * std::tgamma(1.0 / 3));
-  return m.add(m.mul(m.k(ai0, x), s[3]), m.mul(m.k(dai0, x), s[5]));
+  return m.k(ai0, x) * s[3] + m.k(dai0, x) * s[5];
 }
 
 // sum over k < kAsymptoticTerms with k % step == first of (-1)^(k/step) u_k r^k.
@@ -58,15 +58,12 @@ Value airy_ai(Builder& b, const Value& x) {
                              b.compare(Compare::kLE, x, m.k(kSeriesTo, x)));
   Value series = maclaurin(b, b.select(in_series, x, m.k(0, x)));
   Value ax = b.select(in_series, m.k(2 * kSeriesTo, x), b.unary(UnaryOp::kAbs, x));  // keeps unused branches finite
-  Value zeta = m.mul(m.k(2.0 / 3, ax), m.mul(ax, b.unary(UnaryOp::kSqrt, ax)));
-  Value r = m.div(m.k(1, zeta), zeta);
-  Value root_pi_x4 = m.mul(m.k(std::sqrt(M_PI), ax), b.unary(UnaryOp::kSqrt, b.unary(UnaryOp::kSqrt, ax)));
-  Value decaying = m.div(m.mul(b.unary(UnaryOp::kExponential, m.mul(zeta, m.k(-1, zeta))), u_series(m, r, 1, 0)),
-                         m.mul(m.k(2, ax), root_pi_x4));
-  Value phase = m.add(zeta, m.k(M_PI / 4, zeta));
-  Value oscillating = m.div(m.sub(m.mul(b.unary(UnaryOp::kSine, phase), u_series(m, r, 2, 0)),
-                                  m.mul(b.unary(UnaryOp::kCosine, phase), u_series(m, r, 2, 1))),
-                            root_pi_x4);
+  Value zeta = m.k(2.0 / 3, ax) * (ax * b.unary(UnaryOp::kSqrt, ax));
+  Value r = m.k(1, zeta) / zeta;
+  Value root_pi_x4 = m.k(std::sqrt(M_PI), ax) * b.unary(UnaryOp::kSqrt, b.unary(UnaryOp::kSqrt, ax));
+  Value decaying = b.unary(UnaryOp::kExponential, zeta * m.k(-1, zeta)) * u_series(m, r, 1, 0) / (m.k(2, ax) * root_pi_x4);
+  Value phase = zeta + m.k(M_PI / 4, zeta);
+  Value oscillating = (b.unary(UnaryOp::kSine, phase) * u_series(m, r, 2, 0) - b.unary(UnaryOp::kCosine, phase) * u_series(m, r, 2, 1)) / root_pi_x4;
   Value tail = b.select(b.compare(Compare::kGT, x, m.k(0, x)), decaying, oscillating);
   // NaN at +-inf (-inf: sin(inf)), as on CPU and CUDA
   Value infinite = b.compare(Compare::kEQ, ax, m.k(INFINITY, ax));
@@ -77,7 +74,7 @@ Value airy_ai(Builder& b, const Value& x) {
 
 TORCHTPU_LOWERINGS(airy) {
   register_lowering({"special_airy_ai", "special_airy_ai.out"}, [](LoweringContext& c) {
-    return V{cast(c.b, airy_ai(c.b, c.in_as(0, DType::kF64)), c.out().dtype)};
+    return Values{cast(c.b, airy_ai(c.b, c.input_as(0, DType::kF64)), c.out().dtype)};
   });
 }
 

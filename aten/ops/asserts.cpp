@@ -6,9 +6,9 @@
 namespace torchtpu::aten {
 namespace {
 
-V assert_nonzero(LoweringContext& c) {
+Values assert_nonzero(LoweringContext& c) {
   hlo::Builder& b = c.b;
-  hlo::Value x = b.reshape(c.raw(0), {});
+  hlo::Value x = b.reshape(c.input_uncast(0), {});
   c.check_on_device(b.compare(hlo::Compare::kNE, x, b.constant(0, x.type)));
   return {};
 }

@@ -49,8 +49,8 @@ struct Attention {
 
 // q k^T as PyTorch's math path computes it: q and k each scaled by sqrt(scale) first.
 Attention scores(LoweringContext& c, Math& m, size_t bias_arg, bool causal, size_t scale_arg, size_t q_arg) {
-  DType acc = accumulator(c.raw(q_arg).type.dtype);
-  Value q = cast(c.b, c.raw(q_arg), acc), k = cast(c.b, c.raw(q_arg + 1), acc);
+  DType acc = accumulator(c.input_uncast(q_arg).type.dtype);
+  Value q = cast(c.b, c.input_uncast(q_arg), acc), k = cast(c.b, c.input_uncast(q_arg + 1), acc);
   const c10::IValue& given = c.arg(scale_arg);
   double scale = given.isNone() ? 1.0 / std::sqrt(static_cast<double>(q.type.dims[3])) : given.toDouble();
   Value root = c.b.constant(std::sqrt(scale), {acc, {}});
@@ -58,7 +58,7 @@ Attention scores(LoweringContext& c, Math& m, size_t bias_arg, bool causal, size
   k = m.mul(k, broadcast_to(c.b, root, k.type.dims));
   Value s = c.b.dot_general(q, k, {{0, 1}, {0, 1}, {3}, {3}}, acc, c.precision());
   const std::vector<int64_t>& dims = s.type.dims;
-  if (c.has(bias_arg)) s = m.add(s, broadcast_to(c.b, cast(c.b, c.raw(bias_arg), acc), dims));
+  if (c.has(bias_arg)) s = m.add(s, broadcast_to(c.b, cast(c.b, c.input_uncast(bias_arg), acc), dims));
   if (causal) {  // row i sees columns j <= i (top-left aligned, as PyTorch's tril mask)
     Value row = c.b.iota({DType::kS64, dims}, 2), column = c.b.iota({DType::kS64, dims}, 3);
     s = c.b.select(c.b.compare(Compare::kLE, column, row), s, m.k(-INFINITY, s));
@@ -70,18 +70,18 @@ Attention scores(LoweringContext& c, Math& m, size_t bias_arg, bool causal, size
 // is_causal, return_debug_mask, *, scale) -> (output, logsumexp, cum_seq_q, cum_seq_k, max_q,
 // max_k, philox_seed, philox_offset, debug_attn_mask). A fully masked row gives zeros (PyTorch's
 // safe softmax) and a logsumexp of -inf.
-V attention_forward(LoweringContext& c) {
+Values attention_forward(LoweringContext& c) {
   Math m{c.b};
   Attention a = scores(c, m, 3, c.arg(5).toBool(), 7, 0);
   Value max = m.reduce(a.scores, {3}, BinaryOp::kMaximum, -INFINITY);  // [B, H, L]
   max = c.b.select(c.b.compare(Compare::kEQ, max, m.k(-INFINITY, max)), m.k(0, max), max);
-  Value e = c.b.unary(UnaryOp::kExponential, m.sub(a.scores, a.per_row(c.b, max)));
+  Value e = c.b.unary(UnaryOp::kExponential, a.scores - a.per_row(c.b, max));
   Value sum = m.sum(e, {3});
   Value empty_row = a.per_row(c.b, c.b.compare(Compare::kEQ, sum, m.k(0, sum)));
-  Value p = c.b.select(empty_row, m.k(0, e), m.div(e, a.per_row(c.b, sum)));
-  Value v = cast(c.b, c.raw(2), e.type.dtype);
+  Value p = c.b.select(empty_row, m.k(0, e), e / a.per_row(c.b, sum));
+  Value v = cast(c.b, c.input_uncast(2), e.type.dtype);
   Value out = c.b.dot_general(p, v, {{0, 1}, {0, 1}, {3}, {2}}, e.type.dtype, c.precision());
-  Value lse = m.add(c.b.unary(UnaryOp::kLog, sum), max);
+  Value lse = c.b.unary(UnaryOp::kLog, sum) + max;
   Value unused = c.scalar(0, DType::kF32);
   // cum_seq_q, cum_seq_k and debug_attn_mask are undefined; the philox seed and offset are 0.
   return {out, lse, unused, unused, c.scalar(0, DType::kS64), c.scalar(0, DType::kS64), unused};
@@ -91,23 +91,23 @@ V attention_forward(LoweringContext& c) {
 // cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale)
 // -> (grad_query, grad_key, grad_value, grad_attn_bias), from the probabilities recomputed with
 // the forward's logsumexp.
-V attention_backward(LoweringContext& c) {
+Values attention_backward(LoweringContext& c) {
   Math m{c.b};
   Attention a = scores(c, m, 4, c.arg(13).toBool(), 16, 1);
   DType acc = a.scores.type.dtype;
-  Value lse = cast(c.b, c.raw(7), acc);  // [B, H, L]
+  Value lse = cast(c.b, c.input_uncast(7), acc);  // [B, H, L]
   Value masked_row = a.per_row(c.b, c.b.compare(Compare::kEQ, lse, m.k(-INFINITY, lse)));
-  Value p = c.b.unary(UnaryOp::kExponential, m.sub(a.scores, a.per_row(c.b, lse)));
+  Value p = c.b.unary(UnaryOp::kExponential, a.scores - a.per_row(c.b, lse));
   p = c.b.select(masked_row, m.k(0, p), p);
-  Value g = cast(c.b, c.raw(0), acc), v = cast(c.b, c.raw(3), acc), out = cast(c.b, c.raw(6), acc);
+  Value g = cast(c.b, c.input_uncast(0), acc), v = cast(c.b, c.input_uncast(3), acc), out = cast(c.b, c.input_uncast(6), acc);
   Value grad_v = c.b.dot_general(p, g, {{0, 1}, {0, 1}, {2}, {2}}, acc, c.precision());
   Value grad_p = c.b.dot_general(g, v, {{0, 1}, {0, 1}, {3}, {3}}, acc, c.precision());
-  Value row_dot = m.sum(m.mul(g, out), {3});  // sum_j p_j dp_j, per row
-  Value grad_s = m.mul(p, m.sub(grad_p, a.per_row(c.b, row_dot)));
+  Value row_dot = m.sum(g * out, {3});  // sum_j p_j dp_j, per row
+  Value grad_s = p * (grad_p - a.per_row(c.b, row_dot));
   Value grad_q = c.b.dot_general(grad_s, a.k, {{0, 1}, {0, 1}, {3}, {2}}, acc, c.precision());
   Value grad_k = c.b.dot_general(grad_s, a.q, {{0, 1}, {0, 1}, {2}, {2}}, acc, c.precision());
-  grad_q = m.mul(grad_q, broadcast_to(c.b, a.root_scale, grad_q.type.dims));
-  grad_k = m.mul(grad_k, broadcast_to(c.b, a.root_scale, grad_k.type.dims));
+  grad_q = grad_q * broadcast_to(c.b, a.root_scale, grad_q.type.dims);
+  grad_k = grad_k * broadcast_to(c.b, a.root_scale, grad_k.type.dims);
   return {grad_q, grad_k, grad_v, m.sum_to(grad_s, c.out(3).dims)};  // an unwanted one is dropped
 }
 

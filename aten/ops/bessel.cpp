@@ -49,24 +49,23 @@ struct Series {
 // when `logarithmic` (K and Y use it).
 Series power_series(Builder& b, const Value& x, int order, double sign, bool logarithmic) {
   Math m{b};
-  Value q = m.mul(m.square(x), m.k(sign / 4, x));
-  Value t0 = order == 0 ? m.k(1, x) : m.mul(x, m.k(0.5, x));
+  Value q = m.square(x) * m.k(sign / 4, x);
+  Value t0 = order == 0 ? m.k(1, x) : x * m.k(0.5, x);
   Value w0 = m.k(order == 0 ? -2 * kEulerGamma : 1 - 2 * kEulerGamma, x);  // psi(1) + psi(n+1)
   Value everywhere = b.constant(1, {DType::kBool, x.type.dims});
-  V s = converge(b, {m.k(1, x), q, t0, t0, w0, m.mul(w0, t0)}, everywhere, [order, logarithmic](Math& lm, const V& s) {
+  Values s = converge(b, {m.k(1, x), q, t0, t0, w0, w0 * t0}, everywhere, [order, logarithmic](Math& lm, const Values& s) {
     // (k, q, t_k-1, sum, w_k-1, weighted sum)
-    Value k = s[0], k_n = lm.add(k, lm.k(order, k));
-    Value t = lm.div(lm.mul(s[2], s[1]), lm.mul(k, k_n));
-    Value w = lm.add(s[4], lm.add(lm.div(lm.k(1, k), k), lm.div(lm.k(1, k), k_n)));
-    Value sum = lm.add(s[3], t), wt = lm.mul(w, t), wsum = lm.add(s[5], wt);
+    Value k = s[0], k_n = k + lm.k(order, k);
+    Value t = s[2] * s[1] / (k * k_n);
+    Value w = s[4] + (lm.k(1, k) / k + lm.k(1, k) / k_n);
+    Value sum = s[3] + t, wt = w * t, wsum = s[5] + wt;
     Value change = relative_change(lm, t, sum);
     if (logarithmic) change = lm.b.binary(BinaryOp::kMaximum, change, relative_change(lm, wt, wsum));
-    return V{lm.add(k, lm.k(1, k)), s[1], t, sum, w, wsum, change};
+    return Values{k + lm.k(1, k), s[1], t, sum, w, wsum, change};
   });
   return {s[3], s[5]};
 }
 
-Value is_nan(Builder& b, const Value& x) { return b.compare(Compare::kNE, x, x); }
 
 // x where the series applies (`small`), elsewhere a stand-in keeping the unused branch finite.
 Value series_argument(Builder& b, const Value& small, const Value& x, double stand_in) {
@@ -76,7 +75,7 @@ Value series_argument(Builder& b, const Value& small, const Value& x, double sta
 // f(x) of an odd function from f(|x|): negated where x < 0.
 Value odd(Builder& b, const Value& x, const Value& f_of_abs) {
   Math m{b};
-  return b.select(b.compare(Compare::kLT, x, m.k(0, x)), m.mul(f_of_abs, m.k(-1, f_of_abs)), f_of_abs);
+  return b.select(b.compare(Compare::kLT, x, m.k(0, x)), f_of_abs * m.k(-1, f_of_abs), f_of_abs);
 }
 
 // I_order(x), scaled by e^-|x| when `scaled`.
@@ -85,15 +84,15 @@ Value bessel_i(Builder& b, const Value& x, int order, bool scaled) {
   Value ax = b.unary(UnaryOp::kAbs, x);
   Value small = b.compare(Compare::kLE, ax, m.k(kISeriesLimit, ax));
   Value series = power_series(b, series_argument(b, small, x, 0), order, 1, false).plain;
-  if (scaled) series = m.mul(series, b.unary(UnaryOp::kExponential, m.mul(ax, m.k(-1, ax))));
+  if (scaled) series = series * b.unary(UnaryOp::kExponential, ax * m.k(-1, ax));
   Value big = b.select(small, m.k(2 * kISeriesLimit, ax), ax);  // keeps the unused branch finite
   std::vector<double> c = hankel_coefficients(order, kIAsymptoticTerms);
   for (size_t k = 1; k < c.size(); k += 2) c[k] = -c[k];
-  Value root = m.mul(b.unary(UnaryOp::kSqrt, big), m.k(std::sqrt(2 * M_PI), big));  // 2 pi x would overflow first
-  Value tail = m.div(polynomial(m, m.div(m.k(1, big), big), c), root);
-  if (!scaled) tail = m.mul(tail, b.unary(UnaryOp::kExponential, big));
+  Value root = b.unary(UnaryOp::kSqrt, big) * m.k(std::sqrt(2 * M_PI), big);  // 2 pi x would overflow first
+  Value tail = polynomial(m, m.k(1, big) / big, c) / root;
+  if (!scaled) tail = tail * b.unary(UnaryOp::kExponential, big);
   if (order == 1) tail = odd(b, x, tail);
-  return b.select(is_nan(b, x), x, b.select(small, series, tail));
+  return b.select(is_nan(x), x, b.select(small, series, tail));
 }
 
 // J_order(x) and Y_order(x) for large x > 0: sqrt(2/(pi x)) (P cos chi - Q sin chi) and
@@ -104,12 +103,12 @@ std::pair<Value, Value> hankel_jy(Builder& b, const Value& x, int order) {
   std::vector<double> p, q;
   std::vector<double> a = hankel_coefficients(order, 2 * static_cast<int>(kJYSeriesLimit));
   for (size_t k = 0; k < a.size(); ++k) (k % 2 ? q : p).push_back(k / 2 % 2 ? -a[k] : a[k]);
-  Value r = m.div(m.k(1, x), x), r2 = m.square(r);
-  Value pv = polynomial(m, r2, p), qv = m.mul(r, polynomial(m, r2, q));
-  Value chi = m.sub(x, m.k((2 * order + 1) * M_PI / 4, x));
+  Value r = m.k(1, x) / x, r2 = m.square(r);
+  Value pv = polynomial(m, r2, p), qv = r * polynomial(m, r2, q);
+  Value chi = x - m.k((2 * order + 1) * M_PI / 4, x);
   Value cos = b.unary(UnaryOp::kCosine, chi), sin = b.unary(UnaryOp::kSine, chi);
-  Value amplitude = b.unary(UnaryOp::kSqrt, m.div(m.k(2 / M_PI, x), x));
-  return {m.mul(amplitude, m.sub(m.mul(pv, cos), m.mul(qv, sin))), m.mul(amplitude, m.add(m.mul(pv, sin), m.mul(qv, cos)))};
+  Value amplitude = b.unary(UnaryOp::kSqrt, m.k(2 / M_PI, x) / x);
+  return {amplitude * (pv * cos - qv * sin), amplitude * (pv * sin + qv * cos)};
 }
 
 Value bessel_j(Builder& b, const Value& x, int order) {
@@ -119,14 +118,14 @@ Value bessel_j(Builder& b, const Value& x, int order) {
   Value series = power_series(b, series_argument(b, small, x, 0), order, -1, false).plain;
   Value tail = hankel_jy(b, b.select(small, m.k(2 * kJYSeriesLimit, ax), ax), order).first;
   if (order == 1) tail = odd(b, x, tail);
-  return b.select(is_nan(b, x), x, b.select(small, series, tail));
+  return b.select(is_nan(x), x, b.select(small, series, tail));
 }
 
 // Y_n and K_n at x <= 0: -inf and +inf at 0, NaN below (and NaN stays NaN).
 Value outside_domain(Builder& b, const Value& x, const Value& r, double at_zero) {
   Math m{b};
   Value y = b.select(b.compare(Compare::kEQ, x, m.k(0, x)), m.k(at_zero, x), r);
-  return b.select(b.compare(Compare::kLT, x, m.k(0, x)), m.k(NAN, x), b.select(is_nan(b, x), x, y));
+  return b.select(b.compare(Compare::kLT, x, m.k(0, x)), m.k(NAN, x), b.select(is_nan(x), x, y));
 }
 
 // Y_n(x) = [n = 1: -2/(pi x)] + (2/pi) ln(x/2) J_n(x) - (1/pi) sum_k (psi(k+1) + psi(k+n+1)) t_k
@@ -135,9 +134,9 @@ Value bessel_y(Builder& b, const Value& x, int order) {
   Value small = b.compare(Compare::kLE, x, m.k(kJYSeriesLimit, x));
   Value xs = series_argument(b, b.binary(BinaryOp::kAnd, small, b.compare(Compare::kGT, x, m.k(0, x))), x, 1);
   Series s = power_series(b, xs, order, -1, true);
-  Value log_half = b.unary(UnaryOp::kLog, m.mul(xs, m.k(0.5, xs)));
-  Value series = m.sub(m.mul(m.k(2 / M_PI, xs), m.mul(log_half, s.plain)), m.mul(m.k(1 / M_PI, xs), s.logarithmic));
-  if (order == 1) series = m.sub(series, m.div(m.k(2 / M_PI, xs), xs));
+  Value log_half = b.unary(UnaryOp::kLog, xs * m.k(0.5, xs));
+  Value series = m.k(2 / M_PI, xs) * (log_half * s.plain) - m.k(1 / M_PI, xs) * s.logarithmic;
+  if (order == 1) series = series - m.k(2 / M_PI, xs) / xs;
   Value tail = hankel_jy(b, b.select(small, m.k(2 * kJYSeriesLimit, x), x), order).second;
   return outside_domain(b, x, b.select(small, series, tail), -INFINITY);
 }
@@ -149,15 +148,14 @@ Value bessel_k(Builder& b, const Value& x, int order, bool scaled) {
   Value small = b.compare(Compare::kLE, x, m.k(kKSeriesLimit, x));
   Value xs = series_argument(b, b.binary(BinaryOp::kAnd, small, b.compare(Compare::kGT, x, m.k(0, x))), x, 1);
   Series s = power_series(b, xs, order, 1, true);
-  Value log_part = m.mul(b.unary(UnaryOp::kLog, m.mul(xs, m.k(0.5, xs))), s.plain);
-  Value half_log_series = m.mul(s.logarithmic, m.k(0.5, xs));
-  Value series = order == 0 ? m.sub(half_log_series, log_part)
-                            : m.add(m.div(m.k(1, xs), xs), m.sub(log_part, half_log_series));
-  if (scaled) series = m.mul(series, b.unary(UnaryOp::kExponential, xs));
+  Value log_part = b.unary(UnaryOp::kLog, xs * m.k(0.5, xs)) * s.plain;
+  Value half_log_series = s.logarithmic * m.k(0.5, xs);
+  Value series = order == 0 ? half_log_series - log_part
+                            : m.k(1, xs) / xs + (log_part - half_log_series);
+  if (scaled) series = series * b.unary(UnaryOp::kExponential, xs);
   Value far = b.select(small, m.k(2 * kKSeriesLimit, x), x);
-  Value tail = m.mul(b.unary(UnaryOp::kSqrt, m.div(m.k(M_PI / 2, far), far)),
-                     polynomial(m, m.div(m.k(1, far), far), hankel_coefficients(order, 2 * static_cast<int>(kKSeriesLimit))));
-  if (!scaled) tail = m.mul(tail, b.unary(UnaryOp::kExponential, m.mul(far, m.k(-1, far))));
+  Value tail = b.unary(UnaryOp::kSqrt, m.k(M_PI / 2, far) / far) * polynomial(m, m.k(1, far) / far, hankel_coefficients(order, 2 * static_cast<int>(kKSeriesLimit)));
+  if (!scaled) tail = tail * b.unary(UnaryOp::kExponential, far * m.k(-1, far));
   return outside_domain(b, x, b.select(small, series, tail), INFINITY);
 }
 
@@ -165,7 +163,7 @@ Value bessel_k(Builder& b, const Value& x, int order, bool scaled) {
 Lowering special(std::function<Value(Builder&, const Value&)> f, bool in_float64) {
   return [f = std::move(f), in_float64](LoweringContext& c) {
     DType t = in_float64 ? DType::kF64 : accumulator(c.out().dtype);
-    return V{cast(c.b, f(c.b, c.in_as(0, t)), c.out().dtype)};
+    return Values{cast(c.b, f(c.b, c.input_as(0, t)), c.out().dtype)};
   };
 }
 

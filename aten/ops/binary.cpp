@@ -18,14 +18,10 @@
 namespace torchtpu::aten {
 namespace {
 
-Value bin(LoweringContext& c, BinaryOp op, const Value& a, const Value& b) {
-  return c.b.binary(op, a, b);
-}
-
 // Operand i of add/sub in opmath, rounded to the output dtype first: CPU's add kernel sees a
 // Scalar (x + 0.3 in float16) as a tensor of the output dtype, where mul and div keep its value.
 Value rounded_operand(LoweringContext& c, size_t i) {
-  return cast(c.b, c.in_b(i), accumulator(c.compute_dtype()));
+  return cast(c.b, c.elementwise_input(i), accumulator(c.compute_dtype()));
 }
 
 // bfloat16/float16 mul and div take a one-element second operand of a wider dtype (x * 0.3, a 0-d
@@ -35,18 +31,18 @@ Value rounded_operand(LoweringContext& c, size_t i) {
 bool wide_scalar_operand(LoweringContext& c) {
   if (!low_precision(c.compute_dtype())) return false;
   const c10::IValue& b = c.arg(1);
-  return b.isScalar() || (b.isTensor() && b.toTensor().numel() == 1 && c.raw(1).type.dtype != c.compute_dtype());
+  return b.isScalar() || (b.isTensor() && b.toTensor().numel() == 1 && c.input_uncast(1).type.dtype != c.compute_dtype());
 }
 
-Value operand(LoweringContext& c, size_t i, bool in_opmath) { return in_opmath ? opmath_b(c, i) : c.in_b(i); }
+Value operand(LoweringContext& c, size_t i, bool in_opmath) { return in_opmath ? opmath_b(c, i) : c.elementwise_input(i); }
 
 // alpha * b (alpha is argument `alpha_index` when present), in opmath: CPU adds a + alpha * b of
 // bfloat16/float16 in float32 and rounds once.
 Value scaled(LoweringContext& c, size_t i, size_t alpha_index) {
   Value v = rounded_operand(c, i);
   if (!c.has(alpha_index)) return v;
-  Value alpha = cast(c.b, c.in(alpha_index), v.type.dtype);  // rounded to the output dtype first, as CPU's
-  return bin(c, BinaryOp::kMultiply, v, c.bcast(alpha));
+  Value alpha = cast(c.b, c.input(alpha_index), v.type.dtype);  // rounded to the output dtype first, as CPU's
+  return v * c.broadcast_to_output(alpha);
 }
 
 // CPU's element-wise loop over these operands (broadcast to the output) as TensorIterator runs it:
@@ -109,14 +105,14 @@ std::optional<CpuLoop> cpu_inner_loop(const LoweringContext& c, std::initializer
 // than 32,768 elements, at::internal::GRAIN_SIZE); elsewhere rounded once.
 Value add_scaled_by_alpha(LoweringContext& c, BinaryOp op, size_t a, size_t b) {
   Value lhs = rounded_operand(c, a), product = scaled(c, b, 2);
-  Value fused = bin(c, op, lhs, product);
+  Value fused = c.b.binary(op, lhs, product);
   std::optional<DType> low = low_precision(c.compute_dtype());
   int64_t n = 1;
   for (int64_t d : c.out().dims) n *= d;
   std::optional<CpuLoop> loop = low && c.has(2) && n < 32768 ? cpu_inner_loop(c, {a, b}) : std::nullopt;
   static const int64_t block = at::get_cpu_capability() == "AVX512" ? 32 : 16;
   if (!loop || (loop->vectorized && loop->length % block == 0)) return fused;
-  Value tail = bin(c, op, lhs, rounded_to(c.b, product, *low));
+  Value tail = c.b.binary(op, lhs, rounded_to(c.b, product, *low));
   if (!loop->vectorized) return tail;
   Value position = c.b.reshape(c.b.iota({DType::kS64, {n}}, 0), c.out().dims);  // row-major
   auto k = [&](int64_t v) { return c.b.constant(static_cast<double>(v), position.type); };
@@ -128,8 +124,8 @@ Value add_scaled_by_alpha(LoweringContext& c, BinaryOp op, size_t a, size_t b) {
 // addcmul / addcdiv: self + value * t1 op t2, in CPU's order ((value * t1) op t2), in opmath.
 Lowering add_scaled(BinaryOp op) {
   return [op](LoweringContext& c) {
-    Value scaled = bin(c, BinaryOp::kMultiply, opmath_b(c, 3), opmath_b(c, 1));
-    return V{bin(c, BinaryOp::kAdd, opmath_b(c, 0), bin(c, op, scaled, opmath_b(c, 2)))};
+    Value scaled = opmath_b(c, 3) * opmath_b(c, 1);
+    return Values{opmath_b(c, 0) + c.b.binary(op, scaled, opmath_b(c, 2))};
   };
 }
 
@@ -154,7 +150,6 @@ void no_complex_bounds(const std::vector<c10::IValue>& args) {
                 "clamp is not supported for complex types");
 }
 
-Value is_nan(LoweringContext& c, const Value& x) { return c.b.compare(Compare::kNE, x, x); }
 
 // Integer a / b (truncating) and a % b with XLA's answers where x86 would trap (b == 0: -1 and a;
 // INT_MIN / -1: INT_MIN and 0), computed without ever dividing by 0 or -1: XLA folds divisions of
@@ -168,8 +163,8 @@ std::pair<Value, Value> int_div_rem(LoweringContext& c, const Value& a, const Va
                         ? c.b.constant(0, {DType::kBool, b.type.dims})
                         : c.b.compare(Compare::kEQ, b, c.full(-1, b));
   Value safe = c.b.select(c.b.binary(BinaryOp::kOr, zero, minus_one), c.full(1, b), b);
-  Value q = c.b.select(minus_one, c.b.unary(UnaryOp::kNegate, a), bin(c, BinaryOp::kDivide, a, safe));
-  Value r = c.b.select(minus_one, c.full(0, a), bin(c, BinaryOp::kRemainder, a, safe));
+  Value q = c.b.select(minus_one, -a, a / safe);
+  Value r = c.b.select(minus_one, c.full(0, a), c.b.binary(BinaryOp::kRemainder, a, safe));
   return {c.b.select(zero, c.full(-1, q), q), c.b.select(zero, a, r)};
 }
 
@@ -190,12 +185,12 @@ LoweringOptions zero_divisor_checked() {
 }
 
 Value divide(LoweringContext& c, const Value& a, const Value& b) {
-  return is_floating(a.type.dtype) || is_complex(a.type.dtype) ? bin(c, BinaryOp::kDivide, a, b)
+  return is_floating(a.type.dtype) || is_complex(a.type.dtype) ? a / b
                                                                 : int_div_rem(c, a, b).first;
 }
 
 Value remainder(LoweringContext& c, const Value& a, const Value& b) {
-  return is_floating(a.type.dtype) ? bin(c, BinaryOp::kRemainder, a, b) : int_div_rem(c, a, b).second;
+  return is_floating(a.type.dtype) ? c.b.binary(BinaryOp::kRemainder, a, b) : int_div_rem(c, a, b).second;
 }
 
 // gcd(a, b) of integers as CPU's calc_gcd: Euclid's algorithm on every element at once, until
@@ -203,16 +198,16 @@ Value remainder(LoweringContext& c, const Value& a, const Value& b) {
 Value gcd(LoweringContext& c, const Value& a, const Value& b) {
   std::vector<int64_t> all;
   for (int64_t d = 0; d < a.type.rank(); ++d) all.push_back(d);
-  V out = c.b.while_loop(
+  Values out = c.b.while_loop(
       {c.b.unary(UnaryOp::kAbs, a), c.b.unary(UnaryOp::kAbs, b)},
-      [&](hlo::Builder& rb, const V& x) {
+      [&](hlo::Builder& rb, const Values& x) {
         Value running = rb.compare(Compare::kNE, x[0], rb.constant(0, x[0].type));
-        return V{rb.reduce({running}, {rb.constant(0, {DType::kBool, {}})}, all, combine_with(BinaryOp::kOr))[0]};
+        return Values{rb.reduce({running}, {rb.constant(0, {DType::kBool, {}})}, all, combine_with(BinaryOp::kOr))[0]};
       },
-      [](hlo::Builder& rb, const V& x) {
+      [](hlo::Builder& rb, const Values& x) {
         Value running = rb.compare(Compare::kNE, x[0], rb.constant(0, x[0].type));
         Value divisor = rb.select(running, x[0], rb.constant(1, x[0].type));
-        return V{rb.select(running, rb.binary(BinaryOp::kRemainder, x[1], divisor), x[0]),
+        return Values{rb.select(running, rb.binary(BinaryOp::kRemainder, x[1], divisor), x[0]),
                  rb.select(running, x[0], x[1])};
       });
   return out[1];
@@ -223,16 +218,16 @@ Value gcd(LoweringContext& c, const Value& a, const Value& b) {
 Value lcm(LoweringContext& c, const Value& a, const Value& b) {
   Value g = gcd(c, a, b);
   Value zero = c.b.compare(Compare::kEQ, g, c.full(0, g));
-  Value q = bin(c, BinaryOp::kDivide, a, c.b.select(zero, c.full(1, g), g));
+  Value q = a / c.b.select(zero, c.full(1, g), g);
   DType t = a.type.dtype;
   DType wide = element_size(t) < 4 ? DType::kS32 : t;
-  Value product = bin(c, BinaryOp::kMultiply, c.b.convert(q, wide), c.b.convert(b, wide));
+  Value product = c.b.convert(q, wide) * c.b.convert(b, wide);
   Value l = c.b.convert(c.b.unary(UnaryOp::kAbs, product), t);
   return c.b.select(zero, c.full(0, g), l);
 }
 
 Value is_negative(LoweringContext& c, const Value& x) {  // -0.0 included: 1 / -0.0 = -inf
-  return c.b.compare(Compare::kLT, bin(c, BinaryOp::kDivide, c.full(1, x), x), c.full(0, x));
+  return c.b.compare(Compare::kLT, c.full(1, x) / x, c.full(0, x));
 }
 
 // PyTorch's floor division of floats (div_floor_floating): from fmod rather than floor(a / b),
@@ -240,15 +235,15 @@ Value is_negative(LoweringContext& c, const Value& x) {  // -0.0 included: 1 / -
 // (inf // 1 is NaN, 5 // -inf is -1).
 Value floor_div_floating(LoweringContext& c, const Value& a, const Value& b) {
   Value zero = c.full(0, a), one = c.full(1, a);
-  Value mod = bin(c, BinaryOp::kRemainder, a, b);
-  Value div = bin(c, BinaryOp::kDivide, bin(c, BinaryOp::kSubtract, a, mod), b);
+  Value mod = c.b.binary(BinaryOp::kRemainder, a, b);
+  Value div = (a - mod) / b;
   Value signs_differ = c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, b, zero), c.b.compare(Compare::kLT, mod, zero));
   div = c.b.select(c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kNE, mod, zero), signs_differ),
-                   bin(c, BinaryOp::kSubtract, div, one), div);
+                   div - one, div);
   Value floored = c.b.unary(UnaryOp::kFloor, div);
-  floored = c.b.select(c.b.compare(Compare::kGT, bin(c, BinaryOp::kSubtract, div, floored), c.full(0.5, a)),
-                       bin(c, BinaryOp::kAdd, floored, one), floored);
-  Value quotient = bin(c, BinaryOp::kDivide, a, b);
+  floored = c.b.select(c.b.compare(Compare::kGT, div - floored, c.full(0.5, a)),
+                       floored + one, floored);
+  Value quotient = a / b;
   Value signed_zero = c.b.select(is_negative(c, quotient), c.full(-0.0, a), zero);
   Value result = c.b.select(c.b.compare(Compare::kNE, div, zero), floored, signed_zero);
   return c.b.select(c.b.compare(Compare::kEQ, b, zero), quotient, result);
@@ -262,7 +257,7 @@ Value floor_div(LoweringContext& c, const Value& a, const Value& b) {
   Value signs_differ = c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, r, zero),
                                    c.b.compare(Compare::kLT, b, zero));
   Value adjust = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kNE, r, zero), signs_differ);
-  return c.b.select(adjust, bin(c, BinaryOp::kSubtract, q, c.full(1, q)), q);
+  return c.b.select(adjust, q - c.full(1, q), q);
 }
 
 Value trunc(LoweringContext& c, const Value& x) {
@@ -278,7 +273,7 @@ Value py_remainder(LoweringContext& c, const Value& a, const Value& b) {
   Value fix = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kNE, r, zero),
                          c.b.compare(Compare::kNE, c.b.compare(Compare::kLT, r, zero),
                                      c.b.compare(Compare::kLT, b, zero)));
-  return c.b.select(fix, bin(c, BinaryOp::kAdd, r, b), r);
+  return c.b.select(fix, r + b, r);
 }
 
 // CPU's checks of add: an in-place result must be castable to self, alpha must suit the result
@@ -343,7 +338,7 @@ std::vector<c10::IValue> masked_fill_meta(const c10::FunctionSchema& schema, con
 // -inf; XLA gives NaN); in complex128, as XLA's complex64 power loses several ulps on large powers.
 Value complex_power(LoweringContext& c, const Value& x, const Value& e) {
   Value wx = cast(c.b, x, DType::kC128), we = cast(c.b, e, DType::kC128);
-  Value p = bin(c, BinaryOp::kPower, wx, we);
+  Value p = c.b.binary(BinaryOp::kPower, wx, we);
   Value re = c.b.unary(UnaryOp::kReal, we);
   Value zero_base = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kEQ, wx, c.full(0, wx)),
                                c.b.compare(Compare::kGT, re, c.full(0, re)));
@@ -356,24 +351,24 @@ Value complex_power(LoweringContext& c, const Value& x, const Value& e) {
 Value integer_power(LoweringContext& c, const Value& x, const Value& e) {
   hlo::Builder& b = c.b;
   Value low_bits = b.constant_int(63, e.type), six = b.constant_int(6, e.type);
-  Value result = b.binary(BinaryOp::kPower, c.bcast(x), b.binary(BinaryOp::kAnd, e, low_bits));
+  Value result = b.binary(BinaryOp::kPower, c.broadcast_to_output(x), b.binary(BinaryOp::kAnd, e, low_bits));
   Value rest = b.binary(BinaryOp::kShiftRightLogical, e, six), base = x;
   for (size_t bits = 6; bits < 8 * element_size(e.type.dtype); bits += 6) {
-    for (int i = 0; i < 6; ++i) base = b.binary(BinaryOp::kMultiply, base, base);
+    for (int i = 0; i < 6; ++i) base = base * base;
     Value digit = b.binary(BinaryOp::kAnd, rest, low_bits);
-    result = b.binary(BinaryOp::kMultiply, result, b.binary(BinaryOp::kPower, c.bcast(base), digit));
+    result = result * b.binary(BinaryOp::kPower, c.broadcast_to_output(base), digit);
     rest = b.binary(BinaryOp::kShiftRightLogical, rest, six);
   }
   Value negative = b.compare(Compare::kLT, e, b.constant(0, e.type));  // XLA's (and CPU's) 0, 1 or -1
-  return b.select(negative, b.binary(BinaryOp::kPower, c.bcast(x), e), result);
+  return b.select(negative, b.binary(BinaryOp::kPower, c.broadcast_to_output(x), e), result);
 }
 
-V power(LoweringContext& c) {
-  Value x = c.in_b(0), e = c.in_b(1);
-  if (x.type.dtype == DType::kBool) return {bin(c, BinaryOp::kOr, x, c.b.unary(UnaryOp::kNot, e))};
+Values power(LoweringContext& c) {
+  Value x = c.elementwise_input(0), e = c.elementwise_input(1);
+  if (x.type.dtype == DType::kBool) return {c.b.binary(BinaryOp::kOr, x, c.b.unary(UnaryOp::kNot, e))};
   if (is_complex(x.type.dtype)) return {complex_power(c, x, e)};
-  if (!is_floating(x.type.dtype) && x.type.dtype == e.type.dtype) return {integer_power(c, c.in(0), e)};
-  return {bin(c, BinaryOp::kPower, x, e)};
+  if (!is_floating(x.type.dtype) && x.type.dtype == e.type.dtype) return {integer_power(c, c.input(0), e)};
+  return {c.b.binary(BinaryOp::kPower, x, e)};
 }
 
 // 2^k for integers k as a float of type `t`, exactly, from its bits: 0 below t's normal range
@@ -382,7 +377,7 @@ Value power_of_two(hlo::Builder& b, const Value& k, DType t) {
   FloatFormat f = float_format(t);
   hlo::TensorType type{f.bits, k.type.dims};
   Value e = b.clamp(b.constant_int(-f.bias, type), b.convert(k, f.bits), b.constant_int(f.bias + 1, type));
-  Value biased = b.binary(BinaryOp::kAdd, e, b.constant_int(f.bias, type));
+  Value biased = e + b.constant_int(f.bias, type);
   return b.bitcast_convert(b.binary(BinaryOp::kShiftLeft, biased, b.constant_int(f.fraction, type)), t);
 }
 
@@ -390,26 +385,26 @@ Value power_of_two(hlo::Builder& b, const Value& k, DType t) {
 // three powers of two of e's sign, so that no partial product overflows or underflows before the
 // result does (e is first clamped to where any result saturates). Otherwise x * 2 ** e, as CPU:
 // 2 ** e in e's dtype, or float32 for an integer e (a Python 2.0 to a tensor's power).
-V ldexp(LoweringContext& c) {
+Values ldexp(LoweringContext& c) {
   hlo::Builder& b = c.b;
-  DType x = c.raw(0).type.dtype, e_dtype = c.raw(1).type.dtype, out = c.out().dtype;
-  Value e = c.bcast(c.raw(1));
+  DType x = c.input_uncast(0).type.dtype, e_dtype = c.input_uncast(1).type.dtype, out = c.out().dtype;
+  Value e = c.broadcast_to_output(c.input_uncast(1));
   if (is_floating(e_dtype) || is_complex(e_dtype)) {
-    Value two_to_e = bin(c, BinaryOp::kPower, b.constant(2, e.type), e);
-    return {bin(c, BinaryOp::kMultiply, c.in_b(0), cast(b, two_to_e, out))};
+    Value two_to_e = c.b.binary(BinaryOp::kPower, b.constant(2, e.type), e);
+    return {c.elementwise_input(0) * cast(b, two_to_e, out)};
   }
-  if (!is_floating(x)) return {bin(c, BinaryOp::kMultiply, c.in_b(0), cast(b, power_of_two(b, e, DType::kF32), out))};
+  if (!is_floating(x)) return {c.elementwise_input(0) * cast(b, power_of_two(b, e, DType::kF32), out)};
   DType wide = out == DType::kF64 ? DType::kF64 : DType::kF32;
   FloatFormat f = float_format(wide);
   int64_t limit = 2 * f.bias + f.fraction + 3;
   e = b.convert(e, DType::kS64);
   e = b.clamp(b.constant_int(-limit, e.type), e, b.constant_int(limit, e.type));
-  Value third = b.binary(BinaryOp::kDivide, e, b.constant_int(3, e.type));
-  Value rest = b.binary(BinaryOp::kSubtract, e, third);
-  Value half = b.binary(BinaryOp::kDivide, rest, b.constant_int(2, e.type));
-  Value r = cast(b, c.in_b(0), wide);
-  for (const Value& k : {third, half, b.binary(BinaryOp::kSubtract, rest, half)})
-    r = b.binary(BinaryOp::kMultiply, r, power_of_two(b, k, wide));
+  Value third = e / b.constant_int(3, e.type);
+  Value rest = e - third;
+  Value half = rest / b.constant_int(2, e.type);
+  Value r = cast(b, c.elementwise_input(0), wide);
+  for (const Value& k : {third, half, rest - half})
+    r = r * power_of_two(b, k, wide);
   return {cast(b, r, out)};
 }
 
@@ -429,14 +424,14 @@ std::vector<c10::IValue> pow_scalar_meta(const c10::FunctionSchema& schema, cons
 }
 
 Lowering nan_propagating(BinaryOp op) {
-  return [op](LoweringContext& c) { return V{nan_extreme(c.b, op, c.in_b(0), c.in_b(1))}; };
+  return [op](LoweringContext& c) { return Values{nan_extreme(c.b, op, c.elementwise_input(0), c.elementwise_input(1))}; };
 }
 
 // Comparisons run in the promoted dtype of the operands, then yield bool.
 Lowering comparison(Compare dir) {
   return [dir](LoweringContext& c) {
     DType t = c.promoted(0, 1);
-    return V{c.b.compare(dir, c.bcast(c.in_as(0, t)), c.bcast(c.in_as(1, t)))};
+    return Values{c.b.compare(dir, c.broadcast_to_output(c.input_as(0, t)), c.broadcast_to_output(c.input_as(1, t)))};
   };
 }
 
@@ -445,31 +440,31 @@ Lowering comparison(Compare dir) {
 Lowering bitwise(BinaryOp op) {
   return [op](LoweringContext& c) {
     DType t = c.promoted(0, 1);
-    return V{bin(c, op, c.bcast(c.in_as(0, t)), c.bcast(c.in_as(1, t)))};
+    return Values{c.b.binary(op, c.broadcast_to_output(c.input_as(0, t)), c.broadcast_to_output(c.input_as(1, t)))};
   };
 }
 
 // x >> s: sign-filling for signed integers, zero-filling for unsigned ones (a uint8 254 >> 1 is 127).
-V right_shift(LoweringContext& c) {
+Values right_shift(LoweringContext& c) {
   DType t = c.promoted(0, 1);
   BinaryOp op = is_unsigned(t) ? BinaryOp::kShiftRightLogical : BinaryOp::kShiftRightArithmetic;
-  return V{bin(c, op, c.bcast(c.in_as(0, t)), c.bcast(c.in_as(1, t)))};
+  return Values{c.b.binary(op, c.broadcast_to_output(c.input_as(0, t)), c.broadcast_to_output(c.input_as(1, t)))};
 }
 
 Value truthy(LoweringContext& c, size_t i) {
-  Value v = c.bcast(c.raw(i));
+  Value v = c.broadcast_to_output(c.input_uncast(i));
   return v.type.dtype == DType::kBool ? v : c.b.compare(Compare::kNE, v, c.full(0, v));
 }
 
 Lowering logical(BinaryOp op) {
-  return [op](LoweringContext& c) { return V{bin(c, op, truthy(c, 0), truthy(c, 1))}; };
+  return [op](LoweringContext& c) { return Values{c.b.binary(op, truthy(c, 0), truthy(c, 1))}; };
 }
 
 // isin(elements, test_elements, assume_unique, invert): each element compared with every test
 // element (test sets are small: token ids, class ids), in the promoted dtype.
-V isin(LoweringContext& c) {
+Values isin(LoweringContext& c) {
   DType t = c.promoted(0, 1);
-  Value e = c.in_as(0, t), test = c.in_as(1, t);
+  Value e = c.input_as(0, t), test = c.input_as(1, t);
   int64_t n = test.type.element_count(), rank = e.type.rank();
   std::vector<int64_t> dims = e.type.dims, keep(rank);
   dims.push_back(n);
@@ -484,10 +479,10 @@ V isin(LoweringContext& c) {
 // the log of 1 + base^-|a - b|; equal infinities give themselves (their difference is NaN).
 Value log_add_exp(LoweringContext& c, double ln_base) {
   Value a = opmath_b(c, 0), b = opmath_b(c, 1);
-  Value m = bin(c, BinaryOp::kMaximum, a, b);
-  Value d = c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kAbs, bin(c, BinaryOp::kSubtract, a, b)));
-  Value tail = c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kExponential, bin(c, BinaryOp::kMultiply, d, c.full(ln_base, d))));
-  Value r = bin(c, BinaryOp::kAdd, m, bin(c, BinaryOp::kDivide, tail, c.full(ln_base, tail)));
+  Value m = c.b.binary(BinaryOp::kMaximum, a, b);
+  Value d = -c.b.unary(UnaryOp::kAbs, a - b);
+  Value tail = c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kExponential, d * c.full(ln_base, d)));
+  Value r = m + tail / c.full(ln_base, tail);
   Value same_inf = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kEQ, a, b),
                               c.b.unary(UnaryOp::kNot, c.b.unary(UnaryOp::kIsFinite, a)));
   return c.b.select(same_inf, a, r);
@@ -495,41 +490,41 @@ Value log_add_exp(LoweringContext& c, double ln_base) {
 
 // nextafter(a, b): the next representable float after a towards b, by stepping a's bit pattern
 // (sign-magnitude: away from zero is +1 when a and the step share a sign).
-V next_after(LoweringContext& c) {
-  Value a = c.in_b(0), b = c.in_b(1);
+Values next_after(LoweringContext& c) {
+  Value a = c.elementwise_input(0), b = c.elementwise_input(1);
   DType t = a.type.dtype;
   DType bits = t == DType::kF64 ? DType::kS64 : t == DType::kF32 ? DType::kS32 : DType::kS16;
   Value ia = c.b.bitcast_convert(a, bits);
   Value one = c.b.constant(1, ia.type);
   Value grow = c.b.compare(Compare::kEQ, c.b.compare(Compare::kLT, a, b), c.b.compare(Compare::kGT, a, c.full(0, a)));
-  Value stepped = c.b.bitcast_convert(c.b.select(grow, bin(c, BinaryOp::kAdd, ia, one), bin(c, BinaryOp::kSubtract, ia, one)), t);
+  Value stepped = c.b.bitcast_convert(c.b.select(grow, ia + one, ia - one), t);
   // From zero: the smallest subnormal with b's sign.
   Value tiny = c.b.bitcast_convert(one, t);
-  Value from_zero = c.b.select(c.b.compare(Compare::kGT, b, c.full(0, b)), tiny, c.b.unary(UnaryOp::kNegate, tiny));
+  Value from_zero = c.b.select(c.b.compare(Compare::kGT, b, c.full(0, b)), tiny, -tiny);
   Value r = c.b.select(c.b.compare(Compare::kEQ, a, c.full(0, a)), from_zero, stepped);
   r = c.b.select(c.b.compare(Compare::kEQ, a, b), b, r);
-  return {c.b.select(c.b.binary(BinaryOp::kOr, is_nan(c, a), is_nan(c, b)), bin(c, BinaryOp::kAdd, a, b), r)};
+  return {c.b.select(c.b.binary(BinaryOp::kOr, is_nan(a), is_nan(b)), a + b, r)};
 }
 
 }  // namespace
 
 TORCHTPU_LOWERINGS(binary) {
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
+    return Values{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
   }, with_meta(add_meta()));
   // torch._VF._add_relu (what fusing passes make of add + relu); PyTorch has add's meta only
   register_with_variants("_add_relu", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     Value sum = add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1);
-    return V{c.b.binary(BinaryOp::kMaximum, sum, c.b.constant(0, sum.type))};
+    return Values{c.b.binary(BinaryOp::kMaximum, sum, c.b.constant(0, sum.type))};
   }, with_meta([](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
     std::string add = schema.name() == "aten::_add_relu_" ? "aten::add_" : "aten::add";
     return add_meta()(c10::FunctionSchema(add, schema.overload_name(), schema.arguments(), schema.returns()), args);
   }));
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 0, 1)};
+    return Values{add_scaled_by_alpha(c, BinaryOp::kSubtract, 0, 1)};
   }, with_meta(add_meta(no_bool_subtraction)));
   register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
+    return Values{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
   }, with_meta(add_meta(no_bool_subtraction)));
   register_with_variants("mul", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     // float8 products are formed in float32 (exactly) and rounded by the conversion to the output,
@@ -537,11 +532,11 @@ TORCHTPU_LOWERINGS(binary) {
     // gives NaN beyond ±448).
     DType t = c.compute_dtype();
     bool wide = wide_scalar_operand(c) || t == DType::kF8E4M3FN || t == DType::kF8E5M2;
-    return V{bin(c, BinaryOp::kMultiply, operand(c, 0, wide), operand(c, 1, wide))};
+    return Values{operand(c, 0, wide) * operand(c, 1, wide)};
   });
   register_with_variants("div", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     bool wide = wide_scalar_operand(c);
-    return V{divide(c, operand(c, 0, wide), operand(c, 1, wide))};
+    return Values{divide(c, operand(c, 0, wide), operand(c, 1, wide))};
   });
   // bfloat16/float16 rounding modes as CPU's kernels: floor in float32; trunc of the quotient
   // rounded to the dtype, unless the divisor is one element (then in float32, as for mul)
@@ -551,24 +546,24 @@ TORCHTPU_LOWERINGS(binary) {
     bool one_element = !c.arg(1).isTensor() || c.arg(1).toTensor().numel() == 1;
     bool in_opmath = mode.isNone() ? wide_scalar_operand(c) : low && (mode.toStringRef() == "floor" || one_element);
     Value a = operand(c, 0, in_opmath), b = operand(c, 1, in_opmath);
-    if (mode.isNone()) return V{bin(c, BinaryOp::kDivide, a, b)};
-    if (mode.toStringRef() == "floor") return V{floor_div(c, a, b)};
+    if (mode.isNone()) return Values{a / b};
+    if (mode.toStringRef() == "floor") return Values{floor_div(c, a, b)};
     Value q = divide(c, a, b);  // integer divide truncates already
-    return V{is_floating(q.type.dtype) ? trunc(c, q) : q};
+    return Values{is_floating(q.type.dtype) ? trunc(c, q) : q};
   }, zero_divisor_checked());
   register_with_variants("floor_divide", {"", "Scalar"}, [](LoweringContext& c) {
-    return V{floor_div(c, c.in_b(0), c.in_b(1))};
+    return Values{floor_div(c, c.elementwise_input(0), c.elementwise_input(1))};
   }, zero_divisor_checked());
   register_with_variants("remainder", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{py_remainder(c, c.in_b(0), c.in_b(1))};
+    return Values{py_remainder(c, c.elementwise_input(0), c.elementwise_input(1))};
   }, zero_divisor_checked());
   register_lowering({"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, [](LoweringContext& c) {
-    return V{py_remainder(c, c.in_b(0), c.in_b(1))};
+    return Values{py_remainder(c, c.elementwise_input(0), c.elementwise_input(1))};
   }, zero_divisor_checked());
-  register_with_variants("gcd", {""}, [](LoweringContext& c) { return V{gcd(c, c.in_b(0), c.in_b(1))}; });
-  register_with_variants("lcm", {""}, [](LoweringContext& c) { return V{lcm(c, c.in_b(0), c.in_b(1))}; });
+  register_with_variants("gcd", {""}, [](LoweringContext& c) { return Values{gcd(c, c.elementwise_input(0), c.elementwise_input(1))}; });
+  register_with_variants("lcm", {""}, [](LoweringContext& c) { return Values{lcm(c, c.elementwise_input(0), c.elementwise_input(1))}; });
   register_with_variants("fmod", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    return V{remainder(c, c.in_b(0), c.in_b(1))};
+    return Values{remainder(c, c.elementwise_input(0), c.elementwise_input(1))};
   }, zero_divisor_checked());
   register_with_variants("pow", {"Tensor_Tensor"}, power);
   register_with_variants("pow", {"Tensor_Scalar"}, power, with_meta(pow_scalar_meta));
@@ -576,81 +571,81 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("maximum", {""}, nan_propagating(BinaryOp::kMaximum));
   register_with_variants("minimum", {""}, nan_propagating(BinaryOp::kMinimum));
   register_with_variants("fmax", {""}, [](LoweringContext& c) {
-    Value a = c.in_b(0), b = c.in_b(1);
-    Value m = bin(c, BinaryOp::kMaximum, a, b);
-    return V{c.b.select(is_nan(c, a), b, c.b.select(is_nan(c, b), a, m))};
+    Value a = c.elementwise_input(0), b = c.elementwise_input(1);
+    Value m = c.b.binary(BinaryOp::kMaximum, a, b);
+    return Values{c.b.select(is_nan(a), b, c.b.select(is_nan(b), a, m))};
   });
   register_with_variants("fmin", {""}, [](LoweringContext& c) {
-    Value a = c.in_b(0), b = c.in_b(1);
-    Value m = bin(c, BinaryOp::kMinimum, a, b);
-    return V{c.b.select(is_nan(c, a), b, c.b.select(is_nan(c, b), a, m))};
+    Value a = c.elementwise_input(0), b = c.elementwise_input(1);
+    Value m = c.b.binary(BinaryOp::kMinimum, a, b);
+    return Values{c.b.select(is_nan(a), b, c.b.select(is_nan(b), a, m))};
   });
   // atan2(±0, ±0) spelled out: XLA's constant folding gives NaN for it (a lazy window of constants).
   register_with_variants("atan2", {""}, [](LoweringContext& c) {
-    Value y = c.in_b(0), x = c.in_b(1);
+    Value y = c.elementwise_input(0), x = c.elementwise_input(1);
     Value both_zero = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kEQ, y, c.full(0, y)),
                                  c.b.compare(Compare::kEQ, x, c.full(0, x)));
     Value pi = c.b.select(is_negative(c, y), c.full(-M_PI, y), c.full(M_PI, y));
-    return V{c.b.select(both_zero, c.b.select(is_negative(c, x), pi, y), bin(c, BinaryOp::kAtan2, y, x))};
+    return Values{c.b.select(both_zero, c.b.select(is_negative(c, x), pi, y), c.b.binary(BinaryOp::kAtan2, y, x))};
   });
   // hypot as C's: inf when either side is infinite, even beside NaN; without overflow, in float64
   // for the narrower dtypes (a^2 overflows float32 from 1.8e19 on), float64 itself scaled by the
   // larger magnitude.
   register_with_variants("hypot", {""}, [](LoweringContext& c) {
     Math m{c.b};
-    Value x = c.b.unary(UnaryOp::kAbs, c.bcast(c.in_as(0, DType::kF64)));
-    Value y = c.b.unary(UnaryOp::kAbs, c.bcast(c.in_as(1, DType::kF64)));
+    Value x = c.b.unary(UnaryOp::kAbs, c.broadcast_to_output(c.input_as(0, DType::kF64)));
+    Value y = c.b.unary(UnaryOp::kAbs, c.broadcast_to_output(c.input_as(1, DType::kF64)));
     Value big = c.b.binary(BinaryOp::kMaximum, x, y), small = c.b.binary(BinaryOp::kMinimum, x, y);
-    Value scaled = m.mul(big, c.b.unary(UnaryOp::kSqrt, m.add(m.k(1, big), m.square(m.div(small, big)))));
+    Value scaled = big * c.b.unary(UnaryOp::kSqrt, m.k(1, big) + m.square(small / big));
     Value h = c.out().dtype == DType::kF64 ? c.b.select(c.b.compare(Compare::kEQ, big, m.k(0, big)), big, scaled)
-                                           : c.b.unary(UnaryOp::kSqrt, m.add(m.square(x), m.square(y)));
-    Value nan = c.b.compare(Compare::kNE, m.add(x, y), m.add(x, y));  // maximum/minimum drop a NaN
-    h = c.b.select(nan, m.add(x, y), h);
+                                           : c.b.unary(UnaryOp::kSqrt, m.square(x) + m.square(y));
+    Value nan = c.b.compare(Compare::kNE, x + y, x + y);  // maximum/minimum drop a NaN
+    h = c.b.select(nan, x + y, h);
     Value infinite = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kEQ, x, m.k(INFINITY, x)),
                                 c.b.compare(Compare::kEQ, y, m.k(INFINITY, y)));
-    return V{c.b.select(infinite, m.k(INFINITY, h), h)};
+    return Values{c.b.select(infinite, m.k(INFINITY, h), h)};
   });
   register_with_variants("copysign", {"Tensor", "Scalar"}, [](LoweringContext& c) {
-    Value mag = c.b.unary(UnaryOp::kAbs, c.in_b(0)), b = c.in_b(1);
+    Value mag = c.b.unary(UnaryOp::kAbs, c.elementwise_input(0)), b = c.elementwise_input(1);
     Value zero = c.full(0, b);
     // -0.0 counts as negative: its reciprocal is -inf.
     Value negative = c.b.binary(
         BinaryOp::kOr, c.b.compare(Compare::kLT, b, zero),
-        c.b.compare(Compare::kLT, bin(c, BinaryOp::kDivide, c.full(1, b), b), zero));
-    return V{c.b.select(negative, c.b.unary(UnaryOp::kNegate, mag), mag)};
+        c.b.compare(Compare::kLT, c.full(1, b) / b, zero));
+    return Values{c.b.select(negative, -mag, mag)};
   });
   register_with_variants("ldexp", {"Tensor"}, ldexp);
   register_lowering({"ldexp_"}, ldexp);  // its in-place form has no overload name
   register_with_variants("xlogy", {"Tensor", "Scalar_Other"}, [](LoweringContext& c) {
-    Value x = c.in_b(0), y = c.in_b(1);
-    Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLog, y));
+    Value x = c.elementwise_input(0), y = c.elementwise_input(1);
+    Value r = x * c.b.unary(UnaryOp::kLog, y);
     Value zero = c.full(0, x);
-    return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
+    return Values{c.b.select(is_nan(y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
   });
   register_with_variants("logaddexp", {""}, [](LoweringContext& c) {
-    return V{is_complex(c.out().dtype) ? complex_log_add_exp(c.b, opmath_b(c, 0), opmath_b(c, 1)) : log_add_exp(c, 1.0)};
+    return Values{is_complex(c.out().dtype) ? complex_log_add_exp(c.b, opmath_b(c, 0), opmath_b(c, 1)) : log_add_exp(c, 1.0)};
   });
-  register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return V{log_add_exp(c, M_LN2)}; });
+  register_with_variants("logaddexp2", {""}, [](LoweringContext& c) { return Values{log_add_exp(c, M_LN2)}; });
   register_with_variants("special_xlog1py", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {
     Value x = opmath_b(c, 0), y = opmath_b(c, 1);
-    Value r = bin(c, BinaryOp::kMultiply, x, c.b.unary(UnaryOp::kLogPlusOne, y));
+    Value r = x * c.b.unary(UnaryOp::kLogPlusOne, y);
     Value zero = c.full(0, x);
-    return V{c.b.select(is_nan(c, y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
+    return Values{c.b.select(is_nan(y), y, c.b.select(c.b.compare(Compare::kEQ, x, zero), zero, r))};
   });
   register_with_variants("heaviside", {""}, [](LoweringContext& c) {
-    Value x = c.in_b(0);
+    Value x = c.elementwise_input(0);
     Value step = c.b.convert(c.b.compare(Compare::kGT, x, c.full(0, x)), x.type.dtype);
-    return V{c.b.select(c.b.compare(Compare::kEQ, x, c.full(0, x)), c.in_b(1), step)};
+    return Values{c.b.select(c.b.compare(Compare::kEQ, x, c.full(0, x)), c.elementwise_input(1), step)};
   });
   register_with_variants("nextafter", {""}, next_after);
   register_lowering({"complex", "complex.out"}, [](LoweringContext& c) {
     DType part = component_dtype(c.out().dtype);  // float16 parts make complex32, computed in complex64
-    return V{c.b.binary(BinaryOp::kComplex, c.bcast(c.in_as(0, part)), c.bcast(c.in_as(1, part)))};
+    return Values{c.b.binary(BinaryOp::kComplex, c.broadcast_to_output(c.input_as(0, part)), c.broadcast_to_output(c.input_as(1, part)))};
   });
   register_lowering({"polar", "polar.out"}, [](LoweringContext& c) {
-    Value r = c.bcast(c.raw(0)), theta = c.bcast(c.raw(1));
-    return V{c.b.binary(BinaryOp::kComplex, bin(c, BinaryOp::kMultiply, r, c.b.unary(UnaryOp::kCosine, theta)),
-                        bin(c, BinaryOp::kMultiply, r, c.b.unary(UnaryOp::kSine, theta)))};
+    Value r = c.broadcast_to_output(c.input_uncast(0)), theta = c.broadcast_to_output(c.input_uncast(1));
+    return Values{c.b.binary(BinaryOp::kComplex, r * c.b.unary(UnaryOp::kCosine, theta),
+                        r * c.b.unary(UnaryOp::kSine, theta))};
   });
 
   register_with_variants("bitwise_and", {"Tensor", "Scalar"}, bitwise(BinaryOp::kAnd));
@@ -677,25 +672,25 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("ge", {"Tensor", "Scalar"}, comparison(Compare::kGE));
 
   register_lowering({"where.self", "where.self_out"}, [](LoweringContext& c) {
-    return V{c.b.select(truthy(c, 0), c.in_b(1), c.in_b(2))};
+    return Values{c.b.select(truthy(c, 0), c.elementwise_input(1), c.elementwise_input(2))};
   });
-  Lowering masked_fill = [](LoweringContext& c) { return V{c.b.select(truthy(c, 1), c.bcast(c.in(2)), c.in_b(0))}; };
+  Lowering masked_fill = [](LoweringContext& c) { return Values{c.b.select(truthy(c, 1), c.broadcast_to_output(c.input(2)), c.elementwise_input(0))}; };
   register_lowering({"masked_fill.Scalar", "masked_fill_.Scalar", "masked_fill.Scalar_out"}, masked_fill);
   register_lowering({"masked_fill.Tensor", "masked_fill_.Tensor", "masked_fill.Tensor_out"}, masked_fill,
                     with_meta(masked_fill_meta));
   register_with_variants("clamp", {"", "Tensor"}, [](LoweringContext& c) {
-    Value x = c.in_b(0);
+    Value x = c.elementwise_input(0);
     bool clip = clamp_clips_integer_bounds();
     if (c.has(1)) x = nan_extreme(c.b, BinaryOp::kMaximum, x, integer_bound(c, 1, clip));
     if (c.has(2)) x = nan_extreme(c.b, BinaryOp::kMinimum, x, integer_bound(c, 2, clip));
-    return V{x};
+    return Values{x};
   }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
     TORCH_CHECK(!args[1].isNone() || !args[2].isNone(), "torch.clamp: At least one of 'min' or 'max' must not be None");
     no_complex_bounds(args);
   })));
   auto clamp_one_side = [](BinaryOp op) -> Lowering {
     return [op](LoweringContext& c) {
-      return V{nan_extreme(c.b, op, c.in_b(0), integer_bound(c, 1, clamp_clips_integer_bounds()))};
+      return Values{nan_extreme(c.b, op, c.elementwise_input(0), integer_bound(c, 1, clamp_clips_integer_bounds()))};
     };
   };
   register_with_variants("clamp_min", {"", "Tensor"}, clamp_one_side(BinaryOp::kMaximum),
@@ -705,13 +700,12 @@ TORCHTPU_LOWERINGS(binary) {
   // PyTorch's lerp: weight < 0.5 ? start + w * (end - start) : end - (end - start) * (1 - w).
   register_with_variants("lerp", {"Scalar", "Tensor"}, [](LoweringContext& c) {
     Value start = opmath_b(c, 0), end = opmath_b(c, 1), w = opmath_b(c, 2);
-    Value diff = bin(c, BinaryOp::kSubtract, end, start);
-    Value low = bin(c, BinaryOp::kAdd, start, bin(c, BinaryOp::kMultiply, w, diff));
-    Value high = bin(c, BinaryOp::kSubtract, end,
-                     bin(c, BinaryOp::kMultiply, diff, bin(c, BinaryOp::kSubtract, c.full(1, w), w)));
+    Value diff = end - start;
+    Value low = start + w * diff;
+    Value high = end - diff * (c.full(1, w) - w);
     Value w_abs = c.b.unary(UnaryOp::kAbs, w);  // real for a complex weight
     Value small = c.b.compare(Compare::kLT, w_abs, c.full(0.5, w_abs));
-    return V{c.b.select(small, low, high)};
+    return Values{c.b.select(small, low, high)};
   }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
     c10::ScalarType t = args[0].toTensor().scalar_type();
     TORCH_CHECK_NOT_IMPLEMENTED(c10::isFloatingType(t) || c10::isComplexType(t), "\"lerp_kernel_",

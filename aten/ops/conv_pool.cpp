@@ -69,12 +69,12 @@ Value transposed_conv(hlo::Builder& b, const Value& x, const Value& w, const std
 // a quarter of the outputs).
 Value add_bias(LoweringContext& c, const Value& y, size_t bias_arg) {
   if (!c.has(bias_arg)) return y;
-  return c.b.binary(BinaryOp::kAdd, y, c.b.broadcast_in_dim(c.in_as(bias_arg, y.type.dtype), y.type.dims, {1}));
+  return y + c.b.broadcast_in_dim(c.input_as(bias_arg, y.type.dtype), y.type.dims, {1});
 }
 
-V convolution(LoweringContext& c) {
+Values convolution(LoweringContext& c) {
   // (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
-  Value x = c.in(0), w = c.in(1);
+  Value x = c.input(0), w = c.input(1);
   size_t n = x.type.dims.size() - 2;
   auto stride = per_dim(c, 3, n, 1), padding = per_dim(c, 4, n, 0), dilation = per_dim(c, 5, n, 1);
   int64_t groups = c.arg(8).toInt();
@@ -101,10 +101,10 @@ Value weight_grad(hlo::Builder& b, const Value& input, const Value& grad, const 
   return b.convolution(input, grad, spec, w_dims, input.type.dtype, precision);
 }
 
-V convolution_backward(LoweringContext& c) {
+Values convolution_backward(LoweringContext& c) {
   // (grad_output, input, weight, bias_sizes?, stride, padding, dilation, transposed,
   //  output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
-  Value g = c.in(0), x = c.in(1), w = c.in(2);
+  Value g = c.input(0), x = c.input(1), w = c.input(2);
   size_t n = x.type.dims.size() - 2;
   auto stride = per_dim(c, 4, n, 1), padding = per_dim(c, 5, n, 0), dilation = per_dim(c, 6, n, 1);
   int64_t groups = c.arg(9).toInt();
@@ -171,7 +171,7 @@ Value plane_index(hlo::Builder& b, const std::vector<int64_t>& dims, size_t n) {
   Value index = b.constant(0, {DType::kS64, dims});
   for (int64_t i = rank - 1; i >= rank - static_cast<int64_t>(n); --i) {
     Value along = b.iota({DType::kS64, dims}, i);
-    index = b.binary(BinaryOp::kAdd, index, b.binary(BinaryOp::kMultiply, along, b.constant(scale, along.type)));
+    index = index + along * b.constant(scale, along.type);
     scale *= dims[i];
   }
   return index;
@@ -185,9 +185,9 @@ std::vector<Value> max_init(hlo::Builder& b, DType t) {
 
 // Pooling lowerings take the number of spatial dims from the op (2 for *2d, 3 for *3d): PyTorch
 // may pass a single kernel size for all of them.
-V max_pool_with_indices(LoweringContext& c, size_t n) {
+Values max_pool_with_indices(LoweringContext& c, size_t n) {
   // (self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices)
-  Value x = c.in(0);
+  Value x = c.input(0);
   auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0), d = per_dim(c, 4, n, 1);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   hlo::Window w = window(x.type.rank(), k, s, d, pool_padding(x, c.out().dims, k, s, d, p));
@@ -199,8 +199,8 @@ V max_pool_with_indices(LoweringContext& c, size_t n) {
 // Adaptive max pooling: along pooled dim i, output bin o covers [floor(o*in/out),
 // ceil((o+1)*in/out)). Each pooled dim is gathered into [out, widest bin] (a shorter bin repeats
 // its last element), then one max-with-index reduction over the bin dims picks CPU's element.
-V adaptive_max_pool(LoweringContext& c) {  // (self, output_size) -> (out, indices)
-  Value x = c.in(0);
+Values adaptive_max_pool(LoweringContext& c) {  // (self, output_size) -> (out, indices)
+  Value x = c.input(0);
   auto out = c.int_list(1);
   size_t n = out.size();
   int64_t lead = x.type.rank() - static_cast<int64_t>(n);
@@ -239,16 +239,16 @@ Value fractional_starts(hlo::Builder& b, const Value& u, int64_t in, int64_t out
   Value at = b.convert(m.mul(m.add(o, b.broadcast_in_dim(uu, o.type.dims, {0})), b.broadcast_in_dim(alpha, o.type.dims, {})),
                        DType::kS64);
   Value base = b.broadcast_in_dim(b.convert(m.mul(uu, b.broadcast_in_dim(alpha, uu.type.dims, {})), DType::kS64), at.type.dims, {0});
-  return b.concatenate({b.binary(BinaryOp::kSubtract, at, base), last}, 1);
+  return b.concatenate({at - base, last}, 1);
 }
 
 // fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples) -> (out, indices).
 // Samples are [batch, channels, n]: for 2-d pooling [.., 0] is the width's and [.., 1] the
 // height's, for 3-d they follow the dims. Each plane's windows are gathered into
 // [planes, out0, k0, out1, k1, ...] and reduced with CPU's max-with-index.
-V fractional_max_pool(LoweringContext& c, size_t n) {
+Values fractional_max_pool(LoweringContext& c, size_t n) {
   hlo::Builder& b = c.b;
-  Value x = c.in(0);
+  Value x = c.input(0);
   auto k = c.int_list(1), out = c.int_list(2);
   int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n), planes = 1;
   for (int64_t d = 0; d < lead; ++d) planes *= x.type.dims[d];
@@ -259,7 +259,7 @@ V fractional_max_pool(LoweringContext& c, size_t n) {
     gathered.push_back(k[i]);
     window_dims.push_back(2 + 2 * static_cast<int64_t>(i));
   }
-  Value samples = b.reshape(c.raw(3), {planes, static_cast<int64_t>(n)});
+  Value samples = b.reshape(c.input_uncast(3), {planes, static_cast<int64_t>(n)});
   std::vector<Value> coords = {b.broadcast_in_dim(b.iota({DType::kS64, {planes}}, 0), gathered, {0})};
   Value index = b.constant_int(0, {DType::kS64, gathered});
   int64_t stride = 1;
@@ -268,10 +268,9 @@ V fractional_max_pool(LoweringContext& c, size_t n) {
     Value u = b.reshape(b.slice(samples, {0, column}, {planes, column + 1}, {1, 1}), {planes});
     Value starts = fractional_starts(b, u, flat[i + 1], out[i], k[i]);
     int64_t od = 1 + 2 * static_cast<int64_t>(i);
-    Value rows = b.binary(BinaryOp::kAdd, b.broadcast_in_dim(starts, gathered, {0, od}),
-                          b.iota({DType::kS64, gathered}, od + 1));
+    Value rows = b.broadcast_in_dim(starts, gathered, {0, od}) + b.iota({DType::kS64, gathered}, od + 1);
     coords.insert(coords.begin() + 1, rows);
-    index = b.binary(BinaryOp::kAdd, index, b.binary(BinaryOp::kMultiply, rows, b.constant_int(stride, rows.type)));
+    index = index + rows * b.constant_int(stride, rows.type);
     stride *= flat[i + 1];
   }
   std::vector<int64_t> with_vector = gathered, all, ones(n + 1, 1);
@@ -298,13 +297,13 @@ Value scatter_to_plane(hlo::Builder& b, const Value& g, const Value& x, const Va
   return b.reshape(grad, x.type.dims);
 }
 
-V max_pool_backward(LoweringContext& c, size_t n) {
+Values max_pool_backward(LoweringContext& c, size_t n) {
   // (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices) -> grad_input
-  return {scatter_to_plane(c.b, c.in(0), c.in(1), c.raw(7), n)};
+  return {scatter_to_plane(c.b, c.input(0), c.input(1), c.input_uncast(7), n)};
 }
 
-V adaptive_max_pool_backward(LoweringContext& c, size_t n) {  // (grad_output, self, indices)
-  return {scatter_to_plane(c.b, c.in(0), c.in(1), c.raw(2), n)};
+Values adaptive_max_pool_backward(LoweringContext& c, size_t n) {  // (grad_output, self, indices)
+  return {scatter_to_plane(c.b, c.input(0), c.input(1), c.input_uncast(2), n)};
 }
 
 // Per-window element counts for average pooling, shaped like the output's spatial dims and
@@ -331,24 +330,24 @@ Value avg_divisor(LoweringContext& c, const Value& x, const std::vector<int64_t>
   return c.b.broadcast_in_dim(counts, out_dims, trailing);
 }
 
-V avg_pool(LoweringContext& c, size_t n) {
+Values avg_pool(LoweringContext& c, size_t n) {
   // (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), summed
   // and divided in f32 for bfloat16/half and rounded once, as CPU does
-  Value x = cast(c.b, c.in(0), accumulator(c.out().dtype));
+  Value x = cast(c.b, c.input(0), accumulator(c.out().dtype));
   auto k = per_dim(c, 1, n, 1), s = per_dim(c, 2, n, 0), p = per_dim(c, 3, n, 0);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
   std::vector<int64_t> ones(n, 1);
   hlo::Window w = window(x.type.rank(), k, s, ones, pool_padding(x, c.out().dims, k, s, ones, p));
   Value sum = c.b.reduce_window({x}, {c.b.constant(0, {x.type.dtype, {}})}, w, combine_with(BinaryOp::kAdd))[0];
-  return {c.b.binary(BinaryOp::kDivide, sum, avg_divisor(c, x, c.out().dims, k, s, p, c.arg(5).toBool(), c.arg(6)))};
+  return {sum / avg_divisor(c, x, c.out().dims, k, s, p, c.arg(5).toBool(), c.arg(6))};
 }
 
-V avg_pool_backward(LoweringContext& c, size_t n) {
+Values avg_pool_backward(LoweringContext& c, size_t n) {
   // (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-  Value g = cast(c.b, c.in(0), accumulator(c.out().dtype)), x = cast(c.b, c.in(1), g.type.dtype);
+  Value g = cast(c.b, c.input(0), accumulator(c.out().dtype)), x = cast(c.b, c.input(1), g.type.dtype);
   auto k = per_dim(c, 2, n, 1), s = per_dim(c, 3, n, 0), p = per_dim(c, 4, n, 0);
   for (size_t i = 0; i < n; ++i) s[i] = s[i] == 0 ? k[i] : s[i];
-  Value share = c.b.binary(BinaryOp::kDivide, g, avg_divisor(c, x, g.type.dims, k, s, p, c.arg(6).toBool(), c.arg(7)));
+  Value share = g / avg_divisor(c, x, g.type.dims, k, s, p, c.arg(6).toBool(), c.arg(7));
   // Every input position receives the shares of the windows covering it: spread the shares out
   // by the stride, pad by k-1, and sum windows of size k.
   int64_t rank = x.type.rank(), lead = rank - static_cast<int64_t>(n);
@@ -384,15 +383,12 @@ struct Bins {
 Bins bins(hlo::Builder& b, int64_t in, int64_t out, DType t) {
   Value i = b.iota({DType::kS64, {out}}, 0);
   auto k = [&](int64_t v) { return b.constant_int(v, i.type); };
-  Value start = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kMultiply, i, k(in)), k(out));
-  Value end = b.binary(BinaryOp::kDivide,
-                       b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kAdd, i, k(1)), k(in)),
-                                k(out - 1)),
-                       k(out));
+  Value start = i * k(in) / k(out);
+  Value end = ((i + k(1)) * k(in) + k(out - 1)) / k(out);
   Value j = b.iota({DType::kS64, {in, out}}, 0);
   Value inside = b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, j, b.broadcast_in_dim(start, {in, out}, {1})),
                           b.compare(Compare::kLT, j, b.broadcast_in_dim(end, {in, out}, {1})));
-  return {b.convert(inside, t), b.convert(b.binary(BinaryOp::kSubtract, end, start), t)};
+  return {b.convert(inside, t), b.convert(end - start, t)};
 }
 
 // x divided, along each of its last `pooled` dims, by the sizes of the bins of an input of `in`.
@@ -401,7 +397,7 @@ Value divide_by_bin_sizes(hlo::Builder& b, Value x, const std::vector<int64_t>& 
   for (int64_t i = 0; i < pooled; ++i) {
     int64_t dim = rank - pooled + i;
     Value sizes = bins(b, in[dim], x.type.dims[dim], x.type.dtype).sizes;
-    x = b.binary(BinaryOp::kDivide, x, b.broadcast_in_dim(sizes, x.type.dims, {dim}));
+    x = x / b.broadcast_in_dim(sizes, x.type.dims, {dim});
   }
   return x;
 }
@@ -427,9 +423,8 @@ Value adaptive_avg_pool3d_rounded(hlo::Builder& b, const Value& x, const std::ve
     int64_t dim = lead + 2 * i, in = x.type.dims[lead + i], n = out[i], widest = 0;
     for (int64_t o = 0; o < n; ++o) widest = std::max(widest, ((o + 1) * in + n - 1) / n - o * in / n);
     hlo::TensorType grid{DType::kS64, {n, widest}};
-    Value start = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kMultiply, b.iota(grid, 0), b.constant_int(in, grid)),
-                           b.constant_int(n, grid));
-    Value at = b.binary(BinaryOp::kAdd, start, b.iota(grid, 1));
+    Value start = b.iota(grid, 0) * b.constant_int(in, grid) / b.constant_int(n, grid);
+    Value at = start + b.iota(grid, 1);
     Bins bin = bins(b, in, n, x.type.dtype);
     Value inside = b.compare(Compare::kLT, b.iota(grid, 1), b.broadcast_in_dim(b.convert(bin.sizes, DType::kS64), grid.dims, {0}));
     at = b.select(inside, at, b.constant(0, grid));
@@ -450,16 +445,16 @@ Value adaptive_avg_pool3d_rounded(hlo::Builder& b, const Value& x, const std::ve
   Value flat = b.reshape(b.transpose(w, perm), folded);
   std::vector<int64_t> result = folded;
   result.pop_back();
-  Value sum = counted_loop(b, taps, {b.constant(0, {x.type.dtype, result}), flat}, [&](hlo::Builder& lb, const Value& t, const V& s) {
-    return V{rounded_to(lb, lb.binary(BinaryOp::kAdd, s[0], slice_at(lb, s[1], rank, t)), stored), s[1]};
+  Value sum = counted_loop(b, taps, {b.constant(0, {x.type.dtype, result}), flat}, [&](hlo::Builder& lb, const Value& t, const Values& s) {
+    return Values{rounded_to(lb, s[0] + slice_at(lb, s[1], rank, t), stored), s[1]};
   })[0];
   for (int64_t i = 0; i < 3; ++i)
-    sum = rounded_to(b, b.binary(BinaryOp::kDivide, sum, b.broadcast_in_dim(sizes[i], result, {lead + i})), stored);
+    sum = rounded_to(b, sum / b.broadcast_in_dim(sizes[i], result, {lead + i}), stored);
   return sum;
 }
 
-V adaptive_avg_pool(LoweringContext& c) {  // (self, output_size); in f32 for bfloat16/half, as CPU
-  Value x = cast(c.b, c.in(0), accumulator(c.out().dtype));
+Values adaptive_avg_pool(LoweringContext& c) {  // (self, output_size); in f32 for bfloat16/half, as CPU
+  Value x = cast(c.b, c.input(0), accumulator(c.out().dtype));
   std::vector<int64_t> in = x.type.dims;
   auto out = c.int_list(1);
   int64_t pooled = static_cast<int64_t>(out.size()), lead = x.type.rank() - pooled;
@@ -469,8 +464,8 @@ V adaptive_avg_pool(LoweringContext& c) {  // (self, output_size); in f32 for bf
   return {divide_by_bin_sizes(c.b, x, in, pooled)};
 }
 
-V adaptive_avg_pool_backward(LoweringContext& c, int64_t pooled) {  // (grad_output, self)
-  Value g = cast(c.b, c.in(0), accumulator(c.out().dtype)), x = c.in(1);
+Values adaptive_avg_pool_backward(LoweringContext& c, int64_t pooled) {  // (grad_output, self)
+  Value g = cast(c.b, c.input(0), accumulator(c.out().dtype)), x = c.input(1);
   int64_t rank = x.type.rank();
   g = divide_by_bin_sizes(c.b, g, x.type.dims, pooled);  // each input's share: CPU's grad / kh / kw
   for (int64_t dim = rank - pooled; dim < rank; ++dim)
@@ -507,9 +502,9 @@ struct Patches {
 };
 
 // col2im (fold): sums every patch column back into its place in a zero-padded image.
-V col2im(LoweringContext& c) {
+Values col2im(LoweringContext& c) {
   // (self [N, C*kh*kw, L] or [C*kh*kw, L], output_size, kernel_size, dilation, padding, stride)
-  Value cols = c.in(0);
+  Value cols = c.input(0);
   bool batched = cols.type.rank() == 3;
   if (!batched) cols = c.b.reshape(cols, {1, cols.type.dims[0], cols.type.dims[1]});
   auto out = c.int_list(1);
@@ -525,9 +520,9 @@ V col2im(LoweringContext& c) {
 }
 
 // im2col (unfold): every patch of the zero-padded image as a column, read with one gather.
-V im2col(LoweringContext& c) {
+Values im2col(LoweringContext& c) {
   // (self [N, C, H, W] or [C, H, W], kernel_size, dilation, padding, stride)
-  Value x = c.in(0);
+  Value x = c.input(0);
   bool batched = x.type.rank() == 4;
   if (!batched) x = c.b.reshape(x, {1, x.type.dims[0], x.type.dims[1], x.type.dims[2]});
   int64_t n = x.type.dims[0];
@@ -542,8 +537,8 @@ V im2col(LoweringContext& c) {
 
 // max_unpool2d / 3d (self, indices, output_size, ...): each value written to its index in the
 // flattened output plane of its (batch, channel), the rest zero.
-V max_unpool(LoweringContext& c, size_t spatial) {
-  Value x = c.in(0), index = cast(c.b, c.raw(1), DType::kS64);
+Values max_unpool(LoweringContext& c, size_t spatial) {
+  Value x = c.input(0), index = cast(c.b, c.input_uncast(1), DType::kS64);
   auto out_size = c.int_list(2);
   int64_t plane = 1, rank = x.type.rank();
   for (int64_t v : out_size) plane *= v;
@@ -551,11 +546,10 @@ V max_unpool(LoweringContext& c, size_t spatial) {
   for (int64_t d = 0; d < rank; ++d) (d < rank - static_cast<int64_t>(spatial) ? planes : per_plane) *= x.type.dims[d];
   Value local = c.b.reshape(index, {planes, per_plane});
   c.check_on_device(all_in_range(c.b, local, plane));
-  Value base = c.b.binary(BinaryOp::kMultiply, c.b.iota({DType::kS64, {planes, per_plane}}, 0),
-                          c.b.constant_int(plane, {DType::kS64, {planes, per_plane}}));
-  Value target = c.b.reshape(c.b.binary(BinaryOp::kAdd, base, local), {planes * per_plane, 1});
+  Value base = c.b.iota({DType::kS64, {planes, per_plane}}, 0) * c.b.constant_int(plane, {DType::kS64, {planes, per_plane}});
+  Value target = c.b.reshape(base + local, {planes * per_plane, 1});
   Value zeros = c.b.constant(0, {x.type.dtype, {planes * plane}});
-  auto replace = [](hlo::Builder&, const std::vector<Value>& a) { return V{a[1]}; };
+  auto replace = [](hlo::Builder&, const std::vector<Value>& a) { return Values{a[1]}; };
   Value written = c.b.scatter(zeros, target, c.b.reshape(x, {planes * per_plane}), {{}, {0}, {0}, 1}, replace);
   return {c.b.reshape(written, c.out().dims)};
 }
@@ -585,7 +579,7 @@ TORCHTPU_LOWERINGS(conv_pool) {
   register_lowering({"convolution_backward", "convolution_backward.out"}, convolution_backward, conv_backward);
   for (size_t n : {2, 3}) {
     std::string d = std::to_string(n) + "d";
-    auto with_n = [n](V (*fn)(LoweringContext&, size_t)) {
+    auto with_n = [n](Values (*fn)(LoweringContext&, size_t)) {
       return [n, fn](LoweringContext& c) { return fn(c, n); };
     };
     std::string mp = "max_pool" + d + "_with_indices", mpo = mp + ".out";
@@ -603,7 +597,7 @@ TORCHTPU_LOWERINGS(conv_pool) {
     register_lowering({fmp.c_str(), fmpo.c_str()}, with_n(fractional_max_pool));
     register_lowering({fmpb.c_str(), fmpbo.c_str()}, [n](LoweringContext& c) {
       // (grad_output, self, kernel_size, output_size, indices) -> grad_input
-      return V{scatter_to_plane(c.b, c.in(0), c.in(1), c.raw(4), n)};
+      return Values{scatter_to_plane(c.b, c.input(0), c.input(1), c.input_uncast(4), n)};
     }, with_meta(shaped_like(1)));
   }
   register_lowering({"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out", "_adaptive_avg_pool3d",

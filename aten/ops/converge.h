@@ -20,7 +20,7 @@ inline double convergence_epsilon(DType t) { return t == DType::kF64 ? 0x1p-50 :
 // where `use` holds until it changed by at most convergence_epsilon, at most kMaxIterations times.
 // A converged element keeps its state: stepping it on while others converge would add an ulp of
 // rounding per step (erfcx(9.5) was 2e-5 off in float32 beside an element converging slowly).
-inline V converge(hlo::Builder& b, V state, const Value& use, const std::function<V(Math&, const V&)>& step) {
+inline Values converge(hlo::Builder& b, Values state, const Value& use, const std::function<Values(Math&, const Values&)>& step) {
   hlo::TensorType count{DType::kS64, {}};
   double eps = convergence_epsilon(state[0].type.dtype);
   std::vector<int64_t> all;
@@ -28,23 +28,23 @@ inline V converge(hlo::Builder& b, V state, const Value& use, const std::functio
   size_t n = state.size();
   state.push_back(use);  // the elements still stepping
   state.push_back(b.constant(0, count));
-  V out = b.while_loop(
+  Values out = b.while_loop(
       state,
-      [&](hlo::Builder& rb, const V& s) {
+      [&](hlo::Builder& rb, const Values& s) {
         Math lm{rb};
         Value any_active = lm.reduce(rb.convert(s[n], DType::kS64), all, BinaryOp::kMaximum, 0);
-        return V{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, s[n + 1], rb.constant_int(kMaxIterations, count)),
+        return Values{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, s[n + 1], rb.constant_int(kMaxIterations, count)),
                            rb.compare(Compare::kGT, any_active, rb.constant(0, count)))};
       },
-      [&](hlo::Builder& rb, const V& s) {
+      [&](hlo::Builder& rb, const Values& s) {
         Math lm{rb};
         const Value& active = s[n];
-        V next = step(lm, V(s.begin(), s.begin() + n));
+        Values next = step(lm, Values(s.begin(), s.begin() + n));
         Value change = next.back();
         next.pop_back();
         for (size_t i = 0; i < n; ++i) next[i] = rb.select(active, next[i], s[i]);
         next.push_back(rb.binary(BinaryOp::kAnd, active, rb.compare(Compare::kGT, change, lm.k(eps, change))));
-        next.push_back(rb.binary(BinaryOp::kAdd, s[n + 1], rb.constant(1, count)));
+        next.push_back(s[n + 1] + rb.constant(1, count));
         return next;
       });
   out.resize(n);

@@ -25,9 +25,9 @@ bool spans_storage(const at::Tensor& t) {
 hlo::Value apply_bits(hlo::Builder& b, hlo::Value v, bool conj, bool neg) {
   if (conj && is_complex(v.type.dtype)) {
     hlo::Value re = b.unary(hlo::UnaryOp::kReal, v), im = b.unary(hlo::UnaryOp::kImag, v);
-    v = b.binary(hlo::BinaryOp::kComplex, re, b.unary(hlo::UnaryOp::kNegate, im));
+    v = b.binary(hlo::BinaryOp::kComplex, re, -im);
   }
-  return neg ? b.unary(hlo::UnaryOp::kNegate, v) : v;
+  return neg ? -v : v;
 }
 
 // Writes `src` (a tpu tensor broadcastable to dst) into the tpu view `dst`, converting dtype and

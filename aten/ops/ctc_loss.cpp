@@ -26,17 +26,16 @@ struct Ctc {
 
   Ctc(LoweringContext& c, size_t log_probs, size_t targets, size_t lengths, size_t blank, int64_t width)
       : b(c.b), m{c.b}, width(width), input_lengths(c.int_list(lengths)) {
-    Value lp = c.raw(log_probs);
+    Value lp = c.input_uncast(log_probs);
     if (lp.type.rank() == 2) lp = b.reshape(lp, {lp.type.dims[0], 1, lp.type.dims[1]});  // unbatched
     t_max = lp.type.dims[0], batch = lp.type.dims[1], classes = lp.type.dims[2], dtype = lp.type.dtype;
     std::vector<int64_t> target_lengths = c.int_list(lengths + 1);
-    labels = extended_labels(b.reshape(cast(b, c.raw(targets), DType::kS64), {c.raw(targets).type.element_count()}),
-                                   c.raw(targets).type.rank() == 2 ? c.raw(targets).type.dims.back() : -1,
+    labels = extended_labels(b.reshape(cast(b, c.input_uncast(targets), DType::kS64), {c.input_uncast(targets).type.element_count()}),
+                                   c.input_uncast(targets).type.rank() == 2 ? c.input_uncast(targets).type.dims.back() : -1,
                                    target_lengths, c.arg(blank).toInt());
     for (int64_t l : target_lengths) label_lengths.push_back(2 * l + 1);
     // one gather picks every emission: lp as [T, N * C] at n * C + l'[n, s]
-    Value at = b.binary(BinaryOp::kAdd, labels, b.binary(BinaryOp::kMultiply, b.iota({DType::kS64, {batch, width}}, 0),
-                                                         b.constant_int(classes, {DType::kS64, {batch, width}})));
+    Value at = labels + b.iota({DType::kS64, {batch, width}}, 0) * b.constant_int(classes, {DType::kS64, {batch, width}});
     emissions = b.reshape(take_along(b, b.reshape(lp, {t_max, batch * classes}), 1, b.reshape(at, {batch * width})),
                           {t_max, batch, width});
     Value before = shift(labels, 2, -1);  // l'[s - 2] (-1 where none)
@@ -120,12 +119,12 @@ struct Ctc {
     Value valid = mask([&](int64_t n, int64_t s) { return s < label_lengths[n]; });
     Value alpha = b.select(mask([&](int64_t n, int64_t s) { return s < 2 && s < label_lengths[n]; }), emission(0), neg_inf());
     Value all = with_step(b.constant(-INFINITY, emissions.type), alpha, b.constant(0, {DType::kS64, {}}));
-    return counted_loop(b, t_max - 1, {all, alpha, emissions, can_skip, valid}, [&](hlo::Builder&, const Value& i, const V& x) {
-      Value t = b.binary(BinaryOp::kAdd, i, b.constant(1, i.type));
+    return counted_loop(b, t_max - 1, {all, alpha, emissions, can_skip, valid}, [&](hlo::Builder&, const Value& i, const Values& x) {
+      Value t = i + b.constant(1, i.type);
       Value from_two = b.select(x[3], shift(x[1], 2, -INFINITY), neg_inf());
       Value next = m.add(log_sum_exp(x[1], shift(x[1], 1, -INFINITY), from_two), step_of(x[2], t));
       next = b.select(x[4], next, neg_inf());
-      return V{with_step(x[0], next, t), next, x[2], x[3], x[4]};
+      return Values{with_step(x[0], next, t), next, x[2], x[3], x[4]};
     })[0];
   }
 
@@ -146,7 +145,7 @@ struct Ctc {
 
   // The negative log likelihood [N]: -log(alpha[T_n - 1, S_n - 1] + alpha[T_n - 1, S_n - 2]).
   Value neg_log_likelihood(const Value& alpha) {
-    return b.unary(UnaryOp::kNegate, log_sum_exp_over(b.select(ends(), alpha, b.constant(-INFINITY, alpha.type)), {0, 2}));
+    return -log_sum_exp_over(b.select(ends(), alpha, b.constant(-INFINITY, alpha.type)), {0, 2});
   }
 };
 
@@ -155,7 +154,7 @@ Value zero_if_infinite(Math& m, const Value& nll, const Value& x) {  // zero_inf
   return m.b.select(m.b.broadcast_in_dim(inf, x.type.dims, {x.type.rank() == 3 ? 1 : 0}), m.k(0, x), x);
 }
 
-V ctc_loss(LoweringContext& c) {
+Values ctc_loss(LoweringContext& c) {
   // (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity) -> (nll, log_alpha)
   Ctc ctc(c, 0, 1, 2, 4, c.out(1).dims.back());
   Value alpha = ctc.alphas();
@@ -164,17 +163,17 @@ V ctc_loss(LoweringContext& c) {
   return {c.b.reshape(nll, c.out(0).dims), c.b.reshape(c.b.transpose(alpha, {1, 0, 2}), c.out(1).dims)};
 }
 
-V ctc_loss_backward(LoweringContext& c) {
+Values ctc_loss_backward(LoweringContext& c) {
   // (grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank,
   //  zero_infinity) -> grad of log_probs
-  Value log_alpha = c.raw(6);
+  Value log_alpha = c.input_uncast(6);
   Ctc ctc(c, 1, 2, 3, 7, log_alpha.type.dims.back());
   hlo::Builder& b = c.b;
   Math& m = ctc.m;
   int64_t n = ctc.batch, w = ctc.width, k = ctc.classes;
   log_alpha = b.reshape(log_alpha, {n, ctc.t_max, w});
-  Value lp = b.reshape(c.raw(1), {ctc.t_max, n, k});
-  Value nll = b.reshape(c.raw(5), {n}), g = b.reshape(cast(b, c.raw(0), ctc.dtype), {n});
+  Value lp = b.reshape(c.input_uncast(1), {ctc.t_max, n, k});
+  Value nll = b.reshape(c.input_uncast(5), {n}), g = b.reshape(cast(b, c.input_uncast(0), ctc.dtype), {n});
   std::vector<int64_t> cube{n, w, k};
   Value onehot = b.compare(Compare::kEQ, b.iota({DType::kS64, cube}, 2), b.broadcast_in_dim(ctc.labels, cube, {0, 1}));
   Value skip_ahead = ctc.shift(ctc.can_skip, -2, 0);  // s + 2 may come from s
@@ -182,17 +181,17 @@ V ctc_loss_backward(LoweringContext& c) {
   // carried: grads [T, N, K], beta, then what the steps read: log_alpha and lp as [T, ...], the
   // masks, the emissions, nll, g and the per-sample input lengths
   Value input_lengths = ctc.per_sample(ctc.input_lengths);
-  V start{b.constant(0, {ctc.dtype, {ctc.t_max, n, k}}), ctc.neg_inf(), b.transpose(log_alpha, {1, 0, 2}), lp, onehot,
+  Values start{b.constant(0, {ctc.dtype, {ctc.t_max, n, k}}), ctc.neg_inf(), b.transpose(log_alpha, {1, 0, 2}), lp, onehot,
           skip_ahead, valid, ctc.last_labels(), ctc.emissions, nll, g, input_lengths};
-  V state = counted_loop(b, ctc.t_max, start, [&](hlo::Builder&, const Value& i, const V& x) {
-    Value t = b.binary(BinaryOp::kSubtract, b.constant_int(ctc.t_max - 1, i.type), i);  // backwards in time
+  Values state = counted_loop(b, ctc.t_max, start, [&](hlo::Builder&, const Value& i, const Values& x) {
+    Value t = b.constant_int(ctc.t_max - 1, i.type) - i;  // backwards in time
     const Value &beta = x[1], &emissions = x[8], &nll_x = x[9], &g_x = x[10], &lengths = x[11];
     Value from_two = b.select(x[5], ctc.shift(beta, -2, -INFINITY), ctc.neg_inf());
     Value emission = ctc.step_of(emissions, t);
     Value recur = m.add(ctc.log_sum_exp(beta, ctc.shift(beta, -1, -INFINITY), from_two), emission);
-    Value last_step = ctc.samples_where(b.binary(BinaryOp::kSubtract, lengths, b.constant(1, lengths.type)), Compare::kEQ, t, w);
+    Value last_step = ctc.samples_where(lengths - b.constant(1, lengths.type), Compare::kEQ, t, w);
     Value start_here = b.binary(BinaryOp::kAnd, last_step, x[7]);
-    Value live = ctc.samples_where(b.binary(BinaryOp::kSubtract, lengths, b.constant(1, lengths.type)), Compare::kGT, t, w);
+    Value live = ctc.samples_where(lengths - b.constant(1, lengths.type), Compare::kGT, t, w);
     Value next = b.select(start_here, emission, b.select(b.binary(BinaryOp::kAnd, live, x[6]), recur, ctc.neg_inf()));
     // d nll / d lp[t, n, c] = exp(lp) - exp(log sum_{s: l'(s) = c} exp(alpha + beta) + nll - lp)
     Value ab = b.select(x[4], b.broadcast_in_dim(m.add(ctc.step_of(x[2], t), next), cube, {0, 1}),
@@ -203,7 +202,7 @@ V ctc_loss_backward(LoweringContext& c) {
                        b.unary(UnaryOp::kExponential, m.sub(m.add(lcab, b.broadcast_in_dim(nll_x, {n, k}, {0})), lp_t)));
     grad = m.mul(grad, b.broadcast_in_dim(g_x, {n, k}, {0}));
     grad = b.select(ctc.samples_where(lengths, Compare::kGT, t, k), grad, m.k(0, grad));
-    V next_state = x;
+    Values next_state = x;
     next_state[0] = ctc.with_step(x[0], grad, t);
     next_state[1] = next;
     return next_state;

@@ -30,30 +30,30 @@ std::pair<Value, Value> eigh_round(Math& m, const Value& w, int64_t n) {
 }
 
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors)
-V linalg_eigh(LoweringContext& c) {
+Values linalg_eigh(LoweringContext& c) {
   Builder& b = c.b;
   Math m{b};
-  Value a = c.raw(0);
+  Value a = c.input_uncast(0);
   bool lower = c.arg(1).toStringRef() == "L", compute_v = c.arg(2).toBool();
   int64_t rank = a.type.rank(), n = a.type.dims.back();
   Value vectors_none = b.constant(0, c.out(1));
   if (n == 0) return {b.constant(0, c.out(0)), vectors_none};
-  Value symmetric = m.add(triangle(b, a, lower), adjoint(b, triangle(b, a, lower, lower ? -1 : 1)));
+  Value symmetric = triangle(b, a, lower) + adjoint(b, triangle(b, a, lower, lower ? -1 : 1));
   if (is_complex(a.type.dtype))  // the diagonal's imaginary part dropped
-    symmetric = m.mul(m.add(symmetric, adjoint(b, symmetric)), m.k(0.5, symmetric));
+    symmetric = (symmetric + adjoint(b, symmetric)) * m.k(0.5, symmetric);
   Value padded = padded_to_even(b, padded_to_even(b, symmetric, rank - 1), rank - 2);
   int64_t even = padded.type.dims.back();
   Value w = b.concatenate({padded, padded_to_even(b, identity(b, a.type), rank - 1)}, rank - 2);
   std::vector<int64_t> all;
   for (int64_t d = 0; d < rank; ++d) all.push_back(d);
   Value norm = b.unary(UnaryOp::kSqrt, m.reduce(abs_squared(b, symmetric), all, BinaryOp::kAdd, 0));
-  Value tolerance = m.mul(norm, m.k(epsilon(a.type.dtype), norm));
+  Value tolerance = norm * m.k(epsilon(a.type.dtype), norm);
   w = jacobi_sweeps(b, w, rank - 1, tolerance, [even](Math& lm, const Value& x) { return eigh_round(lm, x, even); });
   // eigenvalues off the diagonal, ascending; the padding (no V part) last
   Value values = real_part(b, diagonal(b, rows(b, w, 0, even))), v = rows(b, w, even, even + n);
   Value v_norms = m.sum(abs_squared(b, v), {rank - 2});
   Value key = b.select(b.compare(Compare::kLT, v_norms, m.k(0.25, v_norms)), m.k(INFINITY, values), values);
-  auto ascending = [](Builder& bb, const V& x) { return V{bb.compare(Compare::kLT, x[0], x[1])}; };
+  auto ascending = [](Builder& bb, const Values& x) { return Values{bb.compare(Compare::kLT, x[0], x[1])}; };
   Value sorted_values = columns(b, b.sort({key, values}, rank - 2, true, ascending)[1], 0, n);
   if (!compute_v) return {sorted_values, vectors_none};
   Value sorted_v = b.sort({spread_at(b, key, v.type.dims, rank - 1), v}, rank - 1, true, ascending)[1];

@@ -48,7 +48,7 @@ Value bag_of_each_index(hlo::Builder& b, const Value& offsets, int64_t num_indic
   Value started = b.compare(Compare::kLE, b.broadcast_in_dim(starts, grid, {1}), b.iota({DType::kS64, grid}, 0));
   Value count = b.reduce({b.convert(started, DType::kS64)}, {b.constant(0, {DType::kS64, {}})}, {1},
                          combine_with(BinaryOp::kAdd))[0];
-  Value bag = b.binary(BinaryOp::kSubtract, count, b.constant(1, count.type));
+  Value bag = count - b.constant(1, count.type);
   return b.binary(BinaryOp::kMaximum, bag, b.constant(0, bag.type));
 }
 
@@ -60,10 +60,9 @@ Value participating(hlo::Builder& b, const Value& index, int64_t padding_idx) {
 
 // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
 //                include_last_offset, padding_idx) -> (output, offset2bag, bag_size, max_indices)
-V embedding_bag(LoweringContext& c) {
-  Math m{c.b};
-  Value weight = c.raw(0);
-  Value index = cast(c.b, c.raw(1), DType::kS64), offsets = cast(c.b, c.raw(2), DType::kS64);
+Values embedding_bag(LoweringContext& c) {
+  Value weight = c.input_uncast(0);
+  Value index = cast(c.b, c.input_uncast(1), DType::kS64), offsets = cast(c.b, c.input_uncast(2), DType::kS64);
   int64_t mode = c.arg(4).toInt(), padding_idx = c.arg(8).toInt();
   int64_t num_indices = index.type.dims[0], num_weights = weight.type.dims[0], d = weight.type.dims[1];
   int64_t num_bags = c.out(0).dims[0];
@@ -99,11 +98,11 @@ V embedding_bag(LoweringContext& c) {
     if (num_indices > 0) max_indices = c.b.select(empty_rows, c.b.constant(-1, row_of.type), row_of);
     else max_indices = c.b.constant(-1, {DType::kS64, out_dims});
   } else {
-    if (c.has(6)) rows = m.mul(rows, spread_rows(c.b, cast(c.b, c.raw(6), acc), rows.type.dims));
+    if (c.has(6)) rows = rows * spread_rows(c.b, cast(c.b, c.input_uncast(6), acc), rows.type.dims);
     output = scatter_rows(c.b, c.b.constant(0, {acc, out_dims}), target, rows, BinaryOp::kAdd);
     if (mode == kMean) {
       Value divisor = c.b.binary(BinaryOp::kMaximum, counts, c.b.constant(1, counts.type));
-      output = m.div(output, spread_rows(c.b, cast(c.b, divisor, acc), out_dims));
+      output = output / spread_rows(c.b, cast(c.b, divisor, acc), out_dims);
     }
   }
   // bag_size has one entry per offset; with include_last_offset the last one counts nothing.
@@ -121,16 +120,16 @@ enum BackwardArg : size_t {
   kOffset2Bag = 2, kBagSize, kMaxIndices, kNumWeights, kScaleGradByFreq, kMode, kPerSampleWeights, kPaddingIdx
 };
 
-V embedding_bag_backward(LoweringContext& c) {
+Values embedding_bag_backward(LoweringContext& c) {
   Math m{c.b};
-  Value grad = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-  Value index = cast(c.b, c.raw(1), DType::kS64);
+  Value grad = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
+  Value index = cast(c.b, c.input_uncast(1), DType::kS64);
   int64_t num_weights = c.arg(kNumWeights).toInt(), mode = c.arg(kMode).toInt();
   int64_t padding_idx = c.arg(kPaddingIdx).toInt();
   int64_t num_indices = index.type.dims[0], d = grad.type.dims[1];
   Value zeros = c.b.constant(0, {grad.type.dtype, {num_weights, d}});
   if (mode == kMax) {
-    Value winner = cast(c.b, c.raw(kMaxIndices), DType::kS64);
+    Value winner = cast(c.b, c.input_uncast(kMaxIndices), DType::kS64);
     Value won = c.b.compare(Compare::kGE, winner, c.b.constant(0, winner.type));
     std::vector<int64_t> shape{grad.type.dims[0], d, 1};
     Value coords = c.b.concatenate({c.b.reshape(c.b.select(won, winner, c.b.constant(0, winner.type)), shape),
@@ -139,64 +138,64 @@ V embedding_bag_backward(LoweringContext& c) {
     return {cast(c.b, c.b.scatter(zeros, coords, updates, {{}, {0, 1}, {0, 1}, 2}, combine_with(BinaryOp::kAdd)),
                  c.out().dtype)};
   }
-  Value bag = cast(c.b, c.raw(kOffset2Bag), DType::kS64);
+  Value bag = cast(c.b, c.input_uncast(kOffset2Bag), DType::kS64);
   Value rows = take_rows(c.b, grad, bag);
   std::vector<int64_t> dims = rows.type.dims;
   if (mode == kMean) {
-    Value bag_size = cast(c.b, c.raw(kBagSize), DType::kS64);
+    Value bag_size = cast(c.b, c.input_uncast(kBagSize), DType::kS64);
     Value sizes = take_rows(c.b, c.b.reshape(bag_size, {bag_size.type.dims[0], 1}), bag);
     Value divisor = c.b.binary(BinaryOp::kMaximum, c.b.reshape(sizes, {num_indices}), c.b.constant(1, {DType::kS64, {num_indices}}));
-    rows = m.div(rows, spread_rows(c.b, cast(c.b, divisor, rows.type.dtype), dims));
+    rows = rows / spread_rows(c.b, cast(c.b, divisor, rows.type.dtype), dims);
   }
   if (c.has(kPerSampleWeights))
-    rows = m.mul(rows, spread_rows(c.b, cast(c.b, c.raw(kPerSampleWeights), rows.type.dtype), dims));
+    rows = rows * spread_rows(c.b, cast(c.b, c.input_uncast(kPerSampleWeights), rows.type.dtype), dims);
   rows = c.b.select(spread_rows(c.b, participating(c.b, index, padding_idx), dims), rows, m.k(0, rows));
   if (c.arg(kScaleGradByFreq).toBool()) {  // scale_grad_by_freq: divide by how often each weight row was used
     Value uses = scatter_values(c.b, c.b.constant(0, {rows.type.dtype, {num_weights}}), index,
                                 c.b.constant(1, {rows.type.dtype, {num_indices}}));
     Value per_index = c.b.reshape(take_rows(c.b, c.b.reshape(uses, {num_weights, 1}), index), {num_indices});
-    rows = m.div(rows, spread_rows(c.b, per_index, dims));
+    rows = rows / spread_rows(c.b, per_index, dims);
   }
   return {cast(c.b, scatter_rows(c.b, zeros, index, rows, BinaryOp::kAdd), c.out().dtype)};
 }
 
 // _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode,
 //                                            padding_idx) -> d(loss)/d(per_sample_weights)
-V per_sample_weights_backward(LoweringContext& c) {
+Values per_sample_weights_backward(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
-  Value index = cast(c.b, c.raw(2), DType::kS64), bag = cast(c.b, c.raw(4), DType::kS64);
-  Value grad_rows = take_rows(c.b, cast(c.b, c.raw(0), acc), bag);
-  Value weight_rows = take_rows(c.b, cast(c.b, c.raw(1), acc), index);
-  Value dot = m.reduce(m.mul(grad_rows, weight_rows), {1}, BinaryOp::kAdd, 0);
+  Value index = cast(c.b, c.input_uncast(2), DType::kS64), bag = cast(c.b, c.input_uncast(4), DType::kS64);
+  Value grad_rows = take_rows(c.b, cast(c.b, c.input_uncast(0), acc), bag);
+  Value weight_rows = take_rows(c.b, cast(c.b, c.input_uncast(1), acc), index);
+  Value dot = m.reduce(grad_rows * weight_rows, {1}, BinaryOp::kAdd, 0);
   Value result = c.b.select(participating(c.b, index, c.arg(6).toInt()), dot, m.k(0, dot));
   return {cast(c.b, result, c.out().dtype)};
 }
 
 // embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
-V embedding_dense_backward(LoweringContext& c) {
+Values embedding_dense_backward(LoweringContext& c) {
   Math m{c.b};
-  Value index = cast(c.b, c.raw(1), DType::kS64);
+  Value index = cast(c.b, c.input_uncast(1), DType::kS64);
   int64_t n = index.type.element_count(), d = c.out().dims[1], num_weights = c.arg(2).toInt();
   Value flat = c.b.reshape(index, {n});
-  Value rows = c.b.reshape(c.in(0), {n, d});
+  Value rows = c.b.reshape(c.input(0), {n, d});
   rows = c.b.select(spread_rows(c.b, participating(c.b, flat, c.arg(3).toInt()), {n, d}), rows, m.k(0, rows));
   Value grad = scatter_rows(c.b, c.b.constant(0, {rows.type.dtype, {num_weights, d}}), flat, rows, BinaryOp::kAdd);
   if (c.arg(4).toBool()) {
     Value uses = scatter_values(c.b, c.b.constant(0, {rows.type.dtype, {num_weights}}), flat,
                                 c.b.constant(1, {rows.type.dtype, {n}}));
     uses = c.b.binary(BinaryOp::kMaximum, uses, m.k(1, uses));
-    grad = m.div(grad, spread_rows(c.b, uses, {num_weights, d}));
+    grad = grad / spread_rows(c.b, uses, {num_weights, d});
   }
   return {grad};
 }
 
 // embedding_renorm_(self, indices, max_norm, norm_type): rows that indices name and whose p-norm
 // exceeds max_norm are scaled down to it (in place).
-V embedding_renorm(LoweringContext& c) {
+Values embedding_renorm(LoweringContext& c) {
   Math m{c.b};
-  Value weight = c.raw(0);
-  Value index = c.b.reshape(cast(c.b, c.raw(1), DType::kS64), {c.raw(1).type.element_count()});
+  Value weight = c.input_uncast(0);
+  Value index = c.b.reshape(cast(c.b, c.input_uncast(1), DType::kS64), {c.input_uncast(1).type.element_count()});
   int64_t num_weights = weight.type.dims[0];
   double max_norm = c.arg(2).toDouble(), p = c.arg(3).toDouble();
   c.check_on_device(all_in_range(c.b, index, num_weights));
@@ -214,8 +213,8 @@ V embedding_renorm(LoweringContext& c) {
                                                         c.b.constant(1, {DType::kS64, index.type.dims})),
                            c.b.constant(0, {DType::kS64, {num_weights}}));
   Value shrink = c.b.binary(BinaryOp::kAnd, used, c.b.compare(Compare::kGT, norm, m.k(max_norm, norm)));
-  Value scale = c.b.select(shrink, m.div(m.k(max_norm, norm), m.add(norm, m.k(1e-7, norm))), m.k(1, norm));
-  return {cast(c.b, m.mul(x, spread_rows(c.b, scale, x.type.dims)), weight.type.dtype)};
+  Value scale = c.b.select(shrink, m.k(max_norm, norm) / (norm + m.k(1e-7, norm)), m.k(1, norm));
+  return {cast(c.b, x * spread_rows(c.b, scale, x.type.dims), weight.type.dtype)};
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ Value cholesky_info(Builder& b, const Value& l) {
   first = b.reduce({first}, {b.constant_int(n, {DType::kS64, {}})}, {rank - 2, rank - 1},
                    combine_with(BinaryOp::kMinimum))[0];
   Value info = b.select(b.compare(Compare::kEQ, first, b.constant_int(n, first.type)), b.constant(0, first.type),
-                        b.binary(BinaryOp::kAdd, first, b.constant(1, first.type)));
+                        first + b.constant(1, first.type));
   return b.convert(info, DType::kS32);
 }
 
@@ -40,29 +40,29 @@ const char kNotPositiveDefinite[] =
     "linalg.cholesky: The factorization could not be completed because the input is not positive-definite.";
 
 // linalg_cholesky_ex(self, upper, check_errors) -> (L, info)
-V cholesky_ex(LoweringContext& c) {
+Values cholesky_ex(LoweringContext& c) {
   if (empty(c.out(0))) return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
-  Value l = cholesky_lower(c.b, c.in(0));
+  Value l = cholesky_lower(c.b, c.input(0));
   Value info = cholesky_info(c.b, l);
   if (c.arg(2).toBool()) c.check_on_device(all_in_range(c.b, info, 1));
   return {c.arg(1).toBool() ? adjoint(c.b, l) : l, info};
 }
 
 // linalg_solve_triangular(A, B, upper, left, unitriangular)
-V solve_triangular(LoweringContext& c) {
+Values solve_triangular(LoweringContext& c) {
   if (empty(c.out())) return {c.b.constant(0, c.out())};
   auto batch = batch_of(c.out());
-  Value a = with_batch(c.b, c.in(0), batch), rhs = with_batch(c.b, c.in(1), batch);
+  Value a = with_batch(c.b, c.input(0), batch), rhs = with_batch(c.b, c.input(1), batch);
   return {c.b.triangular_solve(a, rhs, c.arg(3).toBool(), !c.arg(2).toBool(), c.arg(4).toBool(),
                                Builder::TransposeA::kNo)};
 }
 
 // triangular_solve(B, A, upper, transpose, unitriangular) -> (X, A broadcast)
-V triangular_solve(LoweringContext& c) {
+Values triangular_solve(LoweringContext& c) {
   auto batch = batch_of(c.out(0));
-  Value a = with_batch(c.b, c.in_as(1, c.out(0).dtype), batch);
+  Value a = with_batch(c.b, c.input_as(1, c.out(0).dtype), batch);
   if (empty(c.out(0))) return {c.b.constant(0, c.out(0)), a};
-  Value rhs = with_batch(c.b, c.in(0), batch);
+  Value rhs = with_batch(c.b, c.input(0), batch);
   auto transpose = c.arg(3).toBool() ? Builder::TransposeA::kTranspose : Builder::TransposeA::kNo;
   return {c.b.triangular_solve(a, rhs, true, !c.arg(2).toBool(), c.arg(4).toBool(), transpose), a};
 }
@@ -72,22 +72,22 @@ V triangular_solve(LoweringContext& c) {
 TORCHTPU_LOWERINGS(factorizations) {
   register_lowering({"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, cholesky_ex, checked(kNotPositiveDefinite));
   register_lowering({"cholesky", "cholesky.out"}, [](LoweringContext& c) {
-    if (empty(c.out())) return V{c.b.constant(0, c.out())};
-    Value l = cholesky_lower(c.b, c.in(0));
+    if (empty(c.out())) return Values{c.b.constant(0, c.out())};
+    Value l = cholesky_lower(c.b, c.input(0));
     c.check_on_device(all_in_range(c.b, cholesky_info(c.b, l), 1));
-    return V{c.arg(1).toBool() ? adjoint(c.b, l) : l};
+    return Values{c.arg(1).toBool() ? adjoint(c.b, l) : l};
   }, in_some_releases(checked(kNotPositiveDefinite)));
   register_lowering({"linalg_solve_triangular", "linalg_solve_triangular.out"}, solve_triangular);
   register_lowering({"triangular_solve", "triangular_solve.X"}, triangular_solve);
   register_lowering({"_cholesky_solve_helper", "_cholesky_solve_helper.out"}, [](LoweringContext& c) {
-    if (empty(c.out())) return V{c.b.constant(0, c.out())};
+    if (empty(c.out())) return Values{c.b.constant(0, c.out())};
     auto batch = batch_of(c.out());  // (B, factor, upper)
-    return V{cholesky_solve(c.b, with_batch(c.b, c.in(1), batch), with_batch(c.b, c.in(0), batch), c.arg(2).toBool())};
+    return Values{cholesky_solve(c.b, with_batch(c.b, c.input(1), batch), with_batch(c.b, c.input(0), batch), c.arg(2).toBool())};
   });
   register_lowering({"cholesky_inverse", "cholesky_inverse.out"}, [](LoweringContext& c) {
-    if (empty(c.out())) return V{c.b.constant(0, c.out())};
-    Value factor = c.in(0);  // (factor, upper): the inverse of the matrix it factors
-    return V{cholesky_solve(c.b, factor, identity(c.b, factor.type), c.arg(1).toBool())};
+    if (empty(c.out())) return Values{c.b.constant(0, c.out())};
+    Value factor = c.input(0);  // (factor, upper): the inverse of the matrix it factors
+    return Values{cholesky_solve(c.b, factor, identity(c.b, factor.type), c.arg(1).toBool())};
   });
 }
 

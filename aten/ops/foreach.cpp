@@ -72,10 +72,10 @@ Lowering each_element(c10::OperatorName foreach_op, c10::OperatorName element_na
     const c10::FunctionSchema& schema = dispatcher.findOp(element_name)->schema();
     std::vector<c10::IValue> all_args;
     for (size_t i = 0; i < inputs; ++i) all_args.push_back(c.arg(i));
-    V out;
+    Values out;
     for (size_t k = 0; k < c.num_outputs(); ++k) {
       std::vector<c10::IValue> args = element_args(schema, all_args, inputs, k);
-      std::vector<V> values;
+      std::vector<Values> values;
       for (size_t i = 0; i < args.size(); ++i) {
         if (i >= inputs) values.emplace_back();
         else if (c.arg(i).isList()) values.push_back({c.list(i).at(k)});
@@ -99,7 +99,7 @@ Value operand_of(LoweringContext& c, size_t i, size_t k) {
 template <typename F>
 Lowering per_element(F f) {
   return [f](LoweringContext& c) {
-    V out;
+    Values out;
     for (size_t k = 0; k < c.num_outputs(); ++k) out.push_back(f(c, k));
     return out;
   };
@@ -114,8 +114,8 @@ Lowering pointwise_tensor_scalars(BinaryOp op) {
     auto element = [&](size_t i) { return operand(c.list(i).size() == 1 ? c.list(i)[0] : c.list(i).at(k)); };
     int64_t at = static_cast<int64_t>(k);
     Value scale = operand(c.b.reshape(c.b.slice(c.list(3)[0], {at}, {at + 1}, {1}), {}));
-    Value scaled = c.b.binary(BinaryOp::kMultiply, scale, element(1));
-    return c.b.binary(BinaryOp::kAdd, element(0), c.b.binary(op, scaled, element(2)));
+    Value scaled = scale * element(1);
+    return element(0) + c.b.binary(op, scaled, element(2));
   });
 }
 

@@ -96,7 +96,7 @@ struct Sampler {
     to_last.push_back(1);
     rows = b.reshape(b.transpose(input, to_last), {n * pixels, channels});
     Value batch = b.reshape(b.iota({DType::kS64, {n, points / std::max<int64_t>(n, 1)}}, 0), {points});
-    base = b.binary(BinaryOp::kMultiply, batch, b.constant_int(pixels, batch.type));
+    base = batch * b.constant_int(pixels, batch.type);
     Value flat = b.reshape(grid, {points, spatial});
     std::vector<Coordinate> u;
     for (int64_t k = 0; k < spatial; ++k)
@@ -174,7 +174,7 @@ struct Sampler {
                         b.binary(BinaryOp::kAnd, b.compare(Compare::kGE, i, b.constant(0, i.type)),
                                  b.compare(Compare::kLT, i, b.constant_int(in[k], i.type))));
       Value clamped = b.clamp(b.constant(0, i.type), i, b.constant_int(in[k] - 1, i.type));
-      row = b.binary(BinaryOp::kAdd, row, b.binary(BinaryOp::kMultiply, clamped, b.constant_int(stride, i.type)));
+      row = row + clamped * b.constant_int(stride, i.type);
       stride *= in[k];
     }
     return {row, inside};
@@ -226,9 +226,9 @@ Value interpolated(Sampler& s) {
 // grid_sampler_{2,3}d(input, grid, interpolation, padding, align_corners). CPU's bfloat16/float16
 // kernels compute in the dtype: every step (coordinates, weights, each product and sum) is rounded
 // to it, as here.
-V grid_sampler(LoweringContext& c) {
+Values grid_sampler(LoweringContext& c) {
   DType dtype = c.out().dtype, acc = accumulator(dtype);
-  Value input = cast(c.b, c.raw(0), acc), grid = cast(c.b, c.raw(1), acc);
+  Value input = cast(c.b, c.input_uncast(0), acc), grid = cast(c.b, c.input_uncast(1), acc);
   Sampler s(c.b, input, grid, c.arg(2).toInt(), c.arg(3).toInt(), c.arg(4).toBool(),
             low_precision(dtype));
   return {cast(c.b, to_output(c.b, interpolated(s), grid.type), dtype)};
@@ -236,13 +236,13 @@ V grid_sampler(LoweringContext& c) {
 
 // grid_sampler_{2,3}d_backward(grad_output, input, grid, interpolation, padding, align_corners,
 // output_mask) -> (grad_input, grad_grid)
-V grid_sampler_backward(LoweringContext& c) {
+Values grid_sampler_backward(LoweringContext& c) {
   Builder& b = c.b;
   DType acc = accumulator(c.out(0).dtype);
-  Value input = cast(b, c.raw(1), acc), grid = cast(b, c.raw(2), acc);
+  Value input = cast(b, c.input_uncast(1), acc), grid = cast(b, c.input_uncast(2), acc);
   Sampler s(b, input, grid, c.arg(3).toInt(), c.arg(4).toInt(), c.arg(5).toBool());
   Math& m = s.m;
-  Value go = cast(b, c.raw(0), acc);  // [N, C, *O] -> [points, C]
+  Value go = cast(b, c.input_uncast(0), acc);  // [N, C, *O] -> [points, C]
   std::vector<int64_t> to_last{0};
   for (int64_t d = 2; d < go.type.rank(); ++d) to_last.push_back(d);
   to_last.push_back(1);

@@ -36,12 +36,12 @@ Value reflect(Math& m, const Value& c, const Value& v, const Value& tau, bool le
 Value apply_q(Math& m, const Value& reflectors, const Value& tau, Value c, bool left, bool transpose) {
   int64_t k = tau.type.dims.back();
   bool descending = left != transpose;  // Q c = H_0 (H_1 (... H_{k-1} c)): the last reflector first
-  return counted_loop(m.b, k, {c, reflectors, tau}, [&](Builder& b, const Value& step, const V& a) {
+  return counted_loop(m.b, k, {c, reflectors, tau}, [&](Builder& b, const Value& step, const Values& a) {
     Math lm{b};
-    Value i = descending ? b.binary(BinaryOp::kSubtract, b.constant_int(k - 1, step.type), step) : step;
+    Value i = descending ? b.constant_int(k - 1, step.type) - step : step;
     Value tau_i = slice_at(b, a[2], a[2].type.rank() - 1, i);  // H_i^H has conj(tau_i)
     Value next = reflect(lm, a[0], reflector(b, a[1], i), transpose ? conj(b, tau_i) : tau_i, left);
-    return V{next, a[1], a[2]};
+    return Values{next, a[1], a[2]};
   })[0];
 }
 
@@ -49,7 +49,7 @@ Reflector larfg(Math& m, const Value& alpha, const Value& x_norm_squared) {
   Builder& b = m.b;
   Value norm = b.unary(UnaryOp::kSqrt, m.add(abs_squared(b, alpha), x_norm_squared));
   Value alpha_re = real_part(b, alpha);
-  Value beta = real_as(b, b.select(b.compare(Compare::kGE, alpha_re, m.k(0, alpha_re)), b.unary(UnaryOp::kNegate, norm), norm), alpha);
+  Value beta = real_as(b, b.select(b.compare(Compare::kGE, alpha_re, m.k(0, alpha_re)), -norm, norm), alpha);
   Value trivial = b.compare(Compare::kEQ, x_norm_squared, m.k(0, x_norm_squared));
   if (is_complex(alpha.type.dtype)) {
     Value alpha_im = b.unary(UnaryOp::kImag, alpha);
@@ -64,7 +64,7 @@ Qr geqrf(Math& m, Value a) {
   int64_t rank = a.type.rank(), k = std::min(a.type.dims[rank - 2], a.type.dims[rank - 1]);
   std::vector<int64_t> tau_dims = batch_of(a.type);
   tau_dims.push_back(k);
-  V out = counted_loop(m.b, k, {a, m.b.constant(0, {a.type.dtype, tau_dims})}, [&](Builder& b, const Value& j, const V& state) {
+  Values out = counted_loop(m.b, k, {a, m.b.constant(0, {a.type.dtype, tau_dims})}, [&](Builder& b, const Value& j, const Values& state) {
     Math lm{b};
     Value a = state[0];
     Value column = slice_at(b, a, rank - 1, j), alpha = slice_at(b, column, rank - 2, j);
@@ -72,7 +72,7 @@ Qr geqrf(Math& m, Value a) {
     Value at_j = positions(b, column.type.dims, rank - 2, Compare::kEQ, j);
     Value x = b.select(below, column, lm.k(0, column));
     auto [beta, tau, scale] = larfg(lm, alpha, lm.sum(abs_squared(b, x), {rank - 2}));
-    Value v_below = lm.mul(x, per_matrix(b, scale, column.type.dims));
+    Value v_below = x * per_matrix(b, scale, column.type.dims);
     Value reflected = reflect(lm, a, b.select(at_j, lm.k(1, column), v_below), conj(b, tau), true);
     Value new_column = b.select(at_j, per_matrix(b, beta, column.type.dims),
                                 b.select(below, v_below, column));
@@ -81,7 +81,7 @@ Qr geqrf(Math& m, Value a) {
     a = b.select(positions(b, a.type.dims, rank - 1, Compare::kEQ, j), b.broadcast_in_dim(new_column, a.type.dims, map),
                  b.select(positions(b, a.type.dims, rank - 1, Compare::kGT, j), reflected, a));
     Value taus = b.select(positions(b, tau_dims, rank - 2, Compare::kEQ, j), per_matrix(b, tau, tau_dims), state[1]);
-    return V{a, taus};
+    return Values{a, taus};
   });
   return {out[0], out[1]};
 }
@@ -101,9 +101,9 @@ Value rows_upto(Builder& b, const Value& x, int64_t count) {  // x[..., :count, 
   return b.slice(x, start, limit, step);
 }
 
-V linalg_qr(LoweringContext& c) {  // (A, mode) -> (Q, R)
+Values linalg_qr(LoweringContext& c) {  // (A, mode) -> (Q, R)
   Math m{c.b};
-  Value a = c.raw(0);
+  Value a = c.input_uncast(0);
   int64_t rank = a.type.rank(), rows = a.type.dims[rank - 2], cols = a.type.dims[rank - 1], k = std::min(rows, cols);
   std::string mode = c.arg(1).toStringRef();
   Qr qr = geqrf(m, a);
@@ -136,21 +136,21 @@ TORCHTPU_LOWERINGS(householder) {
   geqrf_options.meta = geqrf_meta;
   register_lowering({"geqrf", "geqrf.a"}, [](LoweringContext& c) {
     Math m{c.b};
-    Qr qr = geqrf(m, c.raw(0));
-    return V{qr.a, qr.tau};
+    Qr qr = geqrf(m, c.input_uncast(0));
+    return Values{qr.a, qr.tau};
   }, geqrf_options);
   // (reflectors [..., m, n], tau [..., k]) -> the first n columns of Q
   register_lowering({"linalg_householder_product", "linalg_householder_product.out"}, [](LoweringContext& c) {
     Math m{c.b};
-    Value a = c.raw(0);
+    Value a = c.input_uncast(0);
     int64_t rank = a.type.rank();
-    return V{apply_q(m, a, c.raw(1), eye(c.b, batch_of(a.type), a.type.dims[rank - 2], a.type.dims[rank - 1], a.type.dtype),
+    return Values{apply_q(m, a, c.input_uncast(1), eye(c.b, batch_of(a.type), a.type.dims[rank - 2], a.type.dims[rank - 1], a.type.dtype),
                      true, false)};
   });
   // (reflectors, tau, other, left, transpose) -> op(Q) other or other op(Q)
   register_lowering({"ormqr", "ormqr.out"}, [](LoweringContext& c) {
     Math m{c.b};
-    return V{apply_q(m, c.raw(0), c.raw(1), c.raw(2), c.arg(3).toBool(), c.arg(4).toBool())};
+    return Values{apply_q(m, c.input_uncast(0), c.input_uncast(1), c.input_uncast(2), c.arg(3).toBool(), c.arg(4).toBool())};
   });
   register_lowering({"linalg_qr", "linalg_qr.out"}, linalg_qr);
 }

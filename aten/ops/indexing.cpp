@@ -28,7 +28,7 @@ std::vector<int64_t> range(int64_t begin, int64_t end) {
 Value wrapped_index(hlo::Builder& b, const Value& index, int64_t size) {
   Value i = cast(b, index, DType::kS64);
   Value negative = b.compare(Compare::kLT, i, b.constant(0, i.type));
-  return b.select(negative, b.binary(BinaryOp::kAdd, i, b.constant_int(size, i.type)), i);
+  return b.select(negative, i + b.constant_int(size, i.type), i);
 }
 
 // Full coordinates [index.shape..., rank] that address self along every dimension, with `index`
@@ -45,7 +45,7 @@ Value coordinates(hlo::Builder& b, const Value& index, int64_t dim, int64_t rank
 }
 
 hlo::RegionBody replace() {
-  return [](hlo::Builder&, const V& a) { return V{a[1]}; };
+  return [](hlo::Builder&, const Values& a) { return Values{a[1]}; };
 }
 
 // Scatters `updates` (shaped like index) into self at coordinates(index, dim).
@@ -76,9 +76,9 @@ Value along_dim(hlo::Builder& b, const Value& index, const std::vector<int64_t>&
 // index_fill takes negative indices (from the end), as on CPU.
 Value index_scatter(LoweringContext& c, const Value& updates, const hlo::RegionBody& combine,
                     bool negative_from_end = false) {
-  Value self = c.in(0);
+  Value self = c.input(0);
   int64_t dim = self.type.rank() == 0 ? 0 : wrap_dim(c.arg(1).toInt(), self.type.rank());
-  Value raw = c.raw(2);
+  Value raw = c.input_uncast(2);
   if (negative_from_end) raw = wrapped_index(c.b, raw, self.type.rank() == 0 ? 1 : self.type.dims[dim]);
   Value index = along_dim(c.b, raw, updates.type.dims, dim);
   return scatter_along(c, self, dim, index, updates, combine);
@@ -156,8 +156,8 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> advanced_layout(const Adva
   return {dims, window};
 }
 
-V index_tensor(LoweringContext& c) {
-  Value self = c.raw(0);
+Values index_tensor(LoweringContext& c) {
+  Value self = c.input_uncast(0);
   Advanced a = advanced_index(c, self, 1);
   auto [dims, window] = advanced_layout(a, self);
   std::vector<int64_t> slice = self.type.dims;
@@ -220,12 +220,12 @@ LoweringOptions index_select_options() {
   return o;
 }
 
-V index_put(LoweringContext& c) {
+Values index_put(LoweringContext& c) {
   // (self, indices, values, accumulate)
-  Value self = c.in(0);
+  Value self = c.input(0);
   Advanced a = advanced_index(c, self, 1);
   auto [dims, window] = advanced_layout(a, self);
-  Value updates = broadcast_to(c.b, c.in(2), dims);
+  Value updates = broadcast_to(c.b, c.input(2), dims);
   bool accumulate = c.arg(3).toBool();
   return {c.b.scatter(self, a.coords, updates,
                       {window, a.indexed, a.indexed, static_cast<int64_t>(a.batch.size())},
@@ -261,18 +261,18 @@ std::vector<Value> log_add_exp(hlo::Builder& b, const std::vector<Value>& a) {
     return {b.select(vanished, b.constant(-INFINITY, r.type), r)};
   }
   Value hi = b.binary(BinaryOp::kMaximum, a[0], a[1]), lo = b.binary(BinaryOp::kMinimum, a[0], a[1]);
-  Value r = b.binary(BinaryOp::kAdd, hi, b.unary(UnaryOp::kLogPlusOne, b.unary(UnaryOp::kExponential, b.binary(BinaryOp::kSubtract, lo, hi))));
+  Value r = hi + b.unary(UnaryOp::kLogPlusOne, b.unary(UnaryOp::kExponential, lo - hi));
   Value same_inf = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, hi, lo), b.unary(UnaryOp::kNot, b.unary(UnaryOp::kIsFinite, hi)));
   r = b.select(same_inf, hi, r);
   // A NaN carries on (XLA's maximum/minimum in a window's body need not propagate it).
-  Value sum_is_nan = b.compare(Compare::kNE, a[0], a[0]);
-  return {b.select(sum_is_nan, a[0], b.select(b.compare(Compare::kNE, a[1], a[1]), a[1], r))};
+  Value sum_is_nan = is_nan(a[0]);
+  return {b.select(sum_is_nan, a[0], b.select(is_nan(a[1]), a[1], r))};
 }
 
 // unfold_backward(grad, input_sizes, dim, size, step): each window offset's gradient slice padded
 // into place (offset, then every step) and summed.
-V unfold_backward(LoweringContext& c) {
-  Value g = c.in(0);
+Values unfold_backward(LoweringContext& c) {
+  Value g = c.input(0);
   auto sizes = c.int_list(1);
   int64_t rank = static_cast<int64_t>(sizes.size());
   int64_t dim = wrap_dim(c.arg(2).toInt(), rank), size = c.arg(3).toInt(), step = c.arg(4).toInt();
@@ -288,7 +288,7 @@ V unfold_backward(LoweringContext& c) {
     low[dim] = offset;
     interior[dim] = step - 1;
     high[dim] = sizes[dim] - (offset + (windows - 1) * step + 1);
-    result = c.b.binary(BinaryOp::kAdd, result, c.b.pad(piece, c.scalar(0, g.type.dtype), low, high, interior));
+    result = result + c.b.pad(piece, c.scalar(0, g.type.dtype), low, high, interior);
   }
   return {result};
 }
@@ -298,21 +298,21 @@ V unfold_backward(LoweringContext& c) {
 // CPU compiler fails on a variadic (value, index) one whose length is not a power of two.
 Lowering running_extreme(bool is_max) {
   return [is_max](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     int64_t rank = x.type.rank();
-    if (rank == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    if (rank == 0) return Values{x, c.b.constant(0, {DType::kS64, {}})};
     int64_t dim = wrap_dim(c.arg(3).toInt(), rank);
-    if (x.type.dims[dim] == 0) return V{x, c.b.constant(0, {DType::kS64, x.type.dims})};
+    if (x.type.dims[dim] == 0) return Values{x, c.b.constant(0, {DType::kS64, x.type.dims})};
     Value values = cumulative(c.b, x, dim, is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum,
                               is_max ? -INFINITY : INFINITY);
-    Value nan = c.b.compare(Compare::kNE, x, x);
+    Value nan = is_nan(x);
     if (is_floating(x.type.dtype))  // a NaN sticks (XLA's running max/min may skip it)
       values = c.b.select(cumulative(c.b, nan, dim, BinaryOp::kOr, 0), c.b.constant(NAN, x.type), values);
     // where the running extreme takes x's value; each NaN takes the index too
     Value taken = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kEQ, x, values), nan);
     Value index = c.b.iota({DType::kS64, x.type.dims}, dim);
     Value last = c.b.select(taken, index, c.b.constant(0, index.type));
-    return V{values, cumulative(c.b, last, dim, BinaryOp::kMaximum, 0)};
+    return Values{values, cumulative(c.b, last, dim, BinaryOp::kMaximum, 0)};
   };
 }
 
@@ -334,36 +334,36 @@ Value reduce_into(LoweringContext& c, const Value& self, int64_t dim, const Valu
   Value counts = scatter_along(c, c.b.constant(include_self ? 1 : 0, self.type), dim, index, ones,
                                combine_with(BinaryOp::kAdd));
   counts = c.b.binary(BinaryOp::kMaximum, counts, m.k(1, counts));
-  Value mean = m.div(result, counts);
+  Value mean = result / counts;
   if (is_floating(t) || is_complex(t)) return mean;
   // integers divide with floor rounding, as CPU does (XLA's division truncates); counts are > 0
   Value inexact = c.b.compare(Compare::kNE, c.b.binary(BinaryOp::kRemainder, result, counts), m.k(0, result));
   Value below = c.b.binary(BinaryOp::kAnd, inexact, c.b.compare(Compare::kLT, result, m.k(0, result)));
-  return c.b.select(below, m.sub(mean, m.k(1, mean)), mean);
+  return c.b.select(below, mean - m.k(1, mean), mean);
 }
 
-V scatter_reduce(LoweringContext& c) {
-  Value self = c.in(0), index = c.raw(2);
-  return {reduce_into(c, self, wrap_dim(c.arg(1).toInt(), self.type.rank()), index, corner(c, c.in(3), index))};
+Values scatter_reduce(LoweringContext& c) {
+  Value self = c.input(0), index = c.input_uncast(2);
+  return {reduce_into(c, self, wrap_dim(c.arg(1).toInt(), self.type.rank()), index, corner(c, c.input(3), index))};
 }
 
-V index_reduce(LoweringContext& c) {  // the 1-d index addresses whole slices of source along dim
-  Value self = c.in(0), source = c.in(3);
+Values index_reduce(LoweringContext& c) {  // the 1-d index addresses whole slices of source along dim
+  Value self = c.input(0), source = c.input(3);
   int64_t dim = self.type.rank() == 0 ? 0 : wrap_dim(c.arg(1).toInt(), self.type.rank());
-  return {reduce_into(c, self, dim, along_dim(c.b, c.raw(2), source.type.dims, dim), source)};
+  return {reduce_into(c, self, dim, along_dim(c.b, c.input_uncast(2), source.type.dims, dim), source)};
 }
 
 // masked_scatter(self, mask, source): the k-th true position of mask takes source.flatten()[k].
-V masked_scatter(LoweringContext& c) {
-  Value self = c.in_b(0);
-  Value mask = c.bcast(c.raw(1));
+Values masked_scatter(LoweringContext& c) {
+  Value self = c.elementwise_input(0);
+  Value mask = c.broadcast_to_output(c.input_uncast(1));
   int64_t n = self.type.element_count();
-  if (c.raw(2).type.element_count() == 0) return {self};  // then mask has no true element
+  if (c.input_uncast(2).type.element_count() == 0) return {self};  // then mask has no true element
   Value flat_mask = c.b.reshape(mask, {n});
   Value counts = cumulative(c.b, cast(c.b, flat_mask, DType::kS64), 0, BinaryOp::kAdd, 0);
-  Value pos = c.b.binary(BinaryOp::kSubtract, counts, c.b.constant(1, counts.type));
+  Value pos = counts - c.b.constant(1, counts.type);
   pos = c.b.binary(BinaryOp::kMaximum, pos, c.b.constant(0, pos.type));
-  Value source = c.b.reshape(cast(c.b, c.raw(2), self.type.dtype), {c.raw(2).type.element_count()});
+  Value source = c.b.reshape(cast(c.b, c.input_uncast(2), self.type.dtype), {c.input_uncast(2).type.element_count()});
   Value picked = c.b.gather(source, c.b.reshape(pos, {n, 1}), {{}, {0}, {0}, 1}, {1}, {n});
   return {c.b.select(mask, c.b.reshape(picked, self.type.dims), self)};
 }
@@ -374,8 +374,7 @@ Value nonzero_coordinates(hlo::Builder& b, const Value& x, int64_t rows, int64_t
   int64_t rank = x.type.rank(), total = x.type.element_count();
   Value mask = x.type.dtype == DType::kBool ? x : b.compare(Compare::kNE, x, b.constant(0, x.type));
   mask = b.reshape(mask, {total});
-  Value rank_of = b.binary(BinaryOp::kSubtract, cumulative(b, cast(b, mask, DType::kS64), 0, BinaryOp::kAdd, 0),
-                           b.constant(1, {DType::kS64, {total}}));
+  Value rank_of = cumulative(b, cast(b, mask, DType::kS64), 0, BinaryOp::kAdd, 0) - b.constant(1, {DType::kS64, {total}});
   Value row = b.select(mask, rank_of, b.constant_int(rows, {DType::kS64, {total}}));
   std::vector<Value> columns;
   for (int64_t d = 0; d < rank; ++d)
@@ -392,7 +391,7 @@ at::Tensor nonzero(const at::Tensor& self) {
   int64_t count = self.ne(0).sum().item<int64_t>();
   at::Tensor out = at::empty({self.dim(), count}, self.options().dtype(at::kLong)).t();
   if (count == 0 || self.dim() == 0) return out;
-  exec::Lowering lower = [count](hlo::Builder& b, const V& in) { return V{nonzero_coordinates(b, in[0], count, 0)}; };
+  exec::Lowering lower = [count](hlo::Builder& b, const Values& in) { return Values{nonzero_coordinates(b, in[0], count, 0)}; };
   run_on_device({"nonzero", lower, {operand(self)}, {operand(out)}, origin_of("aten::nonzero")});
   return out;
 }
@@ -407,15 +406,15 @@ Value evenly_spaced(LoweringContext& c, DType math, std::optional<DType> round_t
   Math m{c.b, round_each_step ? round_to : std::nullopt};
   int64_t steps = c.arg(2).toInt();
   auto endpoint = [&](size_t i) {
-    Value v = round_to ? cast(c.b, c.in_as(i, *round_to), math) : cast(c.b, c.in(i), math);
-    return c.bcast(v);
+    Value v = round_to ? cast(c.b, c.input_as(i, *round_to), math) : cast(c.b, c.input(i), math);
+    return c.broadcast_to_output(v);
   };
   Value start = endpoint(0), end = endpoint(1);
   if (steps == 1) return start;
   Value step = m.div(m.sub(end, start), m.k(static_cast<double>(steps - 1), start));
   Value i = c.b.iota({math, c.out().dims}, 0);
   Value from_start = m.add(start, m.mul(step, m.rounded(i)));
-  Value back = c.b.binary(BinaryOp::kSubtract, c.b.constant(static_cast<double>(steps - 1), i.type), i);
+  Value back = c.b.constant(static_cast<double>(steps - 1), i.type) - i;
   Value from_end = m.sub(end, m.mul(step, m.rounded(back)));
   Value first_half = c.b.compare(Compare::kLT, i, c.b.constant(static_cast<double>(steps / 2), i.type));
   return c.b.select(first_half, from_start, from_end);
@@ -428,17 +427,17 @@ Value triangle_indices(LoweringContext& c, bool lower) {
   if (n == 0) return c.b.constant(0, c.out());
   hlo::TensorType grid{DType::kS64, {c.arg(0).toInt(), c.arg(1).toInt()}};
   Value row = c.b.iota(grid, 0), col = c.b.iota(grid, 1);
-  Value diagonal = c.b.binary(BinaryOp::kAdd, row, c.b.constant_int(c.arg(2).toInt(), grid));
+  Value diagonal = row + c.b.constant_int(c.arg(2).toInt(), grid);
   Value inside = c.b.compare(lower ? Compare::kLE : Compare::kGE, col, diagonal);
   return c.b.convert(c.b.transpose(nonzero_coordinates(c.b, inside, n, 0), {1, 0}), c.out().dtype);
 }
 
 // take(self, index) and put_(self, index, source, accumulate): self as a flat vector addressed by
 // (possibly negative) indices, checked on the device as CPU checks them.
-V take(LoweringContext& c) {
-  Value x = c.in(0);
+Values take(LoweringContext& c) {
+  Value x = c.input(0);
   int64_t n = x.type.element_count();
-  Value index = c.raw(1);
+  Value index = c.input_uncast(1);
   int64_t k = index.type.element_count();
   c.check_on_device(all_in_range(c.b, wrapped_index(c.b, index, n), n));
   if (n == 0 || k == 0) return {c.b.constant(0, c.out())};
@@ -446,13 +445,13 @@ V take(LoweringContext& c) {
   return {c.b.reshape(c.b.gather(c.b.reshape(x, {n}), at, {{}, {0}, {0}, 1}, {1}, {k}), c.out().dims)};
 }
 
-V put(LoweringContext& c) {
-  Value x = c.in(0);
-  int64_t n = x.type.element_count(), k = c.raw(1).type.element_count();
+Values put(LoweringContext& c) {
+  Value x = c.input(0);
+  int64_t n = x.type.element_count(), k = c.input_uncast(1).type.element_count();
   if (k == 0) return {x};
-  Value index = wrapped_index(c.b, c.raw(1), n);
+  Value index = wrapped_index(c.b, c.input_uncast(1), n);
   c.check_on_device(all_in_range(c.b, index, n));
-  Value source = c.b.reshape(c.in(2), {k});
+  Value source = c.b.reshape(c.input(2), {k});
   hlo::RegionBody combine = c.arg(3).toBool() ? combine_with(BinaryOp::kAdd) : replace();
   Value written = c.b.scatter(c.b.reshape(x, {n}), c.b.reshape(index, {k, 1}), source, {{}, {0}, {0}, 1}, combine);
   return {c.b.reshape(written, x.type.dims)};
@@ -471,8 +470,8 @@ TORCHTPU_LOWERINGS(indexing) {
     for (const Value& v : c.list(0))
       if (!(v.type.rank() == 1 && v.type.dims[0] == 0 && rank != 1))  // legacy: skip empty 1-D
         parts.push_back(cast(c.b, v, c.out().dtype));
-    if (parts.empty() || c.out().element_count() == 0) return V{c.b.constant(0, c.out())};
-    return V{c.b.concatenate(parts, dim)};
+    if (parts.empty() || c.out().element_count() == 0) return Values{c.b.constant(0, c.out())};
+    return Values{c.b.concatenate(parts, dim)};
   }, [] {
     LoweringOptions o = with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
       const auto& tensors = args[0].toListRef();
@@ -484,26 +483,26 @@ TORCHTPU_LOWERINGS(indexing) {
     return o;
   }());
   register_lowering({"index_select", "index_select.out"}, [](LoweringContext& c) {
-    Value self = c.raw(0);
+    Value self = c.input_uncast(0);
     int64_t rank = self.type.rank();
-    Value idx = cast(c.b, c.b.reshape(c.raw(2), {c.raw(2).type.element_count(), 1}), DType::kS64);
+    Value idx = cast(c.b, c.b.reshape(c.input_uncast(2), {c.input_uncast(2).type.element_count(), 1}), DType::kS64);
     c.check_on_device(all_in_range(c.b, idx, rank == 0 ? 1 : self.type.dims[wrap_dim(c.arg(1).toInt(), rank)]));
-    if (rank == 0) return V{self};
+    if (rank == 0) return Values{self};
     int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
     std::vector<int64_t> slice = self.type.dims, out = self.type.dims;
     slice[dim] = 1;
     out[dim] = idx.type.dims[0];
-    return V{c.b.gather(self, idx, {dims_except(rank, dim), {dim}, {dim}, 1}, slice, out)};
+    return Values{c.b.gather(self, idx, {dims_except(rank, dim), {dim}, {dim}, 1}, slice, out)};
   }, index_select_options());
   register_lowering({"gather", "gather.out"}, [](LoweringContext& c) {
-    Value self = c.raw(0), index = c.raw(2);
+    Value self = c.input_uncast(0), index = c.input_uncast(2);
     int64_t rank = self.type.rank();
     int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
     c.check_on_device(all_in_range(c.b, cast(c.b, index, DType::kS64), rank == 0 ? 1 : self.type.dims[dim]));
-    if (rank == 0) return V{self};
+    if (rank == 0) return Values{self};
     Value coords = coordinates(c.b, index, dim, rank, self.type.dims[dim]);
     auto all = range(0, rank);
-    return V{c.b.gather(self, coords, {{}, all, all, index.type.rank()},
+    return Values{c.b.gather(self, coords, {{}, all, all, index.type.rank()},
                         std::vector<int64_t>(rank, 1), index.type.dims)};
   }, [] {
     LoweringOptions o = checked_runtime("index out of range in self");
@@ -513,49 +512,49 @@ TORCHTPU_LOWERINGS(indexing) {
     return o;
   }());
   register_lowering({"scatter.src", "scatter_.src", "scatter.src_out"}, [](LoweringContext& c) {
-    Value self = c.in(0), index = c.raw(2);
+    Value self = c.input(0), index = c.input_uncast(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
-    return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), replace())};
+    return Values{scatter_along(c, self, dim, index, corner(c, c.input(3), index), replace())};
   }, checked_runtime("index out of range in self"));
   register_lowering({"scatter.value", "scatter_.value", "scatter.value_out"}, [](LoweringContext& c) {
-    Value self = c.in(0), index = c.raw(2);
+    Value self = c.input(0), index = c.input_uncast(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
-    Value updates = c.b.broadcast_in_dim(c.in(3), index.type.dims, {});
-    return V{scatter_along(c, self, dim, index, updates, replace())};
+    Value updates = c.b.broadcast_in_dim(c.input(3), index.type.dims, {});
+    return Values{scatter_along(c, self, dim, index, updates, replace())};
   }, checked_runtime("index out of range in self"));
   register_lowering({"scatter.reduce", "scatter_.reduce", "scatter.reduce_out"}, [](LoweringContext& c) {
-    Value self = c.in(0), index = c.raw(2);
+    Value self = c.input(0), index = c.input_uncast(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
-    return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), reduce_named(c.arg(4).toStringRef()))};
+    return Values{scatter_along(c, self, dim, index, corner(c, c.input(3), index), reduce_named(c.arg(4).toStringRef()))};
   }, checked_runtime("index out of range in self"));
   register_lowering({"scatter.value_reduce", "scatter_.value_reduce", "scatter.value_reduce_out"}, [](LoweringContext& c) {
-    Value self = c.in(0), index = c.raw(2);
+    Value self = c.input(0), index = c.input_uncast(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
-    Value updates = c.b.broadcast_in_dim(c.in(3), index.type.dims, {});
-    return V{scatter_along(c, self, dim, index, updates, reduce_named(c.arg(4).toStringRef()))};
+    Value updates = c.b.broadcast_in_dim(c.input(3), index.type.dims, {});
+    return Values{scatter_along(c, self, dim, index, updates, reduce_named(c.arg(4).toStringRef()))};
   }, checked_runtime("index out of range in self"));
   register_lowering({"scatter_add", "scatter_add_", "scatter_add.out"}, [](LoweringContext& c) {
-    Value self = c.in(0), index = c.raw(2);
+    Value self = c.input(0), index = c.input_uncast(2);
     int64_t dim = wrap_dim(c.arg(1).toInt(), self.type.rank());
-    return V{scatter_along(c, self, dim, index, corner(c, c.in(3), index), combine_with(BinaryOp::kAdd))};
+    return Values{scatter_along(c, self, dim, index, corner(c, c.input(3), index), combine_with(BinaryOp::kAdd))};
   }, checked_runtime("index out of range in self"));
   register_lowering({"index_reduce", "index_reduce_", "index_reduce.out"}, index_reduce,
                     checked_runtime("index out of range in self"));
   register_lowering({"index_copy", "index_copy_", "index_copy.out"}, [](LoweringContext& c) {
-    return V{index_scatter(c, c.in(3), replace())};
+    return Values{index_scatter(c, c.input(3), replace())};
   }, checked_runtime("index out of range in self"));
   register_lowering({"index_add", "index_add_", "index_add.out"}, [](LoweringContext& c) {
-    Value source = c.in(3);
-    if (c.has(4)) source = c.b.binary(BinaryOp::kMultiply, source, c.b.broadcast_in_dim(c.in(4), source.type.dims, {}));
-    return V{index_scatter(c, source, combine_with(BinaryOp::kAdd))};
+    Value source = c.input(3);
+    if (c.has(4)) source = source * c.b.broadcast_in_dim(c.input(4), source.type.dims, {});
+    return Values{index_scatter(c, source, combine_with(BinaryOp::kAdd))};
   }, checked_runtime("index out of range in self"));
   register_lowering({"index_fill.int_Scalar", "index_fill_.int_Scalar", "index_fill.int_Scalar_out",
                      "index_fill.int_Tensor", "index_fill_.int_Tensor", "index_fill.int_Tensor_out"},
                     [](LoweringContext& c) {
     // The filled slices: self's shape with as many entries along dim as the index has.
     std::vector<int64_t> shape = c.out().dims;
-    if (!shape.empty()) shape[wrap_dim(c.arg(1).toInt(), shape.size())] = c.raw(2).type.element_count();
-    return V{index_scatter(c, c.b.broadcast_in_dim(c.in(3), shape, {}), replace(), true)};
+    if (!shape.empty()) shape[wrap_dim(c.arg(1).toInt(), shape.size())] = c.input_uncast(2).type.element_count();
+    return Values{index_scatter(c, c.b.broadcast_in_dim(c.input(3), shape, {}), replace(), true)};
   }, checked_runtime("index out of range in self"));
   LoweringOptions index_options = checked("index out of range in self");
   index_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {
@@ -579,18 +578,18 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"index_put", "index_put_", "index_put.out", "_index_put_impl_"}, index_put, index_put_options);
   // Low-precision floats accumulate in f32, as on CPU.
   register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
-    Value x = c.in_as(0, accumulator(c.compute_dtype()));
-    return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
+    Value x = c.input_as(0, accumulator(c.compute_dtype()));
+    return Values{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
   });
   register_lowering({"cumprod", "cumprod_", "cumprod.out"}, [](LoweringContext& c) {
-    Value x = c.in_as(0, accumulator(c.compute_dtype()));
-    return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
+    Value x = c.input_as(0, accumulator(c.compute_dtype()));
+    return Values{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};
   });
   register_lowering({"_cummax_helper"}, running_extreme(true), written_only());
   register_lowering({"_cummin_helper"}, running_extreme(false), written_only());
   register_lowering({"_logcumsumexp", "_logcumsumexp.out"}, [](LoweringContext& c) {
-    Value x = c.in_as(0, accumulator(c.compute_dtype()));
-    return V{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), log_add_exp, -INFINITY)};
+    Value x = c.input_as(0, accumulator(c.compute_dtype()));
+    return Values{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), log_add_exp, -INFINITY)};
   }, [] {
     LoweringOptions o;
     o.meta = shaped_like(0);  // no meta kernel: the input's shape and dtype
@@ -598,26 +597,26 @@ TORCHTPU_LOWERINGS(indexing) {
   }());
   register_lowering({"unfold_backward", "unfold_backward.out"}, unfold_backward);
   register_lowering({"channel_shuffle", "channel_shuffle.out"}, [](LoweringContext& c) {
-    Value x = c.in(0);  // [N, C, ...] -> [N, g, C/g, ...] -> [N, C/g, g, ...] -> [N, C, ...]
+    Value x = c.input(0);  // [N, C, ...] -> [N, g, C/g, ...] -> [N, C/g, g, ...] -> [N, C, ...]
     int64_t groups = c.arg(1).toInt(), rank = x.type.rank();
     std::vector<int64_t> split = x.type.dims, perm{0, 2, 1};
     split[1] = x.type.dims[1] / groups;
     split.insert(split.begin() + 1, groups);
     for (int64_t d = 3; d <= rank; ++d) perm.push_back(d);
-    return V{c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), x.type.dims)};
+    return Values{c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), x.type.dims)};
   });
   register_lowering({"take", "take.out"}, take, checked("take(): index out of range"));
   // nonzero with a static size (torch.compile-friendly): (self, size, fill_value)
   register_lowering({"nonzero_static", "nonzero_static.out"}, [](LoweringContext& c) {
-    if (c.out().element_count() == 0) return V{c.b.constant(0, c.out())};
-    return V{nonzero_coordinates(c.b, c.raw(0), c.out().dims[0], c.arg(2).toInt())};
+    if (c.out().element_count() == 0) return Values{c.b.constant(0, c.out())};
+    return Values{nonzero_coordinates(c.b, c.input_uncast(0), c.out().dims[0], c.arg(2).toInt())};
   });
   register_lowering({"put_"}, put, checked("put_(): index out of range"));
   register_lowering({"linspace", "linspace.out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;
-    if (c.arg(2).toInt() == 0) return V{c.b.constant(0, c.out())};
-    if (low_precision(t)) return V{cast(c.b, evenly_spaced(c, accumulator(t), t, true), t)};
-    return V{evenly_spaced(c, is_floating(t) || is_complex(t) ? t : DType::kF64)};
+    if (c.arg(2).toInt() == 0) return Values{c.b.constant(0, c.out())};
+    if (low_precision(t)) return Values{cast(c.b, evenly_spaced(c, accumulator(t), t, true), t)};
+    return Values{evenly_spaced(c, is_floating(t) || is_complex(t) ? t : DType::kF64)};
   });
   // logspace(start, end, steps, base): base to the powers linspace gives, in the output dtype
   // (double for integer outputs, truncated at the end as on CPU).
@@ -625,31 +624,31 @@ TORCHTPU_LOWERINGS(indexing) {
                      "logspace.Scalar_Tensor_out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;
     int64_t steps = c.arg(2).toInt();
-    if (steps == 0) return V{c.b.constant(0, c.out())};
+    if (steps == 0) return Values{c.b.constant(0, c.out())};
     if (steps == 1) {  // CPU fills base ** start, computed in double precision from the unrounded start
       DType wide = is_complex(t) ? DType::kC128 : DType::kF64;
-      Value start = cast(c.b, c.raw(0), wide);  // a Scalar start is a runtime f64 input
+      Value start = cast(c.b, c.input_uncast(0), wide);  // a Scalar start is a runtime f64 input
       Value power = c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), start.type), start);
-      return V{c.b.broadcast_in_dim(power, c.out().dims, {})};
+      return Values{c.b.broadcast_in_dim(power, c.out().dims, {})};
     }
     // Low-precision outputs: start and end rounded to the output dtype first, as CPU does.
     Value exponent = evenly_spaced(c, is_floating(t) || is_complex(t) ? accumulator(t) : DType::kF64, low_precision(t));
-    return V{c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), exponent.type), exponent)};
+    return Values{c.b.binary(BinaryOp::kPower, c.b.constant(c.arg(3).toDouble(), exponent.type), exponent)};
   });
-  register_lowering({"tril_indices", "tril_indices.out"}, [](LoweringContext& c) { return V{triangle_indices(c, true)}; });
-  register_lowering({"triu_indices", "triu_indices.out"}, [](LoweringContext& c) { return V{triangle_indices(c, false)}; });
+  register_lowering({"tril_indices", "tril_indices.out"}, [](LoweringContext& c) { return Values{triangle_indices(c, true)}; });
+  register_lowering({"triu_indices", "triu_indices.out"}, [](LoweringContext& c) { return Values{triangle_indices(c, false)}; });
   register_lowering({"eye.out", "eye.m_out"}, [](LoweringContext& c) {
     hlo::TensorType index{DType::kS64, c.out().dims};
     Value diagonal = c.b.compare(Compare::kEQ, c.b.iota(index, 0), c.b.iota(index, 1));
-    return V{c.b.convert(diagonal, c.out().dtype)};
+    return Values{c.b.convert(diagonal, c.out().dtype)};
   });
   // torch.range (deprecated, still used) is arange with the end included
   register_lowering({"arange.start_out", "range.out"}, [](LoweringContext& c) {
     DType t = c.out().dtype;  // (start, end, step, out): start + i * step, computed in f64 / s64
     DType wide = is_floating(t) ? DType::kF64 : DType::kS64;
     Value i = c.b.iota({wide, c.out().dims}, 0);
-    Value start = c.bcast(c.in_as(0, wide)), step = c.bcast(c.in_as(2, wide));
-    return V{c.b.binary(BinaryOp::kAdd, start, c.b.binary(BinaryOp::kMultiply, i, step))};
+    Value start = c.broadcast_to_output(c.input_as(0, wide)), step = c.broadcast_to_output(c.input_as(2, wide));
+    return Values{start + i * step};
   }, [] {
     LoweringOptions o;
     o.shape_from_scalars = true;
@@ -665,7 +664,7 @@ TORCHTPU_LOWERINGS(indexing) {
     return std::vector<c10::IValue>{at::empty(sizes, x.options().memory_format(x.suggest_memory_format()))};
   };
   register_lowering({"constant_pad_nd", "constant_pad_nd.out"}, [](LoweringContext& c) {
-    Value x = c.in(0);
+    Value x = c.input(0);
     auto pad = c.int_list(1);
     int64_t rank = x.type.rank();
     std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
@@ -680,16 +679,16 @@ TORCHTPU_LOWERINGS(indexing) {
       plow[d] = std::max<int64_t>(low[d], 0);
       phigh[d] = std::max<int64_t>(high[d], 0);
     }
-    Value padded = c.b.pad(x, cast(c.b, c.in(2), x.type.dtype), plow, phigh, interior);
+    Value padded = c.b.pad(x, cast(c.b, c.input(2), x.type.dtype), plow, phigh, interior);
     std::vector<int64_t> start(rank), limit = padded.type.dims, step(rank, 1);
     for (int64_t d = 0; d < rank; ++d) {
       start[d] = std::max<int64_t>(-low[d], 0);
       limit[d] -= std::max<int64_t>(-high[d], 0);
     }
-    return V{c.b.slice(padded, start, limit, step)};
+    return Values{c.b.slice(padded, start, limit, step)};
   }, pad_options);
   register_lowering({"fill_.Tensor", "fill.Tensor", "fill.Tensor_out"}, [](LoweringContext& c) {
-    return V{c.bcast(c.in(1))};
+    return Values{c.broadcast_to_output(c.input(1))};
   });
 }
 

@@ -56,7 +56,7 @@ inline Rotation jacobi_rotation(Math& m, const Value& alpha, const Value& beta, 
     Value zero = b.compare(Compare::kEQ, g, m.k(0, g));
     Value safe = b.select(zero, m.k(1, g), g);
     Value re = b.select(zero, m.k(1, g), m.div(b.unary(UnaryOp::kReal, gamma), safe));
-    Value im = m.div(b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, gamma)), safe);
+    Value im = m.div(-b.unary(UnaryOp::kImag, gamma), safe);
     phase = b.binary(BinaryOp::kComplex, re, im);
   }
   Value zeta = m.div(m.sub(beta, alpha), m.mul(m.k(2, g), g));
@@ -106,18 +106,18 @@ Value jacobi_sweeps(Builder& b, const Value& w, int64_t pairs_dim, const Value& 
   Value big = b.broadcast_in_dim(b.constant(INFINITY, {tolerance.type.dtype, {}}), tolerance.type.dims, {});
   return b.while_loop(
       {w, b.constant(0, count), big, tolerance},
-      [&](Builder& rb, const V& a) {
-        return V{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, a[1], rb.constant(kMaxJacobiSweeps, count)),
+      [&](Builder& rb, const Values& a) {
+        return Values{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, a[1], rb.constant(kMaxJacobiSweeps, count)),
                            rb.compare(Compare::kGT, a[2], a[3]))};
       },
-      [&](Builder& rb, const V& a) {
-        V swept = counted_loop(rb, a[0].type.dims[pairs_dim] - 1, {a[0], rb.constant(0, a[2].type)},
-                               [&](Builder& lb, const Value&, const V& state) {
+      [&](Builder& rb, const Values& a) {
+        Values swept = counted_loop(rb, a[0].type.dims[pairs_dim] - 1, {a[0], rb.constant(0, a[2].type)},
+                               [&](Builder& lb, const Value&, const Values& state) {
                                  Math lm{lb};
                                  auto [next, measure] = round(lm, state[0]);
-                                 return V{next, lb.binary(BinaryOp::kMaximum, state[1], measure)};
+                                 return Values{next, lb.binary(BinaryOp::kMaximum, state[1], measure)};
                                });
-        return V{swept[0], rb.binary(BinaryOp::kAdd, a[1], rb.constant(1, count)), swept[1], a[3]};
+        return Values{swept[0], a[1] + rb.constant(1, count), swept[1], a[3]};
       })[0];
 }
 

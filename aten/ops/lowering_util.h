@@ -18,6 +18,9 @@ inline DType accumulator(DType t) {
   return narrow ? DType::kF32 : t;
 }
 
+// Where x is NaN (x != x).
+inline hlo::Value is_nan(const hlo::Value& x) { return hlo::builder_of(x).compare(hlo::Compare::kNE, x, x); }
+
 // For lowerings of CPU kernels that compute in their `scalar_t`: the dtype to round every step to
 // (Math::rounding) when that is bfloat16/float16, none otherwise.
 inline std::optional<DType> low_precision(DType t) { return accumulator(t) != t ? std::optional<DType>(t) : std::nullopt; }
@@ -25,8 +28,8 @@ inline std::optional<DType> low_precision(DType t) { return accumulator(t) != t 
 // PyTorch evaluates element-wise math on bfloat16/float16 in float32 ("opmath") and rounds once
 // at the end; so do the lowerings that read their operands with these (the kernel casts results
 // to the output dtype). opmath_b broadcasts to the first output's shape.
-inline hlo::Value opmath(LoweringContext& c, size_t i) { return c.in_as(i, accumulator(c.compute_dtype())); }
-inline hlo::Value opmath_b(LoweringContext& c, size_t i) { return c.bcast(opmath(c, i)); }
+inline hlo::Value opmath(LoweringContext& c, size_t i) { return c.input_as(i, accumulator(c.compute_dtype())); }
+inline hlo::Value opmath_b(LoweringContext& c, size_t i) { return c.broadcast_to_output(opmath(c, i)); }
 
 // A possibly negative dimension index made non-negative (a 0-d tensor has one "dimension").
 inline int64_t wrap_dim(int64_t dim, int64_t rank) { return dim < 0 ? dim + (rank > 0 ? rank : 1) : dim; }
@@ -55,12 +58,12 @@ inline hlo::Value cast(hlo::Builder& b, const hlo::Value& v, DType to) {
 inline hlo::Value integer_bound(LoweringContext& c, size_t i, bool clip) {
   DType t = c.compute_dtype();
   bool integral = t != DType::kBool && t != DType::kC32 && !is_floating(t) && !is_complex(t);
-  if (!clip || !integral || !c.arg(i).isScalar() || t == DType::kS64) return c.in_b(i);
-  hlo::Value v = cast(c.b, c.raw(i), DType::kS64);  // a float Scalar truncates, as toLong
+  if (!clip || !integral || !c.arg(i).isScalar() || t == DType::kS64) return c.elementwise_input(i);
+  hlo::Value v = cast(c.b, c.input_uncast(i), DType::kS64);  // a float Scalar truncates, as toLong
   hlo::TensorType s64{DType::kS64, {}};
   v = c.b.binary(hlo::BinaryOp::kMaximum, v, c.b.constant_int(static_cast<int64_t>(lowest_value(t)), s64));
   if (t != DType::kU64) v = c.b.binary(hlo::BinaryOp::kMinimum, v, c.b.constant_int(static_cast<int64_t>(highest_value(t)), s64));
-  return c.bcast(cast(c.b, v, t));
+  return c.broadcast_to_output(cast(c.b, v, t));
 }
 
 // complex32 (torch.chalf) is stored as float16 pairs (DType::kC32) and computed in complex64, as
@@ -72,9 +75,9 @@ inline hlo::Value widened(hlo::Builder& b, const hlo::Value& v) { return cast(b,
 // |x|^2, real for complex x.
 inline hlo::Value abs_squared(hlo::Builder& b, const hlo::Value& x) {
   using hlo::BinaryOp, hlo::UnaryOp;
-  if (!is_complex(x.type.dtype)) return b.binary(BinaryOp::kMultiply, x, x);
+  if (!is_complex(x.type.dtype)) return x * x;
   hlo::Value re = b.unary(UnaryOp::kReal, x), im = b.unary(UnaryOp::kImag, x);
-  return b.binary(BinaryOp::kAdd, b.binary(BinaryOp::kMultiply, re, re), b.binary(BinaryOp::kMultiply, im, im));
+  return re * re + im * im;
 }
 
 // f32 v rounded to float16's precision and range, in f32, by integer arithmetic on its bits: a
@@ -87,12 +90,12 @@ inline hlo::Value float16_rounded(hlo::Builder& b, const hlo::Value& v) {
   auto k = [&](double x) { return b.constant(x, v.type); };
   hlo::Value u = b.bitcast_convert(v, DType::kU32);  // drop 13 of 23 mantissa bits, ties to even
   hlo::Value odd = b.binary(BinaryOp::kAnd, b.binary(BinaryOp::kShiftRightLogical, u, bits(13)), bits(1));
-  u = b.binary(BinaryOp::kAnd, b.binary(BinaryOp::kAdd, u, b.binary(BinaryOp::kAdd, odd, bits(0xFFF))), bits(0xFFFFE000));
+  u = b.binary(BinaryOp::kAnd, u + (odd + bits(0xFFF)), bits(0xFFFFE000));
   hlo::Value normal = b.bitcast_convert(u, DType::kF32), magnitude = b.unary(UnaryOp::kAbs, v);
   hlo::Value infinite = b.select(b.compare(Compare::kLT, v, k(0)), k(-INFINITY), k(INFINITY));
   normal = b.select(b.compare(Compare::kGT, b.unary(UnaryOp::kAbs, normal), k(65504)), infinite, normal);
   hlo::Value subnormal = b.binary(  // multiples of 2^-24
-      BinaryOp::kMultiply, b.unary(UnaryOp::kRoundNearestEven, b.binary(BinaryOp::kMultiply, v, k(0x1p24))), k(0x1p-24));
+      BinaryOp::kMultiply, b.unary(UnaryOp::kRoundNearestEven, v * k(0x1p24)), k(0x1p-24));
   return b.select(b.compare(Compare::kLT, magnitude, k(0x1p-14)), subnormal, normal);
 }
 
@@ -182,7 +185,7 @@ inline std::vector<hlo::Value> counted_loop(hlo::Builder& b, int64_t count, std:
       },
       [&](hlo::Builder& rb, const std::vector<hlo::Value>& a) {
         std::vector<hlo::Value> next = body(rb, a[0], {a.begin() + 1, a.end()});
-        next.insert(next.begin(), rb.binary(hlo::BinaryOp::kAdd, a[0], rb.constant(1, index)));
+        next.insert(next.begin(), a[0] + rb.constant(1, index));
         return next;
       });
   out.erase(out.begin());

@@ -42,8 +42,7 @@ Value entry_at(Builder& b, const Value& x, int64_t dim, const Value& at) {
 // LAPACK's pivot magnitude: |x| for reals, |re| + |im| for complex (izamax).
 Value magnitude(Builder& b, const Value& x) {
   if (!is_complex(x.type.dtype)) return b.unary(UnaryOp::kAbs, x);
-  return b.binary(BinaryOp::kAdd, b.unary(UnaryOp::kAbs, b.unary(UnaryOp::kReal, x)),
-                  b.unary(UnaryOp::kAbs, b.unary(UnaryOp::kImag, x)));
+  return b.unary(UnaryOp::kAbs, b.unary(UnaryOp::kReal, x)) + b.unary(UnaryOp::kAbs, b.unary(UnaryOp::kImag, x));
 }
 
 Lu factor(Builder& outer, const Value& input, bool pivot) {
@@ -51,8 +50,8 @@ Lu factor(Builder& outer, const Value& input, bool pivot) {
   std::vector<int64_t> batch = batch_of(input.type), column_dims = batch, pivot_dims = batch;
   column_dims.push_back(m);
   pivot_dims.push_back(k);
-  V start{input, outer.constant(0, index_type(pivot_dims)), outer.constant(0, index_type(batch))};
-  V out = counted_loop(outer, k, start, [&](Builder& b, const Value& j, const V& state) {
+  Values start{input, outer.constant(0, index_type(pivot_dims)), outer.constant(0, index_type(batch))};
+  Values out = counted_loop(outer, k, start, [&](Builder& b, const Value& j, const Values& state) {
     Value a = state[0];
     auto per_matrix = [&](const Value& v) { return b.broadcast_in_dim(v, a.type.dims, leading(rank - 2)); };
     Value p = b.broadcast_in_dim(j, batch, {});
@@ -77,19 +76,19 @@ Lu factor(Builder& outer, const Value& input, bool pivot) {
     Value zero_pivot = b.compare(Compare::kEQ, pivot_value, b.constant(0, pivot_value.type));
     Value below_j = positions(b, a.type.dims, rank - 2, Compare::kGT, j);
     Value in_column = b.binary(BinaryOp::kAnd, below_j, positions(b, a.type.dims, rank - 1, Compare::kEQ, j));
-    a = b.select(in_column, b.select(zero_pivot, a, b.binary(BinaryOp::kDivide, a, pivot_value)), a);
+    a = b.select(in_column, b.select(zero_pivot, a, a / pivot_value), a);
     std::vector<int64_t> as_column = leading(rank - 2), as_row = leading(rank - 2);
     as_column.push_back(rank - 2);
     as_row.push_back(rank - 1);
     Value multipliers = b.broadcast_in_dim(slice_at(b, a, rank - 1, j), a.type.dims, as_column);
     Value pivot_row = b.broadcast_in_dim(slice_at(b, a, rank - 2, j), a.type.dims, as_row);
     Value trailing = b.binary(BinaryOp::kAnd, below_j, positions(b, a.type.dims, rank - 1, Compare::kGT, j));
-    a = b.select(trailing, b.binary(BinaryOp::kSubtract, a, b.binary(BinaryOp::kMultiply, multipliers, pivot_row)), a);
+    a = b.select(trailing, a - multipliers * pivot_row, a);
     Value info = state[2];
     Value first_zero = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, info, b.constant(0, info.type)),
                                 slice_at(b, slice_at(b, zero_pivot, rank - 2, j), rank - 2, j));
-    Value column_number = b.broadcast_in_dim(b.binary(BinaryOp::kAdd, j, b.constant(1, j.type)), batch, {});
-    return V{a, pivots, b.select(first_zero, column_number, info)};
+    Value column_number = b.broadcast_in_dim(j + b.constant(1, j.type), batch, {});
+    return Values{a, pivots, b.select(first_zero, column_number, info)};
   });
   return {out[0], out[1], outer.convert(out[2], DType::kS32)};
 }
@@ -100,14 +99,14 @@ Value permutation(Builder& outer, const Value& pivots, int64_t m) {
   std::vector<int64_t> dims(pivots.type.dims.begin(), pivots.type.dims.end() - 1);
   dims.push_back(m);
   Value identity = outer.iota(index_type(dims), rank - 1);
-  return counted_loop(outer, k, {identity, pivots}, [&](Builder& b, const Value& j, const V& state) {
+  return counted_loop(outer, k, {identity, pivots}, [&](Builder& b, const Value& j, const Values& state) {
     Value perm = state[0], p = slice_at(b, state[1], rank - 1, j);
     std::vector<int64_t> lead = leading(rank - 1);
     Value p_b = b.broadcast_in_dim(p, dims, lead);
     Value at_p = b.broadcast_in_dim(entry_at(b, perm, rank - 1, p), dims, lead);
     Value at_j = b.broadcast_in_dim(slice_at(b, perm, rank - 1, j), dims, lead);
     Value is_p = b.compare(Compare::kEQ, b.iota(index_type(dims), rank - 1), p_b);
-    return V{b.select(positions(b, dims, rank - 1, Compare::kEQ, j), at_p, b.select(is_p, at_j, perm)), state[1]};
+    return Values{b.select(positions(b, dims, rank - 1, Compare::kEQ, j), at_p, b.select(is_p, at_j, perm)), state[1]};
   })[0];
 }
 
@@ -122,22 +121,16 @@ Value permutation_matrix(Builder& b, const Value& perm, DType dtype) {
   return b.convert(b.compare(Compare::kEQ, r, b.broadcast_in_dim(perm, dims, map)), dtype);
 }
 
-Value matmul(Builder& b, const Value& x, const Value& y) {
-  int64_t rank = x.type.rank();
-  std::vector<int64_t> batch = leading(rank - 2);
-  return b.dot_general(x, y, {batch, batch, {rank - 1}, {rank - 2}}, x.type.dtype, Builder::Precision::kHighest);
-}
-
 // Solves A X = B (A^H X = B when `adjoint`) from A's LU factors; B [..., n, k].
 Value lu_solve(Builder& b, const Lu& f, const Value& rhs, bool adjoint_a) {
   using T = Builder::TransposeA;
   Value p = permutation_matrix(b, permutation(b, f.pivots, f.lu.type.dims.back()), rhs.type.dtype);
   if (!adjoint_a) {  // L U X = P^T B
-    Value y = b.triangular_solve(f.lu, matmul(b, transpose_last(b, p), rhs), true, true, true, T::kNo);
+    Value y = b.triangular_solve(f.lu, matmul(transpose_last(b, p), rhs), true, true, true, T::kNo);
     return b.triangular_solve(f.lu, y, true, false, false, T::kNo);
   }
   Value y = b.triangular_solve(f.lu, rhs, true, false, false, T::kAdjoint);  // U^H L^H P^T X = B
-  return matmul(b, p, b.triangular_solve(f.lu, y, true, true, true, T::kAdjoint));
+  return matmul(p, b.triangular_solve(f.lu, y, true, true, true, T::kAdjoint));
 }
 
 // X A = B (left = false) as A^H X^H = B^H.
@@ -162,12 +155,12 @@ Value product(Builder& b, const Value& x, int64_t dim) {
 }
 
 Value one_based(Builder& b, const Value& pivots) {
-  return b.convert(b.binary(BinaryOp::kAdd, pivots, b.constant(1, pivots.type)), DType::kS32);
+  return b.convert(pivots + b.constant(1, pivots.type), DType::kS32);
 }
 
 Value zero_based(Builder& b, const Value& pivots) {
   Value p = cast(b, pivots, DType::kS64);
-  return b.binary(BinaryOp::kSubtract, p, b.constant(1, p.type));
+  return p - b.constant(1, p.type);
 }
 
 bool empty(const hlo::TensorType& t) { return t.element_count() == 0; }
@@ -180,32 +173,32 @@ const char kSingular[] = "linalg.solve: The solver failed because the input matr
 TORCHTPU_LOWERINGS(lu) {
   // linalg_lu_factor_ex(A, pivot, check_errors) -> (LU, pivots (1-based), info)
   register_lowering({"linalg_lu_factor_ex", "linalg_lu_factor_ex.out"}, [](LoweringContext& c) {
-    if (empty(c.out(0))) return V{c.b.constant(0, c.out(0)), c.b.constant(1, c.out(1)), c.b.constant(0, c.out(2))};
-    Lu f = factor(c.b, c.in(0), c.arg(1).toBool());
+    if (empty(c.out(0))) return Values{c.b.constant(0, c.out(0)), c.b.constant(1, c.out(1)), c.b.constant(0, c.out(2))};
+    Lu f = factor(c.b, c.input(0), c.arg(1).toBool());
     if (c.arg(2).toBool()) c.check_on_device(all_in_range(c.b, f.info, 1));
-    return V{f.lu, one_based(c.b, f.pivots), f.info};
+    return Values{f.lu, one_based(c.b, f.pivots), f.info};
   }, checked("torch.linalg.lu_factor_ex: the factorization could not be completed (a zero pivot)"));
   // lu_unpack(LU, pivots, unpack_data, unpack_pivots) -> (P, L, U)
   register_lowering({"lu_unpack", "lu_unpack.out"}, [](LoweringContext& c) {
-    Value lu = c.in(0);
+    Value lu = c.input(0);
     int64_t m = lu.type.dims[lu.type.rank() - 2], n = lu.type.dims.back(), k = std::min(m, n);
-    V out;
+    Values out;
     if (empty(c.out(0))) out.push_back(c.b.constant(0, c.out(0)));
-    else out.push_back(permutation_matrix(c.b, permutation(c.b, zero_based(c.b, c.raw(1)), m), c.out(0).dtype));
-    if (empty(c.out(1)) || empty(c.out(2))) return V{out[0], c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2))};
+    else out.push_back(permutation_matrix(c.b, permutation(c.b, zero_based(c.b, c.input_uncast(1)), m), c.out(0).dtype));
+    if (empty(c.out(1)) || empty(c.out(2))) return Values{out[0], c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2))};
     std::vector<int64_t> start(lu.type.rank(), 0), l_limit = lu.type.dims, u_limit = lu.type.dims, step(lu.type.rank(), 1);
     l_limit.back() = k;
     u_limit[lu.type.rank() - 2] = k;
     Value l = c.b.slice(lu, start, l_limit, step);
-    l = c.b.binary(BinaryOp::kAdd, triangle(c.b, l, true, -1), identity(c.b, l.type));
+    l = triangle(c.b, l, true, -1) + identity(c.b, l.type);
     out.push_back(l);
     out.push_back(triangle(c.b, c.b.slice(lu, start, u_limit, step), false));
     return out;
   });
   // linalg_lu(A, pivot) -> (P, L, U)
   register_lowering({"linalg_lu", "linalg_lu.out"}, [](LoweringContext& c) {
-    if (empty(c.out(1)) || empty(c.out(2))) return V{c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2))};
-    Value a = c.in(0);
+    if (empty(c.out(1)) || empty(c.out(2))) return Values{c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2))};
+    Value a = c.input(0);
     int64_t m = a.type.dims[a.type.rank() - 2], n = a.type.dims.back(), k = std::min(m, n);
     Lu f = factor(c.b, a, c.arg(1).toBool());
     std::vector<int64_t> start(a.type.rank(), 0), l_limit = a.type.dims, u_limit = a.type.dims, step(a.type.rank(), 1);
@@ -213,27 +206,27 @@ TORCHTPU_LOWERINGS(lu) {
     u_limit[a.type.rank() - 2] = k;
     Value l = c.b.slice(f.lu, start, l_limit, step);
     Value p = c.arg(1).toBool() ? permutation_matrix(c.b, permutation(c.b, f.pivots, m), c.out(0).dtype) : c.b.constant(0, c.out(0));
-    return V{p, c.b.binary(BinaryOp::kAdd, triangle(c.b, l, true, -1), identity(c.b, l.type)),
+    return Values{p, triangle(c.b, l, true, -1) + identity(c.b, l.type),
              triangle(c.b, c.b.slice(f.lu, start, u_limit, step), false)};
   });
   // linalg_lu_solve(LU, pivots, B, left, adjoint)
   register_lowering({"linalg_lu_solve", "linalg_lu_solve.out"}, [](LoweringContext& c) {
-    if (empty(c.out())) return V{c.b.constant(0, c.out())};
+    if (empty(c.out())) return Values{c.b.constant(0, c.out())};
     auto batch = batch_of(c.out());
-    Value lu = with_batch(c.b, c.in(0), batch), rhs = with_batch(c.b, c.in(2), batch);
+    Value lu = with_batch(c.b, c.input(0), batch), rhs = with_batch(c.b, c.input(2), batch);
     std::vector<int64_t> pivot_dims = batch;
-    pivot_dims.push_back(c.raw(1).type.dims.back());
-    Lu f{lu, broadcast_to(c.b, zero_based(c.b, c.raw(1)), pivot_dims), {}};
-    return V{solve(c.b, f, rhs, c.arg(3).toBool(), c.arg(4).toBool())};
+    pivot_dims.push_back(c.input_uncast(1).type.dims.back());
+    Lu f{lu, broadcast_to(c.b, zero_based(c.b, c.input_uncast(1)), pivot_dims), {}};
+    return Values{solve(c.b, f, rhs, c.arg(3).toBool(), c.arg(4).toBool())};
   });
   // _linalg_solve_ex(A, B, left, check_errors) -> (X, LU, pivots, info); B may be a (batch of)
   // vector(s), solved as one column.
   register_lowering({"_linalg_solve_ex", "_linalg_solve_ex.result"}, [](LoweringContext& c) {
-    if (empty(c.out(1))) return V{c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(1, c.out(2)), c.b.constant(0, c.out(3))};
+    if (empty(c.out(1))) return Values{c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(1, c.out(2)), c.b.constant(0, c.out(3))};
     auto batch = batch_of(c.out(1));
-    Value a = with_batch(c.b, c.in(0), batch), rhs = c.in(1);
+    Value a = with_batch(c.b, c.input(0), batch), rhs = c.input(1);
     bool left = c.arg(2).toBool();
-    std::vector<int64_t> a_dims = c.raw(0).type.dims;  // PyTorch's vector case: B is A's shape less one
+    std::vector<int64_t> a_dims = c.input_uncast(0).type.dims;  // PyTorch's vector case: B is A's shape less one
     bool vector = rhs.type.rank() == 1 || std::vector<int64_t>(a_dims.begin(), a_dims.end() - 1) == rhs.type.dims;
     if (vector) {
       std::vector<int64_t> column = rhs.type.dims;
@@ -243,41 +236,41 @@ TORCHTPU_LOWERINGS(lu) {
     Lu f = factor(c.b, a, true);
     if (c.arg(3).toBool()) c.check_on_device(all_in_range(c.b, f.info, 1));
     Value x = solve(c.b, f, with_batch(c.b, rhs, batch), left, false);
-    return V{c.b.reshape(x, c.out(0).dims), f.lu, one_based(c.b, f.pivots), f.info};
+    return Values{c.b.reshape(x, c.out(0).dims), f.lu, one_based(c.b, f.pivots), f.info};
   }, checked(kSingular));
   // linalg_inv_ex(A, check_errors) -> (inverse, info)
   register_lowering({"linalg_inv_ex", "linalg_inv_ex.inverse"}, [](LoweringContext& c) {
-    if (empty(c.out(0))) return V{c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
-    Value a = c.in(0);
+    if (empty(c.out(0))) return Values{c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
+    Value a = c.input(0);
     Lu f = factor(c.b, a, true);
     if (c.arg(1).toBool()) c.check_on_device(all_in_range(c.b, f.info, 1));
-    return V{lu_solve(c.b, f, identity(c.b, a.type), false), f.info};
+    return Values{lu_solve(c.b, f, identity(c.b, a.type), false), f.info};
   }, checked("linalg.inv: The diagonal element is zero, the inversion could not be completed because the input matrix is singular."));
   // _linalg_det(A) -> (det, LU, pivots): the product of U's diagonal, signed by the permutation.
   register_lowering({"_linalg_det", "_linalg_det.result"}, [](LoweringContext& c) {
-    Value a = c.in(0);
-    if (empty(c.out(1))) return V{c.b.constant(1, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(1, c.out(2))};
+    Value a = c.input(0);
+    if (empty(c.out(1))) return Values{c.b.constant(1, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(1, c.out(2))};
     Lu f = factor(c.b, as_det_factors_it(c, a), true);
     Value d = product(c.b, diagonal(c.b, f.lu), a.type.rank() - 2);
-    return V{c.b.binary(BinaryOp::kMultiply, d, permutation_sign(c.b, f.pivots, d.type.dtype)), f.lu,
+    return Values{d * permutation_sign(c.b, f.pivots, d.type.dtype), f.lu,
              one_based(c.b, f.pivots)};
   });
   // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
   register_lowering({"_linalg_slogdet", "_linalg_slogdet.sign"}, [](LoweringContext& c) {
-    Value a = c.in(0);
-    if (empty(c.out(2))) return V{c.b.constant(1, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2)), c.b.constant(1, c.out(3))};
+    Value a = c.input(0);
+    if (empty(c.out(2))) return Values{c.b.constant(1, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2)), c.b.constant(1, c.out(3))};
     Lu f = factor(c.b, as_det_factors_it(c, a), true);
     Value d = diagonal(c.b, f.lu);
     Value size = c.b.unary(UnaryOp::kAbs, d);  // real for complex d
-    Value unit = is_complex(d.type.dtype) ? c.b.binary(BinaryOp::kDivide, d, c.b.convert(size, d.type.dtype))
+    Value unit = is_complex(d.type.dtype) ? d / c.b.convert(size, d.type.dtype)
                                            : c.b.unary(UnaryOp::kSign, d);
     int64_t dim = a.type.rank() - 2;
-    Value sign = c.b.binary(BinaryOp::kMultiply, product(c.b, unit, dim), permutation_sign(c.b, f.pivots, d.type.dtype));
+    Value sign = product(c.b, unit, dim) * permutation_sign(c.b, f.pivots, d.type.dtype);
     Value log_size = c.b.reduce({c.b.unary(UnaryOp::kLog, size)}, {c.b.constant(0, {size.type.dtype, {}})}, {dim},
                                 combine_with(BinaryOp::kAdd))[0];
     Value singular = c.b.compare(Compare::kEQ, log_size, c.b.constant(-INFINITY, log_size.type));
     sign = c.b.select(singular, c.b.constant(0, sign.type), sign);
-    return V{sign, log_size, f.lu, one_based(c.b, f.pivots)};
+    return Values{sign, log_size, f.lu, one_based(c.b, f.pivots)};
   });
 }
 

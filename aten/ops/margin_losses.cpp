@@ -37,40 +37,40 @@ struct MultiMargin {
 
   MultiMargin(LoweringContext& c, Math& m, size_t self, size_t target, size_t p_arg, size_t margin_arg,
               size_t weight_arg)
-      : x(rows(c.b, c.raw(self))), p(c.arg(p_arg).toScalar().toLong()) {
+      : x(rows(c.b, c.input_uncast(self))), p(c.arg(p_arg).toScalar().toLong()) {
     int64_t n = x.type.dims[0], classes = x.type.dims[1];
-    Value y = c.b.reshape(cast(c.b, c.raw(target), DType::kS64), {n});
+    Value y = c.b.reshape(cast(c.b, c.input_uncast(target), DType::kS64), {n});
     c.check_on_device(all_in_range(c.b, y, classes));
     is_target = c.b.compare(Compare::kEQ, c.b.iota({DType::kS64, x.type.dims}, 1), over_row(c.b, y, x));
     Value x_target = m.sum(c.b.select(is_target, x, m.k(0, x)), {1});
-    Value margin = c.b.broadcast_in_dim(c.in_as(margin_arg, x.type.dtype), x.type.dims, {});  // a runtime Scalar
+    Value margin = c.b.broadcast_in_dim(c.input_as(margin_arg, x.type.dtype), x.type.dims, {});  // a runtime Scalar
     z = m.add(m.sub(margin, over_row(c.b, x_target, x)), x);
     active = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGT, z, m.k(0, z)), c.b.unary(UnaryOp::kNot, is_target));
     scale = m.k(1.0 / static_cast<double>(classes), x);
     if (c.has(weight_arg)) {
-      Value weight = c.b.broadcast_in_dim(cast(c.b, c.raw(weight_arg), x.type.dtype), x.type.dims, {1});
+      Value weight = c.b.broadcast_in_dim(cast(c.b, c.input_uncast(weight_arg), x.type.dtype), x.type.dims, {1});
       scale = m.mul(scale, over_row(c.b, m.sum(c.b.select(is_target, weight, m.k(0, x)), {1}), x));
     }
   }
 };
 
-V multi_margin_loss(LoweringContext& c) {  // (self, target, p, margin, weight?, reduction)
+Values multi_margin_loss(LoweringContext& c) {  // (self, target, p, margin, weight?, reduction)
   Math m{c.b};
   MultiMargin mm(c, m, 0, 1, 2, 3, 4);
   Value h = c.b.select(mm.active, mm.z, m.k(0, mm.z));
-  if (mm.p == 2) h = m.mul(h, h);
-  Value losses = m.sum(m.mul(h, mm.scale), {1});
+  if (mm.p == 2) h = h * h;
+  Value losses = m.sum(h * mm.scale, {1});
   return {c.b.reshape(reduce_loss(m, losses, c.arg(5).toInt()), c.out().dims)};
 }
 
-V multi_margin_loss_backward(LoweringContext& c) {  // (grad_output, self, target, p, margin, weight?, reduction)
+Values multi_margin_loss_backward(LoweringContext& c) {  // (grad_output, self, target, p, margin, weight?, reduction)
   Math m{c.b};
   MultiMargin mm(c, m, 1, 2, 3, 4, 5);
   int64_t n = mm.x.type.dims[0];
-  Value g = over_row(c.b, row_grad(c, m, c.raw(0), n, c.arg(6).toInt(), mm.x.type.dtype), mm.x);
-  Value dz = mm.p == 2 ? m.mul(m.k(2, mm.z), mm.z) : m.k(1, mm.z);
-  dz = c.b.select(mm.active, m.mul(m.mul(dz, mm.scale), g), m.k(0, mm.z));
-  Value to_target = over_row(c.b, c.b.unary(UnaryOp::kNegate, m.sum(dz, {1})), mm.x);
+  Value g = over_row(c.b, row_grad(c, m, c.input_uncast(0), n, c.arg(6).toInt(), mm.x.type.dtype), mm.x);
+  Value dz = mm.p == 2 ? m.k(2, mm.z) * mm.z : m.k(1, mm.z);
+  dz = c.b.select(mm.active, dz * mm.scale * g, m.k(0, mm.z));
+  Value to_target = over_row(c.b, -m.sum(dz, {1}), mm.x);
   return {c.b.reshape(c.b.select(mm.is_target, to_target, dz), c.out().dims)};
 }
 
@@ -81,9 +81,9 @@ struct MultiLabel {
   // count[n, j]: times j is listed; hinge[n, j, k]: the pair's term; active: its d/dz
   Value x, count, is_target, hinge, active;
 
-  MultiLabel(LoweringContext& c, Math& m, size_t self, size_t target) : x(rows(c.b, c.raw(self))) {
+  MultiLabel(LoweringContext& c, Math& m, size_t self, size_t target) : x(rows(c.b, c.input_uncast(self))) {
     int64_t n = x.type.dims[0], classes = x.type.dims[1];
-    Value t = cast(c.b, rows(c.b, c.raw(target)), DType::kS64);
+    Value t = cast(c.b, rows(c.b, c.input_uncast(target)), DType::kS64);
     Value ok = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, t, c.b.constant(-1, t.type)),
                           c.b.compare(Compare::kLT, t, c.b.constant_int(classes, t.type)));
     c.check_on_device(all_true(c.b, ok));
@@ -107,7 +107,7 @@ struct MultiLabel {
   }
 };
 
-V multilabel_margin_loss(LoweringContext& c) {  // (self, target, reduction) -> (output, is_target)
+Values multilabel_margin_loss(LoweringContext& c) {  // (self, target, reduction) -> (output, is_target)
   Math m{c.b};
   MultiLabel ml(c, m, 0, 1);
   Value losses = m.sum(ml.hinge, {1, 2});
@@ -115,13 +115,13 @@ V multilabel_margin_loss(LoweringContext& c) {  // (self, target, reduction) -> 
           c.b.reshape(c.b.convert(ml.is_target, c.out(1).dtype), c.out(1).dims)};
 }
 
-V multilabel_margin_loss_backward(LoweringContext& c) {  // (grad_output, self, target, reduction, is_target)
+Values multilabel_margin_loss_backward(LoweringContext& c) {  // (grad_output, self, target, reduction, is_target)
   Math m{c.b};
   MultiLabel ml(c, m, 1, 2);
   int64_t n = ml.x.type.dims[0];
-  Value g = row_grad(c, m, c.raw(0), n, c.arg(3).toInt(), ml.x.type.dtype);
-  Value grad = m.sub(m.sum(ml.active, {1}), m.sum(ml.active, {2}));  // +as k, -as j
-  return {c.b.reshape(m.mul(grad, c.b.broadcast_in_dim(g, grad.type.dims, {0})), c.out().dims)};
+  Value g = row_grad(c, m, c.input_uncast(0), n, c.arg(3).toInt(), ml.x.type.dtype);
+  Value grad = m.sum(ml.active, {1}) - m.sum(ml.active, {2});  // +as k, -as j
+  return {c.b.reshape(grad * c.b.broadcast_in_dim(g, grad.type.dims, {0}), c.out().dims)};
 }
 
 // PyTorch's meta kernel gives the unreduced loss of a 1-D input the shape [1]; CPU gives 0-d.

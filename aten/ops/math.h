@@ -19,10 +19,10 @@ struct Math {
   std::optional<DType> rounding = std::nullopt;
 
   hlo::Value rounded(const hlo::Value& v) { return rounding ? rounded_to(b, v, *rounding) : v; }
-  hlo::Value add(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kAdd, x, y)); }
-  hlo::Value sub(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kSubtract, x, y)); }
-  hlo::Value mul(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kMultiply, x, y)); }
-  hlo::Value div(const hlo::Value& x, const hlo::Value& y) { return rounded(b.binary(hlo::BinaryOp::kDivide, x, y)); }
+  hlo::Value add(const hlo::Value& x, const hlo::Value& y) { return rounded(x + y); }
+  hlo::Value sub(const hlo::Value& x, const hlo::Value& y) { return rounded(x - y); }
+  hlo::Value mul(const hlo::Value& x, const hlo::Value& y) { return rounded(x * y); }
+  hlo::Value div(const hlo::Value& x, const hlo::Value& y) { return rounded(x / y); }
   // A constant shaped like `like`.
   hlo::Value k(double v, const hlo::Value& like) { return rounded(b.constant(v, like.type)); }
 
@@ -40,10 +40,9 @@ struct Math {
     if (!is_floating(x.type.dtype)) return sum(x, dims);
     hlo::TensorType scalar{x.type.dtype, {}};
     hlo::RegionBody two_sum = [](hlo::Builder& rb, const std::vector<hlo::Value>& a) {  // (s1, e1, s2, e2)
-      Math r{rb};
-      hlo::Value s = r.add(a[0], a[2]), moved = r.sub(s, a[0]);
-      hlo::Value error = r.add(r.sub(a[0], r.sub(s, moved)), r.sub(a[2], moved));
-      return std::vector<hlo::Value>{s, r.add(r.add(a[1], a[3]), error)};
+      hlo::Value s = a[0] + a[2], moved = s - a[0];
+      hlo::Value error = a[0] - (s - moved) + (a[2] - moved);
+      return std::vector<hlo::Value>{s, a[1] + a[3] + error};
     };
     std::vector<hlo::Value> r = b.reduce({x, k(0, x)}, {b.constant(0, scalar), b.constant(0, scalar)}, dims, two_sum);
     return b.select(b.unary(hlo::UnaryOp::kIsFinite, r[0]), add(r[0], r[1]), r[0]);
@@ -71,7 +70,7 @@ struct Math {
     if (std::isinf(ord)) {
       hlo::Value r = ord > 0 ? reduce(a, dims, hlo::BinaryOp::kMaximum, 0) : reduce(a, dims, hlo::BinaryOp::kMinimum, INFINITY);
       hlo::Value s = sum(a, dims);  // NaN exactly when some |x| is: the max/min must propagate it
-      return b.select(b.compare(hlo::Compare::kNE, s, s), s, r);
+      return b.select(is_nan(s), s, r);
     }
     if (ord == 0) return sum(b.convert(b.compare(hlo::Compare::kNE, a, k(0, a)), a.type.dtype), dims);
     if (ord == 1) return sum(a, dims);
@@ -113,7 +112,7 @@ inline hlo::RegionBody extreme_with_index(bool is_max, DType dtype) {
     hlo::Value better = b.compare(is_max ? hlo::Compare::kGT : hlo::Compare::kLT, a[2], a[0]);
     hlo::Value take = either(better, both(b.compare(hlo::Compare::kEQ, a[2], a[0]), index_first));
     if (is_floating(dtype)) {
-      hlo::Value acc_nan = b.compare(hlo::Compare::kNE, a[0], a[0]), x_nan = b.compare(hlo::Compare::kNE, a[2], a[2]);
+      hlo::Value acc_nan = is_nan(a[0]), x_nan = is_nan(a[2]);
       hlo::Value nan_wins = both(x_nan, either(b.unary(hlo::UnaryOp::kNot, acc_nan), index_first));
       take = either(nan_wins, both(b.unary(hlo::UnaryOp::kNot, either(acc_nan, x_nan)), take));
     }
@@ -126,8 +125,8 @@ inline hlo::RegionBody extreme_with_index(bool is_max, DType dtype) {
 inline hlo::Value nan_extreme(hlo::Builder& b, hlo::BinaryOp op, const hlo::Value& x, const hlo::Value& y) {
   hlo::Value m = b.binary(op, x, y);
   if (!is_floating(x.type.dtype)) return m;
-  m = b.select(b.compare(hlo::Compare::kNE, y, y), y, m);
-  return b.select(b.compare(hlo::Compare::kNE, x, x), x, m);
+  m = b.select(is_nan(y), y, m);
+  return b.select(is_nan(x), x, m);
 }
 
 inline hlo::RegionBody nan_extreme_with(hlo::BinaryOp op) {
@@ -151,10 +150,10 @@ inline hlo::Value complex_log_add_exp(hlo::Builder& b, const hlo::Value& x, cons
   };
   Value x_lower = b.compare(Compare::kLT, re(x), re(y));
   Value lo = b.select(x_lower, x, y), hi = b.select(x_lower, y, x);
-  Value r = m.add(hi, b.unary(UnaryOp::kLogPlusOne, exp(m.sub(lo, hi))));
+  Value r = hi + b.unary(UnaryOp::kLogPlusOne, exp(lo - hi));
   Value both_infinite = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, re(lo), re(hi)),
                                  b.unary(UnaryOp::kNot, b.unary(UnaryOp::kIsFinite, re(lo))));
-  Value at_infinity = b.select(b.compare(Compare::kLT, re(lo), m.k(0, re(lo))), lo, b.unary(UnaryOp::kLog, m.add(exp(lo), exp(hi))));
+  Value at_infinity = b.select(b.compare(Compare::kLT, re(lo), m.k(0, re(lo))), lo, b.unary(UnaryOp::kLog, exp(lo) + exp(hi)));
   r = b.select(both_infinite, at_infinity, r);
   Value nan = m.k(NAN, re(x));
   return b.select(b.binary(BinaryOp::kOr, nan_in(x), nan_in(y)), b.binary(BinaryOp::kComplex, nan, nan), r);

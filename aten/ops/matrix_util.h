@@ -22,6 +22,16 @@ inline std::vector<int64_t> batch_of(const hlo::TensorType& t) { return {t.dims.
 
 inline hlo::TensorType index_type(const std::vector<int64_t>& dims) { return {DType::kS64, dims}; }
 
+// x @ y over the last two dimensions, batched over the leading ones, at full float32 precision
+// (the iterations of the decompositions must not lose bits to a backend's fast matmul).
+inline Value matmul(const Value& x, const Value& y) {
+  int64_t rank = x.type.rank();
+  std::vector<int64_t> batch;
+  for (int64_t d = 0; d < rank - 2; ++d) batch.push_back(d);
+  return hlo::builder_of(x).dot_general(x, y, {batch, batch, {rank - 1}, {rank - 2}}, x.type.dtype,
+                                        Builder::Precision::kHighest);
+}
+
 // Per matrix of the batch, a value ([batch...]) broadcast over `dims` (batch dimensions first).
 inline Value per_matrix(Builder& b, const Value& v, const std::vector<int64_t>& dims) {
   std::vector<int64_t> lead;
@@ -42,7 +52,7 @@ inline Value spread_at(Builder& b, const Value& v, const std::vector<int64_t>& d
 inline Value triangle(Builder& b, const Value& x, bool lower, int64_t k = 0) {
   hlo::TensorType index{DType::kS64, x.type.dims};
   int64_t rank = x.type.rank();
-  Value offset = b.binary(BinaryOp::kSubtract, b.iota(index, rank - 1), b.iota(index, rank - 2));
+  Value offset = b.iota(index, rank - 1) - b.iota(index, rank - 2);
   Value keep = b.compare(lower ? Compare::kLE : Compare::kGE, offset, b.constant_int(k, index));
   return b.select(keep, x, b.constant(0, x.type));
 }
@@ -94,7 +104,7 @@ inline Value positions(Builder& b, const std::vector<int64_t>& dims, int64_t dim
 
 inline Value conj(Builder& b, const Value& x) {
   if (!is_complex(x.type.dtype)) return x;
-  return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, x), b.unary(UnaryOp::kNegate, b.unary(UnaryOp::kImag, x)));
+  return b.binary(BinaryOp::kComplex, b.unary(UnaryOp::kReal, x), -b.unary(UnaryOp::kImag, x));
 }
 
 // The transpose of the last two dimensions, conjugated when `conjugate` (the adjoint).

@@ -30,7 +30,7 @@ Value target_weights(LoweringContext& c, Math& m, const Value& target, DType dty
   Value t = cast(c.b, target, DType::kS64);
   Value w;
   if (c.has(weight_arg)) {
-    Value weight = cast(c.b, c.raw(weight_arg), dtype);
+    Value weight = cast(c.b, c.input_uncast(weight_arg), dtype);
     std::vector<int64_t> dims = t.type.dims;
     dims.push_back(classes);
     Value onehot = c.b.compare(Compare::kEQ, c.b.iota({DType::kS64, dims}, t.type.rank()),
@@ -66,51 +66,51 @@ void check_targets(LoweringContext& c, const Value& target, int64_t classes, int
   c.check_on_device(all_true(c.b, c.b.binary(BinaryOp::kOr, in_range(c.b, t, classes), ignored)));
 }
 
-V nll_loss_forward(LoweringContext& c) {
+Values nll_loss_forward(LoweringContext& c) {
   // (self, target, weight?, reduction, ignore_index) -> (output, total_weight)
   Math m{c.b};
-  Value x = c.raw(0);
+  Value x = c.input_uncast(0);
   int64_t class_dim = x.type.rank() == 1 ? 0 : 1;
   int64_t reduction = c.arg(3).toInt(), ignore = c.arg(4).toInt();
-  check_targets(c, c.raw(1), x.type.dims[class_dim], ignore);
-  Value w = target_weights(c, m, c.raw(1), x.type.dtype, x.type.dims[class_dim], 2, ignore);
-  Value picked = m.reduce(c.b.select(class_mask(c, c.raw(1), x.type.dims, class_dim), x, m.k(0, x)),
+  check_targets(c, c.input_uncast(1), x.type.dims[class_dim], ignore);
+  Value w = target_weights(c, m, c.input_uncast(1), x.type.dtype, x.type.dims[class_dim], 2, ignore);
+  Value picked = m.reduce(c.b.select(class_mask(c, c.input_uncast(1), x.type.dims, class_dim), x, m.k(0, x)),
                           {class_dim}, BinaryOp::kAdd, 0);
   // bfloat16/float16 losses are summed in float32 and rounded once, as CUDA's kernel accumulates
   // (CPU's folds them in bfloat16, further from the exact sum)
   DType dtype = x.type.dtype, acc = accumulator(dtype);
   Value weights = cast(c.b, w, acc);
-  Value losses = m.mul(c.b.unary(UnaryOp::kNegate, cast(c.b, picked, acc)), weights);
+  Value losses = (-cast(c.b, picked, acc)) * weights;
   std::vector<int64_t> all;
   for (int64_t i = 0; i < losses.type.rank(); ++i) all.push_back(i);
   if (reduction == kNone) return {cast(c.b, losses, dtype), c.b.constant(0, {dtype, {}})};  // CPU leaves it 0
   Value total_weight = m.reduce(weights, all, BinaryOp::kAdd, 0);
   Value sum = m.reduce(losses, all, BinaryOp::kAdd, 0);
-  Value loss = reduction == kMean ? m.div(sum, total_weight) : sum;
+  Value loss = reduction == kMean ? sum / total_weight : sum;
   return {cast(c.b, loss, dtype), cast(c.b, total_weight, dtype)};
 }
 
-V nll_loss_backward(LoweringContext& c) {
+Values nll_loss_backward(LoweringContext& c) {
   // (grad_output, self, target, weight?, reduction, ignore_index, total_weight) -> grad_input
   Math m{c.b};
-  Value x = c.raw(1);
+  Value x = c.input_uncast(1);
   DType t = c.out().dtype;
   int64_t class_dim = x.type.rank() == 1 ? 0 : 1;
   int64_t reduction = c.arg(4).toInt(), ignore = c.arg(5).toInt();
-  Value w = target_weights(c, m, c.raw(2), t, x.type.dims[class_dim], 3, ignore);
-  Value g = cast(c.b, c.raw(0), t);
-  if (reduction == kMean) g = m.div(g, cast(c.b, c.raw(6), t));
-  Value scale = reduction == kNone ? m.mul(g, w) : m.mul(c.b.broadcast_in_dim(g, w.type.dims, {}), w);
+  Value w = target_weights(c, m, c.input_uncast(2), t, x.type.dims[class_dim], 3, ignore);
+  Value g = cast(c.b, c.input_uncast(0), t);
+  if (reduction == kMean) g = g / cast(c.b, c.input_uncast(6), t);
+  Value scale = reduction == kNone ? g * w : c.b.broadcast_in_dim(g, w.type.dims, {}) * w;
   std::vector<int64_t> tdims;
   for (int64_t i = 0; i < x.type.rank(); ++i)
     if (i != class_dim) tdims.push_back(i);
-  Value spread = c.b.broadcast_in_dim(c.b.unary(UnaryOp::kNegate, scale), x.type.dims, tdims);
+  Value spread = c.b.broadcast_in_dim(-scale, x.type.dims, tdims);
   Value zeros = c.b.constant(0, {t, x.type.dims});
   // ignored targets get no gradient at all: a NaN from 0 / total_weight must not reach them
-  Value target = cast(c.b, c.raw(2), DType::kS64);
+  Value target = cast(c.b, c.input_uncast(2), DType::kS64);
   Value counted = c.b.broadcast_in_dim(c.b.compare(Compare::kNE, target, c.b.constant_int(ignore, target.type)),
                                        x.type.dims, tdims);
-  Value where = c.b.binary(BinaryOp::kAnd, class_mask(c, c.raw(2), x.type.dims, class_dim), counted);
+  Value where = c.b.binary(BinaryOp::kAnd, class_mask(c, c.input_uncast(2), x.type.dims, class_dim), counted);
   return {c.b.select(where, spread, zeros)};
 }
 
@@ -122,10 +122,10 @@ Lowering pointwise_loss(F f) {
   return [f](LoweringContext& c) {
     Math m{c.b};
     DType acc = accumulator(c.out().dtype);
-    Value x = c.in_as(0, acc), t = c.in_as(1, acc);
+    Value x = c.input_as(0, acc), t = c.input_as(1, acc);
     auto dims = broadcast_shape(x.type.dims, t.type.dims);
-    Value d = m.sub(broadcast_to(c.b, x, dims), broadcast_to(c.b, t, dims));
-    return V{reduce_loss(m, f(m, d, c.num_args() > 3 ? c.arg(3).toDouble() : 0.0), c.arg(2).toInt())};
+    Value d = broadcast_to(c.b, x, dims) - broadcast_to(c.b, t, dims);
+    return Values{reduce_loss(m, f(m, d, c.num_args() > 3 ? c.arg(3).toDouble() : 0.0), c.arg(2).toInt())};
   };
 }
 
@@ -137,10 +137,10 @@ Lowering pointwise_loss_backward(F f) {
     Math m{c.b};
     DType acc = accumulator(c.out().dtype);
     const auto& dims = c.out().dims;
-    Value d = m.sub(broadcast_to(c.b, c.in_as(1, acc), dims), broadcast_to(c.b, c.in_as(2, acc), dims));
-    Value g = broadcast_to(c.b, c.in_as(0, acc), dims);
-    if (c.arg(3).toInt() == kMean) g = m.div(g, m.k(static_cast<double>(d.type.element_count()), g));
-    return V{m.mul(g, f(m, d, c.num_args() > 4 ? c.arg(4).toDouble() : 0.0))};
+    Value d = broadcast_to(c.b, c.input_as(1, acc), dims) - broadcast_to(c.b, c.input_as(2, acc), dims);
+    Value g = broadcast_to(c.b, c.input_as(0, acc), dims);
+    if (c.arg(3).toInt() == kMean) g = g / m.k(static_cast<double>(d.type.element_count()), g);
+    return Values{g * f(m, d, c.num_args() > 4 ? c.arg(4).toDouble() : 0.0)};
   };
 }
 
@@ -180,10 +180,10 @@ std::pair<Value, Value> with_common_batch(LoweringContext& c, const Value& x1, c
   return {expand(x1), expand(x2)};
 }
 
-V cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode); batch dims broadcast
+Values cdist(LoweringContext& c) {  // (x1, x2, p, compute_mode); batch dims broadcast
   Math m{c.b};
   std::vector<int64_t> batch(c.out().dims.begin(), c.out().dims.end() - 2);
-  auto [a, b] = with_common_batch(c, c.in(0), c.in(1), batch);
+  auto [a, b] = with_common_batch(c, c.input(0), c.input(1), batch);
   return {pairwise_distance(m, a, b, c.arg(2).toDouble())};
 }
 
@@ -215,20 +215,20 @@ Value distance_gradient(Math& m, const Value& g, const Value& a, const Value& b,
 }
 
 // _cdist_backward(grad, x1, x2, p, cdist) -> grad of x1.
-V cdist_backward(LoweringContext& c) {
+Values cdist_backward(LoweringContext& c) {
   Math m{c.b};
-  Value g = c.in(0);
+  Value g = c.input(0);
   std::vector<int64_t> batch(g.type.dims.begin(), g.type.dims.end() - 2);
-  auto [a, b] = with_common_batch(c, c.in(1), c.in(2), batch);
-  Value grad = distance_gradient(m, g, a, b, c.in(4), c.arg(3).toDouble());
+  auto [a, b] = with_common_batch(c, c.input(1), c.input(2), batch);
+  Value grad = distance_gradient(m, g, a, b, c.input(4), c.arg(3).toDouble());
   return {c.b.reshape(m.sum_to(grad, c.out().dims), c.out().dims)};
 }
 
 // _pdist_backward(grad, self, p, pdist): cdist's gradient with the pair values spread into
 // symmetric [N, N] matrices (each pair moves both of its rows).
-V pdist_backward(LoweringContext& c) {
+Values pdist_backward(LoweringContext& c) {
   Math m{c.b};
-  Value x = c.in(1);
+  Value x = c.input(1);
   int64_t n = x.type.dims[0], count = n * (n - 1) / 2;
   if (count == 0) return {c.b.constant(0, c.out())};
   std::vector<int64_t> source(static_cast<size_t>(n * n), count);  // count: the appended 0
@@ -239,12 +239,12 @@ V pdist_backward(LoweringContext& c) {
     Value padded = c.b.concatenate({pairs, c.b.constant(0, {pairs.type.dtype, {1}})}, 0);
     return c.b.reshape(take_along(c.b, padded, 0, positions), {n, n});
   };
-  return {distance_gradient(m, symmetric(c.in(0)), x, x, symmetric(c.in(3)), c.arg(2).toDouble())};
+  return {distance_gradient(m, symmetric(c.input(0)), x, x, symmetric(c.input(3)), c.arg(2).toDouble())};
 }
 
-V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, row-major
+Values pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, row-major
   Math m{c.b};
-  Value x = c.in(0);
+  Value x = c.input(0);
   int64_t n = x.type.dims[0];
   Value all = c.b.reshape(pairwise_distance(m, x, x, c.arg(1).toDouble()), {n * n});
   std::vector<int64_t> pairs;
@@ -257,29 +257,29 @@ V pdist(LoweringContext& c) {  // (self [N, M], p) -> distances of pairs i < j, 
 }
 
 // binary_cross_entropy(self, target, weight?, reduction): logs clamped at -100, as PyTorch.
-V binary_cross_entropy(LoweringContext& c) {
+Values binary_cross_entropy(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
-  Value x = c.in_as(0, acc), t = broadcast_to(c.b, c.in_as(1, acc), x.type.dims);
+  Value x = c.input_as(0, acc), t = broadcast_to(c.b, c.input_as(1, acc), x.type.dims);
   auto clamped_log = [&](const Value& v) { return m.b.binary(BinaryOp::kMaximum, m.b.unary(UnaryOp::kLog, v), m.k(-100, v)); };
-  Value loss = m.mul(m.add(m.mul(t, clamped_log(x)), m.mul(m.sub(m.k(1, t), t), clamped_log(m.sub(m.k(1, x), x)))), m.k(-1, x));
-  if (c.has(2)) loss = m.mul(loss, broadcast_to(c.b, c.in_as(2, acc), x.type.dims));
+  Value loss = (t * clamped_log(x) + (m.k(1, t) - t) * clamped_log(m.k(1, x) - x)) * m.k(-1, x);
+  if (c.has(2)) loss = loss * broadcast_to(c.b, c.input_as(2, acc), x.type.dims);
   Value in_range = m.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, x, m.k(0, x)), c.b.compare(Compare::kLE, x, m.k(1, x)));
   c.check_on_device(all_true(c.b, in_range));
   return {reduce_loss(m, loss, c.arg(3).toInt())};
 }
 
 // (grad, self, target, weight?, reduction): grad * w * (x - t) / max(x (1 - x), 1e-12).
-V binary_cross_entropy_backward(LoweringContext& c) {
+Values binary_cross_entropy_backward(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
   const auto& dims = c.out().dims;
-  Value x = c.in_as(1, acc), t = broadcast_to(c.b, c.in_as(2, acc), dims);
-  Value g = broadcast_to(c.b, c.in_as(0, acc), dims);
-  if (c.arg(4).toInt() == kMean) g = m.div(g, m.k(static_cast<double>(x.type.element_count()), g));
-  Value denominator = c.b.binary(BinaryOp::kMaximum, m.mul(m.sub(m.k(1, x), x), x), m.k(1e-12, x));
-  Value r = m.mul(g, m.div(m.sub(x, t), denominator));
-  if (c.has(3)) r = m.mul(r, broadcast_to(c.b, c.in_as(3, acc), dims));
+  Value x = c.input_as(1, acc), t = broadcast_to(c.b, c.input_as(2, acc), dims);
+  Value g = broadcast_to(c.b, c.input_as(0, acc), dims);
+  if (c.arg(4).toInt() == kMean) g = g / m.k(static_cast<double>(x.type.element_count()), g);
+  Value denominator = c.b.binary(BinaryOp::kMaximum, (m.k(1, x) - x) * x, m.k(1e-12, x));
+  Value r = g * ((x - t) / denominator);
+  if (c.has(3)) r = r * broadcast_to(c.b, c.input_as(3, acc), dims);
   return {r};
 }
 
@@ -295,12 +295,12 @@ std::pair<Value, Value> halves(hlo::Builder& b, const Value& x, int64_t dim) {
 }
 
 // prelu's kernel (self, weight broadcastable to self) and its backward -> (grad_self, grad_weight).
-V prelu_backward(LoweringContext& c) {
+Values prelu_backward(LoweringContext& c) {
   Math m{c.b};
-  Value g = c.in_b(0), x = c.in_b(1), w = c.in_b(2);
+  Value g = c.elementwise_input(0), x = c.elementwise_input(1), w = c.elementwise_input(2);
   Value positive = c.b.compare(Compare::kGT, x, m.k(0, x));
-  Value grad_x = c.b.select(positive, g, m.mul(w, g));
-  Value grad_w = c.b.select(positive, m.k(0, x), m.mul(x, g));
+  Value grad_x = c.b.select(positive, g, w * g);
+  Value grad_w = c.b.select(positive, m.k(0, x), x * g);
   return {grad_x, cast(c.b, m.sum_to(grad_w, c.out(1).dims), c.out(1).dtype)};
 }
 
@@ -313,30 +313,30 @@ TORCHTPU_LOWERINGS(nn) {
   register_lowering({"_pdist_backward", "_pdist_backward.out"}, pdist_backward);
   register_lowering({"_softmax", "_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
-    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), false, c.out().dtype)};
+    Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
+    return Values{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), false, c.out().dtype)};
   });
   register_lowering({"_log_softmax", "_log_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
-    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), true, c.out().dtype)};
+    Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
+    return Values{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), true, c.out().dtype)};
   });
   register_lowering({"_softmax_backward_data", "_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, output, dim, input_dtype)
     DType acc = accumulator(c.out().dtype);
-    Value g = cast(c.b, c.raw(0), acc), y = cast(c.b, c.raw(1), acc);
-    if (y.type.rank() == 0) return V{m.k(0, g)};
+    Value g = cast(c.b, c.input_uncast(0), acc), y = cast(c.b, c.input_uncast(1), acc);
+    if (y.type.rank() == 0) return Values{m.k(0, g)};
     int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
-    return V{m.mul(y, m.sub(g, m.reduce_keep(m.mul(g, y), {dim}, BinaryOp::kAdd, 0)))};
+    return Values{y * (g - m.reduce_keep(g * y, {dim}, BinaryOp::kAdd, 0))};
   });
   register_lowering({"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};
     DType acc = accumulator(c.out().dtype);
-    Value g = cast(c.b, c.raw(0), acc), y = cast(c.b, c.raw(1), acc);
-    if (y.type.rank() == 0) return V{m.k(0, g)};
+    Value g = cast(c.b, c.input_uncast(0), acc), y = cast(c.b, c.input_uncast(1), acc);
+    if (y.type.rank() == 0) return Values{m.k(0, g)};
     int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
     Value sum = m.reduce_keep(g, {dim}, BinaryOp::kAdd, 0);
-    return V{m.sub(g, m.mul(c.b.unary(UnaryOp::kExponential, y), sum))};
+    return Values{g - c.b.unary(UnaryOp::kExponential, y) * sum};
   });
   // The class dimension is 1 for any rank, so one lowering serves nll_loss and nll_loss2d.
   register_lowering({"nll_loss_forward", "nll_loss_forward.output", "nll_loss2d_forward", "nll_loss2d_forward.output"},
@@ -379,51 +379,50 @@ TORCHTPU_LOWERINGS(nn) {
   register_lowering({"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"},
                     binary_cross_entropy_backward);
   register_lowering({"glu", "glu.out"}, [](LoweringContext& c) {
-    Math m{c.b};
-    Value x = c.in_as(0, accumulator(c.out().dtype));
+    Value x = c.input_as(0, accumulator(c.out().dtype));
     auto [a, gate] = halves(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()));
-    return V{m.mul(a, c.b.unary(UnaryOp::kLogistic, gate))};
+    return Values{a * c.b.unary(UnaryOp::kLogistic, gate)};
   });
   register_lowering({"glu_backward", "glu_backward.grad_input"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad, self, dim)
     DType acc = accumulator(c.out().dtype);
-    Value g = c.in_as(0, acc), x = c.in_as(1, acc);
+    Value g = c.input_as(0, acc), x = c.input_as(1, acc);
     int64_t dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
     auto [a, gate] = halves(c.b, x, dim);
     Value s = c.b.unary(UnaryOp::kLogistic, gate);
-    Value grad_gate = m.mul(m.mul(g, a), m.mul(s, m.sub(m.k(1, s), s)));
-    return V{c.b.concatenate({m.mul(g, s), grad_gate}, dim)};
+    Value grad_gate = g * a * (s * (m.k(1, s) - s));
+    return Values{c.b.concatenate({g * s, grad_gate}, dim)};
   });
   register_lowering({"glu_jvp", "glu_jvp.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (glu, self, tangent, dim): d(a σ(b)) = da σ(b) + a σ(b) (1 - σ(b)) db
     DType acc = accumulator(c.out().dtype);
-    Value glu = c.in_as(0, acc), x = c.in_as(1, acc), dx = c.in_as(2, acc);
+    Value glu = c.input_as(0, acc), x = c.input_as(1, acc), dx = c.input_as(2, acc);
     int64_t dim = wrap_dim(c.arg(3).toInt(), x.type.rank());
     Value s = c.b.unary(UnaryOp::kLogistic, halves(c.b, x, dim).second);
     auto [da, dgate] = halves(c.b, dx, dim);
-    return V{m.add(m.mul(da, s), m.mul(m.mul(glu, m.sub(m.k(1, s), s)), dgate))};
+    return Values{da * s + glu * (m.k(1, s) - s) * dgate};
   }, with_meta(shaped_like(0)));
   register_lowering({"_prelu_kernel"}, [](LoweringContext& c) {
     Math m{c.b};
-    Value x = c.in_b(0);
-    return V{c.b.select(c.b.compare(Compare::kGT, x, m.k(0, x)), x, m.mul(c.in_b(1), x))};
+    Value x = c.elementwise_input(0);
+    return Values{c.b.select(c.b.compare(Compare::kGT, x, m.k(0, x)), x, c.elementwise_input(1) * x)};
   });
   register_lowering({"_prelu_kernel_backward"}, prelu_backward);
   register_lowering({"log_sigmoid_forward", "log_sigmoid_forward.output"}, [](LoweringContext& c) {
     Math m{c.b};
-    Value x = c.in_as(0, accumulator(c.out().dtype));
-    Value z = m.b.unary(UnaryOp::kExponential, m.b.unary(UnaryOp::kNegate, m.b.unary(UnaryOp::kAbs, x)));
-    Value out = m.sub(m.b.binary(BinaryOp::kMinimum, x, m.k(0, x)), m.b.unary(UnaryOp::kLogPlusOne, z));
-    return V{out, c.out(1).element_count() == 0 ? c.b.constant(0, c.out(1)) : z};
+    Value x = c.input_as(0, accumulator(c.out().dtype));
+    Value z = m.b.unary(UnaryOp::kExponential, -m.b.unary(UnaryOp::kAbs, x));
+    Value out = m.b.binary(BinaryOp::kMinimum, x, m.k(0, x)) - m.b.unary(UnaryOp::kLogPlusOne, z);
+    return Values{out, c.out(1).element_count() == 0 ? c.b.constant(0, c.out(1)) : z};
   });
   register_lowering({"log_sigmoid_backward", "log_sigmoid_backward.grad_input"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, self, buffer): grad * (1[x<0] + sign * z / (1 + z)), z = exp(-|x|)
     DType acc = accumulator(c.out().dtype);
-    Value g = c.bcast(c.in_as(0, acc)), x = c.bcast(c.in_as(1, acc));
-    Value z = m.b.unary(UnaryOp::kExponential, m.b.unary(UnaryOp::kNegate, m.b.unary(UnaryOp::kAbs, x)));
+    Value g = c.broadcast_to_output(c.input_as(0, acc)), x = c.broadcast_to_output(c.input_as(1, acc));
+    Value z = m.b.unary(UnaryOp::kExponential, -m.b.unary(UnaryOp::kAbs, x));
     Value negative = m.b.compare(Compare::kLT, x, m.k(0, x));
-    Value ratio = m.div(z, m.add(m.k(1, z), z));
-    return V{m.mul(g, m.b.select(negative, m.sub(m.k(1, z), ratio), ratio))};
+    Value ratio = z / (m.k(1, z) + z);
+    return Values{g * m.b.select(negative, m.k(1, z) - ratio, ratio)};
   });
 }
 

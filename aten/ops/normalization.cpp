@@ -30,9 +30,9 @@ Value normalize(LoweringContext& c, Math& m, const Value& x, Value mean, Value i
                 size_t bias_arg, DType stat) {
   mean = cast(c.b, cast(c.b, mean, stat), x.type.dtype);
   invstd = cast(c.b, cast(c.b, invstd, stat), x.type.dtype);
-  Value alpha = c.has(weight_arg) ? m.mul(invstd, cast(c.b, c.raw(weight_arg), x.type.dtype)) : invstd;
-  Value beta = c.has(bias_arg) ? m.sub(cast(c.b, c.raw(bias_arg), x.type.dtype), m.mul(mean, alpha))
-                               : c.b.unary(UnaryOp::kNegate, m.mul(mean, alpha));
+  Value alpha = c.has(weight_arg) ? m.mul(invstd, cast(c.b, c.input_uncast(weight_arg), x.type.dtype)) : invstd;
+  Value beta = c.has(bias_arg) ? m.sub(cast(c.b, c.input_uncast(bias_arg), x.type.dtype), m.mul(mean, alpha))
+                               : -m.mul(mean, alpha);
   return m.add(m.mul(x, m.channel(alpha, x)), m.channel(beta, x));
 }
 
@@ -67,108 +67,105 @@ Value stat_output(LoweringContext& c, const Value& v, size_t i) {
 
 // _native_batch_norm_legit(input, weight?, bias?, running_mean!, running_var!, training,
 // momentum, eps) -> written (running_mean, running_var), then (out, save_mean, save_invstd).
-V batch_norm_with_stats(LoweringContext& c) {
+Values batch_norm_with_stats(LoweringContext& c) {
   Math m{c.b};
-  Value x = cast(c.b, c.raw(0), accumulator(c.out(2).dtype));
-  Value rm = cast(c.b, c.raw(3), x.type.dtype), rv = cast(c.b, c.raw(4), x.type.dtype);
+  Value x = cast(c.b, c.input_uncast(0), accumulator(c.out(2).dtype));
+  Value rm = cast(c.b, c.input_uncast(3), x.type.dtype), rv = cast(c.b, c.input_uncast(4), x.type.dtype);
   double momentum = c.arg(6).toDouble(), eps = c.arg(7).toDouble();
   if (!c.arg(5).toBool()) {
-    Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(rv, m.k(eps, rv)));
+    Value invstd = c.b.unary(UnaryOp::kRsqrt, rv + m.k(eps, rv));
     Value y = normalize(c, m, x, rm, invstd, 1, 2, x.type.dtype);  // running statistics: as they are
     return {rm, rv, y, stat_output(c, rm, 3), stat_output(c, invstd, 4)};
   }
   auto dims = all_but_channels(x.type.rank());
   double n = static_cast<double>(x.type.element_count() / x.type.dims[1]);
   auto [mean, var] = m.moments(x, dims);
-  Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(eps, var)));
-  Value new_rm = m.add(m.mul(rm, m.k(1 - momentum, rm)), m.mul(mean, m.k(momentum, mean)));
-  Value unbiased = m.mul(var, m.k(n / std::max(n - 1, 1.0), var));
-  Value new_rv = m.add(m.mul(rv, m.k(1 - momentum, rv)), m.mul(unbiased, m.k(momentum, var)));
+  Value invstd = c.b.unary(UnaryOp::kRsqrt, var + m.k(eps, var));
+  Value new_rm = rm * m.k(1 - momentum, rm) + mean * m.k(momentum, mean);
+  Value unbiased = var * m.k(n / std::max(n - 1, 1.0), var);
+  Value new_rv = rv * m.k(1 - momentum, rv) + unbiased * m.k(momentum, var);
   return {new_rm, new_rv, normalize(c, m, x, mean, invstd, 1, 2, c.out(3).dtype), stat_output(c, mean, 3),
           stat_output(c, invstd, 4)};
 }
 
 // _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps)
-V batch_norm_no_stats(LoweringContext& c) {
+Values batch_norm_no_stats(LoweringContext& c) {
   Math m{c.b};
-  Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
+  Value x = cast(c.b, c.input_uncast(0), accumulator(c.out(0).dtype));
   auto dims = all_but_channels(x.type.rank());
   auto [mean, var] = m.moments(x, dims);
-  Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(5).toDouble(), var)));
+  Value invstd = c.b.unary(UnaryOp::kRsqrt, var + m.k(c.arg(5).toDouble(), var));
   return {normalize(c, m, x, mean, invstd, 1, 2, c.out(1).dtype), stat_output(c, mean, 1),
           stat_output(c, invstd, 2)};
 }
 
 // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var,
 // momentum, eps)
-V batch_norm_eval(LoweringContext& c) {
+Values batch_norm_eval(LoweringContext& c) {
   Math m{c.b};
-  Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
-  Value rm = cast(c.b, c.raw(3), x.type.dtype), rv = cast(c.b, c.raw(4), x.type.dtype);
-  Value invstd = c.b.unary(UnaryOp::kRsqrt, m.add(rv, m.k(c.arg(6).toDouble(), rv)));
+  Value x = cast(c.b, c.input_uncast(0), accumulator(c.out(0).dtype));
+  Value rm = cast(c.b, c.input_uncast(3), x.type.dtype), rv = cast(c.b, c.input_uncast(4), x.type.dtype);
+  Value invstd = c.b.unary(UnaryOp::kRsqrt, rv + m.k(c.arg(6).toDouble(), rv));
   return {normalize(c, m, x, rm, invstd, 1, 2, x.type.dtype), stat_output(c, rm, 1),
           stat_output(c, invstd, 2)};
 }
 
 // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
 // save_invstd?, train, eps, output_mask)
-V batch_norm_backward(LoweringContext& c) {
+Values batch_norm_backward(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out(0).dtype);
-  Value g = cast(c.b, c.raw(0), acc), x = cast(c.b, c.raw(1), acc);
+  Value g = cast(c.b, c.input_uncast(0), acc), x = cast(c.b, c.input_uncast(1), acc);
   auto dims = all_but_channels(x.type.rank());
   bool train = c.arg(7).toBool();
-  Value mean = cast(c.b, c.raw(train ? 5 : 3), acc);
-  Value invstd = train ? cast(c.b, c.raw(6), acc)
-                       : c.b.unary(UnaryOp::kRsqrt, m.add(cast(c.b, c.raw(4), acc),
-                                                          c.b.constant(c.arg(8).toDouble(), {acc, mean.type.dims})));
-  Value xhat = m.mul(m.sub(x, m.channel(mean, x)), m.channel(invstd, x));
-  Value w = c.has(2) ? m.channel(cast(c.b, c.raw(2), acc), x) : m.k(1, x);
-  Value gw = m.mul(g, w);
-  Value grad_input = train ? m.mul(m.channel(invstd, x),
-                                   m.sub(m.sub(gw, m.channel(m.mean(gw, dims), x)),
-                                         m.mul(xhat, m.channel(m.mean(m.mul(gw, xhat), dims), x))))
-                           : m.mul(gw, m.channel(invstd, x));
-  return {grad_input, m.sum(m.mul(g, xhat), dims), m.sum(g, dims)};
+  Value mean = cast(c.b, c.input_uncast(train ? 5 : 3), acc);
+  Value invstd = train ? cast(c.b, c.input_uncast(6), acc)
+                       : c.b.unary(UnaryOp::kRsqrt, cast(c.b, c.input_uncast(4), acc) + c.b.constant(c.arg(8).toDouble(), {acc, mean.type.dims}));
+  Value xhat = (x - m.channel(mean, x)) * m.channel(invstd, x);
+  Value w = c.has(2) ? m.channel(cast(c.b, c.input_uncast(2), acc), x) : m.k(1, x);
+  Value gw = g * w;
+  Value grad_input = train ? m.channel(invstd, x) * (gw - m.channel(m.mean(gw, dims), x) - xhat * m.channel(m.mean(gw * xhat, dims), x))
+                           : gw * m.channel(invstd, x);
+  return {grad_input, m.sum(g * xhat, dims), m.sum(g, dims)};
 }
 
 // Group norm works on x viewed as [N, G, C/G * HxW].
-V group_norm(LoweringContext& c) {
+Values group_norm(LoweringContext& c) {
   // (input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean [N, G], rstd [N, G])
   Math m{c.b};
-  Value x = cast(c.b, c.raw(0), accumulator(c.out(0).dtype));
+  Value x = cast(c.b, c.input_uncast(0), accumulator(c.out(0).dtype));
   int64_t n = c.arg(3).toInt(), ch = c.arg(4).toInt(), hw = c.arg(5).toInt(), g = c.arg(6).toInt();
   Value grouped = c.b.reshape(x, {n, g, ch / g * hw});
   auto [mean, var] = m.moments(grouped, {2});
-  Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(7).toDouble(), var)));
-  Value centered = m.sub(grouped, m.expand_back(mean, grouped, {2}));
-  Value y = c.b.reshape(m.mul(centered, m.expand_back(rstd, grouped, {2})), {n, ch, hw});
-  if (c.has(1)) y = m.mul(y, c.b.broadcast_in_dim(cast(c.b, c.raw(1), y.type.dtype), y.type.dims, {1}));
-  if (c.has(2)) y = m.add(y, c.b.broadcast_in_dim(cast(c.b, c.raw(2), y.type.dtype), y.type.dims, {1}));
+  Value rstd = c.b.unary(UnaryOp::kRsqrt, var + m.k(c.arg(7).toDouble(), var));
+  Value centered = grouped - m.expand_back(mean, grouped, {2});
+  Value y = c.b.reshape(centered * m.expand_back(rstd, grouped, {2}), {n, ch, hw});
+  if (c.has(1)) y = y * c.b.broadcast_in_dim(cast(c.b, c.input_uncast(1), y.type.dtype), y.type.dims, {1});
+  if (c.has(2)) y = y + c.b.broadcast_in_dim(cast(c.b, c.input_uncast(2), y.type.dtype), y.type.dims, {1});
   return {c.b.reshape(y, x.type.dims), mean, rstd};
 }
 
-V group_norm_backward(LoweringContext& c) {
+Values group_norm_backward(LoweringContext& c) {
   // (grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask)
   Math m{c.b};
   DType acc = accumulator(c.out(0).dtype);
   int64_t n = c.arg(5).toInt(), ch = c.arg(6).toInt(), hw = c.arg(7).toInt(), g = c.arg(8).toInt();
-  Value go = c.b.reshape(cast(c.b, c.raw(0), acc), {n, ch, hw});
-  Value x = c.b.reshape(cast(c.b, c.raw(1), acc), {n, ch, hw});
-  Value mean = cast(c.b, c.raw(2), acc), rstd = cast(c.b, c.raw(3), acc);
+  Value go = c.b.reshape(cast(c.b, c.input_uncast(0), acc), {n, ch, hw});
+  Value x = c.b.reshape(cast(c.b, c.input_uncast(1), acc), {n, ch, hw});
+  Value mean = cast(c.b, c.input_uncast(2), acc), rstd = cast(c.b, c.input_uncast(3), acc);
   // Per-channel view of the per-group statistics.
   auto per_channel = [&](const Value& stat) {
     Value s = c.b.broadcast_in_dim(stat, {n, g, ch / g}, {0, 1});
     return c.b.broadcast_in_dim(c.b.reshape(s, {n, ch}), {n, ch, hw}, {0, 1});
   };
-  Value xhat = m.mul(m.sub(x, per_channel(mean)), per_channel(rstd));
-  Value gw = c.has(4) ? m.mul(go, c.b.broadcast_in_dim(cast(c.b, c.raw(4), acc), {n, ch, hw}, {1})) : go;
+  Value xhat = (x - per_channel(mean)) * per_channel(rstd);
+  Value gw = c.has(4) ? go * c.b.broadcast_in_dim(cast(c.b, c.input_uncast(4), acc), {n, ch, hw}, {1}) : go;
   auto group_mean = [&](const Value& v) {
     Value grouped = c.b.reshape(v, {n, g, ch / g * hw});
     return per_channel(m.mean(grouped, {2}));
   };
-  Value grad_input = m.mul(per_channel(rstd), m.sub(m.sub(gw, group_mean(gw)), m.mul(xhat, group_mean(m.mul(gw, xhat)))));
-  return {c.b.reshape(grad_input, c.out(0).dims), m.sum(m.mul(go, xhat), {0, 2}), m.sum(go, {0, 2})};
+  Value grad_input = per_channel(rstd) * (gw - group_mean(gw) - xhat * group_mean(gw * xhat));
+  return {c.b.reshape(grad_input, c.out(0).dims), m.sum(go * xhat, {0, 2}), m.sum(go, {0, 2})};
 }
 
 std::vector<int64_t> trailing_dims(int64_t rank, int64_t count) {
@@ -177,40 +174,40 @@ std::vector<int64_t> trailing_dims(int64_t rank, int64_t count) {
   return dims;
 }
 
-V layer_norm(LoweringContext& c) {
+Values layer_norm(LoweringContext& c) {
   // (input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
   Math m{c.b};
-  Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+  Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
   auto dims = trailing_dims(x.type.rank(), static_cast<int64_t>(c.int_list(1).size()));
   auto [mean, var] = m.moments(x, dims);
-  Value centered = m.sub(x, m.expand_back(mean, x, dims));
-  Value rstd = c.b.unary(UnaryOp::kRsqrt, m.add(var, m.k(c.arg(4).toDouble(), var)));
-  Value y = m.mul(centered, m.expand_back(rstd, x, dims));
-  if (c.has(2)) y = m.mul(y, c.b.broadcast_in_dim(cast(c.b, c.raw(2), y.type.dtype), x.type.dims, dims));
-  if (c.has(3)) y = m.add(y, c.b.broadcast_in_dim(cast(c.b, c.raw(3), y.type.dtype), x.type.dims, dims));
+  Value centered = x - m.expand_back(mean, x, dims);
+  Value rstd = c.b.unary(UnaryOp::kRsqrt, var + m.k(c.arg(4).toDouble(), var));
+  Value y = centered * m.expand_back(rstd, x, dims);
+  if (c.has(2)) y = y * c.b.broadcast_in_dim(cast(c.b, c.input_uncast(2), y.type.dtype), x.type.dims, dims);
+  if (c.has(3)) y = y + c.b.broadcast_in_dim(cast(c.b, c.input_uncast(3), y.type.dtype), x.type.dims, dims);
   // mean and rstd keep the normalized dimensions, as size 1.
   return {y, c.b.reshape(mean, c.out(1).dims), c.b.reshape(rstd, c.out(2).dims)};
 }
 
-V layer_norm_backward(LoweringContext& c) {
+Values layer_norm_backward(LoweringContext& c) {
   // (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
-  Value g = cast(c.b, c.raw(0), acc), x = cast(c.b, c.raw(1), acc);
+  Value g = cast(c.b, c.input_uncast(0), acc), x = cast(c.b, c.input_uncast(1), acc);
   int64_t rank = x.type.rank();
   auto dims = trailing_dims(rank, static_cast<int64_t>(c.int_list(2).size()));
   std::vector<int64_t> batch;
   for (int64_t d = 0; d < rank - static_cast<int64_t>(dims.size()); ++d) batch.push_back(d);
   double n = 1;
   for (int64_t d : dims) n *= x.type.dims[d];
-  Value mean = broadcast_to(c.b, cast(c.b, c.raw(3), acc), x.type.dims);
-  Value rstd = broadcast_to(c.b, cast(c.b, c.raw(4), acc), x.type.dims);
-  Value xhat = m.mul(m.sub(x, mean), rstd);
-  Value gw = c.has(5) ? m.mul(g, c.b.broadcast_in_dim(cast(c.b, c.raw(5), acc), x.type.dims, dims)) : g;
-  Value mean_gw = m.div(m.reduce_keep(gw, dims, BinaryOp::kAdd, 0), m.k(n, gw));
-  Value mean_gwx = m.div(m.reduce_keep(m.mul(gw, xhat), dims, BinaryOp::kAdd, 0), m.k(n, gw));
-  Value grad_input = m.mul(rstd, m.sub(m.sub(gw, mean_gw), m.mul(xhat, mean_gwx)));
-  Value grad_weight = m.reduce(m.mul(g, xhat), batch, BinaryOp::kAdd, 0);
+  Value mean = broadcast_to(c.b, cast(c.b, c.input_uncast(3), acc), x.type.dims);
+  Value rstd = broadcast_to(c.b, cast(c.b, c.input_uncast(4), acc), x.type.dims);
+  Value xhat = (x - mean) * rstd;
+  Value gw = c.has(5) ? g * c.b.broadcast_in_dim(cast(c.b, c.input_uncast(5), acc), x.type.dims, dims) : g;
+  Value mean_gw = m.reduce_keep(gw, dims, BinaryOp::kAdd, 0) / m.k(n, gw);
+  Value mean_gwx = m.reduce_keep(gw * xhat, dims, BinaryOp::kAdd, 0) / m.k(n, gw);
+  Value grad_input = rstd * (gw - mean_gw - xhat * mean_gwx);
+  Value grad_weight = m.reduce(g * xhat, batch, BinaryOp::kAdd, 0);
   Value grad_bias = m.reduce(g, batch, BinaryOp::kAdd, 0);
   return {grad_input, grad_weight, grad_bias};
 }
@@ -260,29 +257,29 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 // _weight_norm_interface(v, g, dim) -> (w, norms): w = v * (g / ||v||), the 2-norm over every
 // dimension but `dim` (the first or the last: PyTorch calls it for those), as CPU's kernel.
-V weight_norm(LoweringContext& c) {
+Values weight_norm(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
-  Value v = cast(c.b, c.raw(0), acc), g = cast(c.b, c.raw(1), acc);
+  Value v = cast(c.b, c.input_uncast(0), acc), g = cast(c.b, c.input_uncast(1), acc);
   std::vector<int64_t> dims = dims_except(v.type.rank(), wrap_dim(c.arg(2).toInt(), v.type.rank()));
   Value norm = c.b.unary(UnaryOp::kSqrt, m.sum(m.square(v), dims));
-  Value scale = m.div(c.b.reshape(g, norm.type.dims), norm);
-  Value w = m.mul(v, m.expand_back(scale, v, dims));
+  Value scale = c.b.reshape(g, norm.type.dims) / norm;
+  Value w = v * m.expand_back(scale, v, dims);
   return {cast(c.b, w, c.out(0).dtype), cast(c.b, c.b.reshape(norm, c.out(1).dims), c.out(1).dtype)};
 }
 
 // (grad_w, v, g, norms, dim) -> (grad_v, grad_g): with s = sum(grad_w * v) over the norm's
 // dimensions, grad_g = s / norm and grad_v = (g / norm) * (grad_w - v * s / norm^2), as CPU's.
-V weight_norm_backward(LoweringContext& c) {
+Values weight_norm_backward(LoweringContext& c) {
   Math m{c.b};
   DType acc = accumulator(c.out().dtype);
-  Value gw = cast(c.b, c.raw(0), acc), v = cast(c.b, c.raw(1), acc);
+  Value gw = cast(c.b, c.input_uncast(0), acc), v = cast(c.b, c.input_uncast(1), acc);
   std::vector<int64_t> dims = dims_except(v.type.rank(), wrap_dim(c.arg(4).toInt(), v.type.rank()));
-  Value s = m.sum(m.mul(gw, v), dims);
-  Value norm = c.b.reshape(cast(c.b, c.raw(3), acc), s.type.dims), g = c.b.reshape(cast(c.b, c.raw(2), acc), s.type.dims);
-  Value grad_g = m.div(s, norm);
-  Value along = m.expand_back(m.div(s, m.mul(norm, norm)), v, dims);
-  Value grad_v = m.mul(m.expand_back(m.div(g, norm), v, dims), m.sub(gw, m.mul(v, along)));
+  Value s = m.sum(gw * v, dims);
+  Value norm = c.b.reshape(cast(c.b, c.input_uncast(3), acc), s.type.dims), g = c.b.reshape(cast(c.b, c.input_uncast(2), acc), s.type.dims);
+  Value grad_g = s / norm;
+  Value along = m.expand_back(s / (norm * norm), v, dims);
+  Value grad_v = m.expand_back(g / norm, v, dims) * (gw - v * along);
   return {cast(c.b, grad_v, c.out(0).dtype), cast(c.b, c.b.reshape(grad_g, c.out(1).dims), c.out(1).dtype)};
 }
 

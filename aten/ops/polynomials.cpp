@@ -82,27 +82,27 @@ Lowering polynomial(const Family& f, bool shifted = false) {
     Builder& b = c.b;
     Math m{b};
     DType t = accumulator(c.out().dtype);
-    Value x = c.bcast(c.in_as(0, t)), n_raw = c.bcast(c.raw(1));
-    if (shifted) x = m.sub(twice(m, x), m.k(1, x));
+    Value x = c.broadcast_to_output(c.input_as(0, t)), n_raw = c.broadcast_to_output(c.input_uncast(1));
+    if (shifted) x = twice(m, x) - m.k(1, x);
     Value n = b.convert(n_raw, DType::kS64);  // toward zero
     Value negative = b.compare(Compare::kLT, n, b.constant(0, n.type));
     if (is_floating(n_raw.type.dtype))  // CPU's int64 of a NaN degree is negative
-      negative = b.binary(BinaryOp::kOr, negative, b.compare(Compare::kNE, n_raw, n_raw));
+      negative = b.binary(BinaryOp::kOr, negative, is_nan(n_raw));
     std::vector<int64_t> all;
     for (int64_t d = 0; d < n.type.rank(); ++d) all.push_back(d);
     hlo::TensorType index{DType::kS64, {}};
     Value top = b.reduce({n}, {b.constant(0, index)}, all, combine_with(BinaryOp::kMaximum))[0];
     Value one = m.k(1, x), p1 = f.first(m, x);
-    V out = b.while_loop(
+    Values out = b.while_loop(
         {b.constant(2, index), top, x, n, one, p1},
-        [&](Builder& rb, const V& a) { return V{rb.compare(Compare::kLE, a[0], a[1])}; },
-        [&](Builder& rb, const V& a) {
+        [&](Builder& rb, const Values& a) { return Values{rb.compare(Compare::kLE, a[0], a[1])}; },
+        [&](Builder& rb, const Values& a) {
           Math lm{rb};
           const Value &k = a[0], &xs = a[2], &degree = a[3], &prev = a[4], &cur = a[5];
           Value k_float = rb.broadcast_in_dim(rb.convert(k, xs.type.dtype), xs.type.dims, {});
           Value next = f.next(lm, xs, k_float, cur, prev);
           Value active = rb.compare(Compare::kLE, rb.broadcast_in_dim(k, degree.type.dims, {}), degree);
-          return V{rb.binary(BinaryOp::kAdd, k, rb.constant(1, index)), a[1], xs, degree,
+          return Values{k + rb.constant(1, index), a[1], xs, degree,
                    rb.select(active, cur, prev), rb.select(active, next, cur)};
         });
     Value r = b.select(b.compare(Compare::kEQ, n, b.constant(0, n.type)), one, out[5]);
@@ -112,7 +112,7 @@ Lowering polynomial(const Family& f, bool shifted = false) {
       Value closed = f.trig(m, b.unary(UnaryOp::kAcos, x), b.convert(n, t));
       r = b.select(b.binary(BinaryOp::kAnd, inside, large), closed, r);
     }
-    return V{cast(b, b.select(negative, m.k(0, r), r), c.out().dtype)};
+    return Values{cast(b, b.select(negative, m.k(0, r), r), c.out().dtype)};
   };
 }
 

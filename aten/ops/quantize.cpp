@@ -12,7 +12,7 @@ namespace {
 
 // 1 / scale, rounded to float as CPU's kernels compute it, in `t`.
 Value inverse_scale(hlo::Builder& b, const Value& scale, DType t) {
-  return cast(b, b.binary(BinaryOp::kDivide, b.constant(1, {DType::kF32, scale.type.dims}), cast(b, scale, DType::kF32)), t);
+  return cast(b, b.constant(1, {DType::kF32, scale.type.dims}) / cast(b, scale, DType::kF32), t);
 }
 
 // quant_min <= v <= quant_max, elementwise.
@@ -28,26 +28,24 @@ Value clamp(hlo::Builder& b, const Value& q, int64_t qmin, int64_t qmax) {
 
 // scale and zero_point broadcast to x's shape; computed in `acc`: CPU's per-tensor kernels compute
 // in float for every dtype, its per-channel ones in double for float64.
-V fake_quantize(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax, DType acc) {
+Values fake_quantize(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax, DType acc) {
   hlo::Builder& b = c.b;
   Value zp = cast(b, zero_point, acc);
-  Value scaled = b.binary(BinaryOp::kMultiply, cast(b, c.raw(0), acc), inverse_scale(b, scale, acc));
-  Value q = b.binary(BinaryOp::kAdd, zp, b.unary(UnaryOp::kRoundNearestEven, scaled));
-  Value out = b.binary(BinaryOp::kMultiply, b.binary(BinaryOp::kSubtract, clamp(b, q, qmin, qmax), zp), cast(b, scale, acc));
+  Value scaled = cast(b, c.input_uncast(0), acc) * inverse_scale(b, scale, acc);
+  Value q = zp + b.unary(UnaryOp::kRoundNearestEven, scaled);
+  Value out = (clamp(b, q, qmin, qmax) - zp) * cast(b, scale, acc);
   return {out, within(b, q, qmin, qmax)};
 }
 
 // Floating-point zero points (per channel): the zero point joins before rounding, in float (double
 // for float64 input); CPU's kernel then dequantizes in double (its clamp is std::fmin/fmax of an
 // integer) and stores through float.
-V fake_quantize_float_zero_point(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax) {
+Values fake_quantize_float_zero_point(LoweringContext& c, const Value& scale, const Value& zero_point, int64_t qmin, int64_t qmax) {
   hlo::Builder& b = c.b;
-  DType in = c.raw(0).type.dtype, work = in == DType::kF64 ? DType::kF64 : DType::kF32;
-  Value scaled = b.binary(BinaryOp::kMultiply, cast(b, c.raw(0), work), inverse_scale(b, scale, work));
-  Value q = b.unary(UnaryOp::kRoundNearestEven, b.binary(BinaryOp::kAdd, scaled, cast(b, zero_point, work)));
-  Value dequantized = b.binary(BinaryOp::kMultiply,
-                               b.binary(BinaryOp::kSubtract, cast(b, clamp(b, q, qmin, qmax), DType::kF64), cast(b, zero_point, DType::kF64)),
-                               cast(b, scale, DType::kF64));
+  DType in = c.input_uncast(0).type.dtype, work = in == DType::kF64 ? DType::kF64 : DType::kF32;
+  Value scaled = cast(b, c.input_uncast(0), work) * inverse_scale(b, scale, work);
+  Value q = b.unary(UnaryOp::kRoundNearestEven, scaled + cast(b, zero_point, work));
+  Value dequantized = (cast(b, clamp(b, q, qmin, qmax), DType::kF64) - cast(b, zero_point, DType::kF64)) * cast(b, scale, DType::kF64);
   Value out = in == DType::kF64 ? dequantized : cast(b, cast(b, dequantized, DType::kF32), in);
   return {out, within(b, q, qmin, qmax)};
 }
@@ -97,11 +95,11 @@ TORCHTPU_LOWERINGS(quantize) {
   // (self, scale, zero_point, fake_quant_enabled, quant_min, quant_max): off, the input and a full mask
   register_lowering({"_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"}, [](LoweringContext& c) {
     hlo::Builder& b = c.b;
-    V on = fake_quantize(c, broadcast_scalar(c, c.raw(1)), broadcast_scalar(c, c.raw(2)), c.arg(4).toInt(), c.arg(5).toInt(),
+    Values on = fake_quantize(c, broadcast_scalar(c, c.input_uncast(1)), broadcast_scalar(c, c.input_uncast(2)), c.arg(4).toInt(), c.arg(5).toInt(),
                          DType::kF32);
-    Value enabled = broadcast_scalar(c, b.compare(Compare::kGE, cast(b, c.raw(3), DType::kF32), b.constant(1, {DType::kF32, c.raw(3).type.dims})));
-    Value x = cast(b, c.raw(0), on[0].type.dtype);
-    return V{b.select(enabled, on[0], x), b.select(enabled, on[1], b.constant(1, on[1].type))};
+    Value enabled = broadcast_scalar(c, b.compare(Compare::kGE, cast(b, c.input_uncast(3), DType::kF32), b.constant(1, {DType::kF32, c.input_uncast(3).type.dims})));
+    Value x = cast(b, c.input_uncast(0), on[0].type.dtype);
+    return Values{b.select(enabled, on[0], x), b.select(enabled, on[1], b.constant(1, on[1].type))};
   }, with_meta(fake_quantize_meta));
   // (self, scale [n], zero_point [n], axis, quant_min, quant_max)
   LoweringOptions per_channel = with_meta(fake_quantize_meta);
@@ -109,10 +107,10 @@ TORCHTPU_LOWERINGS(quantize) {
   per_channel.device_check_runtime_error = true;
   register_lowering({"fake_quantize_per_channel_affine_cachemask"}, [](LoweringContext& c) {
     auto along = [&](const Value& v) { return c.b.broadcast_in_dim(v, c.out(0).dims, {c.arg(3).toInt()}); };
-    Value scale = along(c.raw(1)), zero_point = along(c.raw(2));
+    Value scale = along(c.input_uncast(1)), zero_point = along(c.input_uncast(2));
     int64_t qmin = c.arg(4).toInt(), qmax = c.arg(5).toInt();
     if (is_floating(zero_point.type.dtype)) return fake_quantize_float_zero_point(c, scale, zero_point, qmin, qmax);
-    check_zero_points(c, c.raw(2), qmin, qmax);
+    check_zero_points(c, c.input_uncast(2), qmin, qmax);
     return fake_quantize(c, scale, zero_point, qmin, qmax, accumulator(c.out(0).dtype));
   }, per_channel);
 }

@@ -43,7 +43,7 @@ Value uniform01_from(LoweringContext& c, const Value& raw, int bits) {
   bool wide = raw.type.dtype == DType::kU64;
   Value top = c.b.binary(BinaryOp::kShiftRightLogical, raw, c.b.constant_int((wide ? 64 : 32) - bits, raw.type));
   Value k = c.b.convert(top, wide ? DType::kF64 : DType::kF32);
-  return c.b.binary(BinaryOp::kMultiply, k, c.b.constant(std::ldexp(1.0, -bits), k.type));
+  return k * c.b.constant(std::ldexp(1.0, -bits), k.type);
 }
 
 // `count` uniform [0,1) tensors shaped like output 0, with `bits` random bits each (float64
@@ -66,10 +66,10 @@ Value complex_of(LoweringContext& c, const Value& re, const Value& im) {
   return c.b.binary(BinaryOp::kComplex, re, im);
 }
 
-V uniform(LoweringContext& c) {  // (self, from, to, generator)
+Values uniform(LoweringContext& c) {  // (self, from, to, generator)
   Math m{c.b};
   double from = c.arg(1).toDouble(), to = c.arg(2).toDouble();
-  auto scaled = [&](const Value& u) { return m.add(m.k(from, u), m.mul(u, m.k(to - from, u))); };
+  auto scaled = [&](const Value& u) { return m.k(from, u) + u * m.k(to - from, u); };
   int bits = digits(c.out().dtype);
   if (!is_complex(c.out().dtype)) return {scaled(uniforms(c, 1, bits)[0])};
   auto u = uniforms(c, 2, bits);
@@ -79,10 +79,10 @@ V uniform(LoweringContext& c) {  // (self, from, to, generator)
 // Box-Muller: two independent standard normals from one pair of uniforms.
 std::pair<Value, Value> box_muller(LoweringContext& c, const Value& u0, const Value& u1) {
   Math m{c.b};
-  Value positive = m.sub(m.k(1, u0), u0);  // (0, 1]: log stays finite
-  Value radius = c.b.unary(UnaryOp::kSqrt, m.mul(m.k(-2, positive), c.b.unary(UnaryOp::kLog, positive)));
-  Value angle = m.mul(m.k(2 * M_PI, u1), u1);
-  return {m.mul(radius, c.b.unary(UnaryOp::kCosine, angle)), m.mul(radius, c.b.unary(UnaryOp::kSine, angle))};
+  Value positive = m.k(1, u0) - u0;  // (0, 1]: log stays finite
+  Value radius = c.b.unary(UnaryOp::kSqrt, m.k(-2, positive) * c.b.unary(UnaryOp::kLog, positive));
+  Value angle = m.k(2 * M_PI, u1) * u1;
+  return {radius * c.b.unary(UnaryOp::kCosine, angle), radius * c.b.unary(UnaryOp::kSine, angle)};
 }
 
 std::pair<Value, Value> standard_normals(LoweringContext& c) {
@@ -115,9 +115,9 @@ struct Proposal {
 Proposal transformed_proposal(LoweringContext& c, const Value& u, const Value& v, const Value& a, const Value& b,
                               const Value& center, const Value& vr) {
   Math m{c.b};
-  Value centered = m.sub(u, m.k(0.5, u));
-  Value us = m.sub(m.k(0.5, u), c.b.unary(UnaryOp::kAbs, centered));
-  Value k = c.b.unary(UnaryOp::kFloor, m.add(m.mul(m.add(m.div(m.mul(m.k(2, a), a), us), b), centered), center));
+  Value centered = u - m.k(0.5, u);
+  Value us = m.k(0.5, u) - c.b.unary(UnaryOp::kAbs, centered);
+  Value k = c.b.unary(UnaryOp::kFloor, (m.k(2, a) * a / us + b) * centered + center);
   Value quick = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, us, m.k(0.07, us)), c.b.compare(Compare::kLE, v, vr));
   return {us, k, quick};
 }
@@ -133,24 +133,24 @@ Value standard_gamma_of(LoweringContext& c, const Value& alpha) {
   Math m{c.b};
   auto u = uniforms(c, 3 * kRounds + 1);
   Value small = c.b.compare(Compare::kLT, alpha, m.k(1, alpha));
-  Value d = m.sub(c.b.select(small, m.add(alpha, m.k(1, alpha)), alpha), m.k(1.0 / 3, alpha));
-  Value scale = c.b.unary(UnaryOp::kRsqrt, m.mul(m.k(9, d), d));
+  Value d = c.b.select(small, alpha + m.k(1, alpha), alpha) - m.k(1.0 / 3, alpha);
+  Value scale = c.b.unary(UnaryOp::kRsqrt, m.k(9, d) * d);
   Value sample = first_accepted(c, kRounds, [&](int64_t r) {
     Value x = box_muller(c, u[3 * r], u[3 * r + 1]).first;
-    Value root = m.add(m.k(1, x), m.mul(x, scale));
-    Value v = m.mul(m.mul(root, root), root);
-    Value bound = m.add(m.sub(m.add(m.mul(m.k(0.5, x), m.mul(x, x)), d), m.mul(d, v)), m.mul(d, c.b.unary(UnaryOp::kLog, v)));
+    Value root = m.k(1, x) + x * scale;
+    Value v = root * root * root;
+    Value bound = m.k(0.5, x) * (x * x) + d - d * v + d * c.b.unary(UnaryOp::kLog, v);
     Value accepted = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGT, v, m.k(0, v)),
                                 c.b.compare(Compare::kLT, c.b.unary(UnaryOp::kLog, u[3 * r + 2]), bound));
-    return std::pair{accepted, m.mul(d, v)};
+    return std::pair{accepted, d * v};
   });
-  Value boost = c.b.binary(BinaryOp::kPower, m.sub(m.k(1, alpha), u.back()), m.div(m.k(1, alpha), alpha));
-  Value gamma = c.b.select(small, m.mul(sample, boost), sample);
+  Value boost = c.b.binary(BinaryOp::kPower, m.k(1, alpha) - u.back(), m.k(1, alpha) / alpha);
+  Value gamma = c.b.select(small, sample * boost, sample);
   return c.b.binary(BinaryOp::kMaximum, gamma, m.k(smallest_normal(gamma.type.dtype), gamma));
 }
 
-V standard_gamma(LoweringContext& c) {  // (alpha, generator)
-  return {standard_gamma_of(c, c.in_as(0, accumulator(c.out().dtype)))};
+Values standard_gamma(LoweringContext& c) {  // (alpha, generator)
+  return {standard_gamma_of(c, c.input_as(0, accumulator(c.out().dtype)))};
 }
 
 // A 0-d bool: every element of x is >= 0 (a device-side check of CPU's argument checks).
@@ -163,33 +163,33 @@ Value all_non_negative(LoweringContext& c, const Value& x) {
 // (more are needed with probability < 1e-14); from rate 10, Hörmann's transformed rejection with
 // squeeze (PTRS), 12 candidates at once, the first accepted kept. CPU's check that every rate is
 // >= 0 is made on the device.
-V poisson(LoweringContext& c) {  // (rate, generator)
+Values poisson(LoweringContext& c) {  // (rate, generator)
   constexpr int64_t kKnuth = 48, kRounds = 12;
   Math m{c.b};
-  Value rate = c.in_as(0, accumulator(c.out().dtype));
+  Value rate = c.input_as(0, accumulator(c.out().dtype));
   c.check_on_device(all_non_negative(c, rate));
   auto u = uniforms(c, kKnuth + 2 * kRounds, digits(rate.type.dtype));
   auto unary = [&](UnaryOp op, const Value& x) { return c.b.unary(op, x); };
   auto both = [&](const Value& p, const Value& q) { return c.b.binary(BinaryOp::kAnd, p, q); };
-  Value limit = unary(UnaryOp::kExponential, m.sub(m.k(0, rate), rate)), product = m.k(1, rate), knuth = m.k(0, rate);
+  Value limit = unary(UnaryOp::kExponential, m.k(0, rate) - rate), product = m.k(1, rate), knuth = m.k(0, rate);
   for (int64_t k = 0; k < kKnuth; ++k) {
-    product = m.mul(product, u[k]);
-    knuth = m.add(knuth, c.b.select(c.b.compare(Compare::kGT, product, limit), m.k(1, rate), m.k(0, rate)));
+    product = product * u[k];
+    knuth = knuth + c.b.select(c.b.compare(Compare::kGT, product, limit), m.k(1, rate), m.k(0, rate));
   }
   Value log_rate = unary(UnaryOp::kLog, rate);
-  Value b = m.add(m.k(0.931, rate), m.mul(m.k(2.53, rate), unary(UnaryOp::kSqrt, rate)));
-  Value a = m.add(m.k(-0.059, rate), m.mul(m.k(0.02483, rate), b));
-  Value log_inv_alpha = unary(UnaryOp::kLog, m.add(m.k(1.1239, rate), m.div(m.k(1.1328, rate), m.sub(b, m.k(3.4, rate)))));
-  Value vr = m.sub(m.k(0.9277, rate), m.div(m.k(3.6224, rate), m.sub(b, m.k(2, rate))));
-  Value center = m.add(rate, m.k(0.43, rate));
+  Value b = m.k(0.931, rate) + m.k(2.53, rate) * unary(UnaryOp::kSqrt, rate);
+  Value a = m.k(-0.059, rate) + m.k(0.02483, rate) * b;
+  Value log_inv_alpha = unary(UnaryOp::kLog, m.k(1.1239, rate) + m.k(1.1328, rate) / (b - m.k(3.4, rate)));
+  Value vr = m.k(0.9277, rate) - m.k(3.6224, rate) / (b - m.k(2, rate));
+  Value center = rate + m.k(0.43, rate);
   Value ptrs = first_accepted(c, kRounds, [&](int64_t r) {
     Value v = u[kKnuth + 2 * r + 1];
     auto [us, k, quick] = transformed_proposal(c, u[kKnuth + 2 * r], v, a, b, center, vr);
     Value possible = both(both(c.b.compare(Compare::kGE, k, m.k(0, k)), c.b.compare(Compare::kGT, us, m.k(0, us))),
                           c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kGE, us, m.k(0.013, us)),
                                      c.b.compare(Compare::kLE, v, us)));
-    Value lhs = m.sub(m.add(unary(UnaryOp::kLog, v), log_inv_alpha), unary(UnaryOp::kLog, m.add(m.div(a, m.mul(us, us)), b)));
-    Value rhs = m.sub(m.sub(m.mul(k, log_rate), rate), unary(UnaryOp::kLgamma, m.add(k, m.k(1, k))));
+    Value lhs = unary(UnaryOp::kLog, v) + log_inv_alpha - unary(UnaryOp::kLog, a / (us * us) + b);
+    Value rhs = k * log_rate - rate - unary(UnaryOp::kLgamma, k + m.k(1, k));
     return std::pair{c.b.binary(BinaryOp::kOr, quick, both(possible, c.b.compare(Compare::kLE, lhs, rhs))), k};
   });
   Value sample = c.b.select(c.b.compare(Compare::kGE, rate, m.k(10, rate)), ptrs, knuth);
@@ -200,10 +200,10 @@ V poisson(LoweringContext& c) {  // (rate, generator)
 // that fit in n, from the given uniforms (as many waits as there are).
 Value binomial_by_inversion(LoweringContext& c, const std::vector<Value>& u, const Value& n, const Value& q) {
   Math m{c.b};
-  Value log_q1 = c.b.unary(UnaryOp::kLogPlusOne, m.sub(m.k(0, q), q)), waited = m.k(0, n), count = m.k(0, n);
+  Value log_q1 = c.b.unary(UnaryOp::kLogPlusOne, m.k(0, q) - q), waited = m.k(0, n), count = m.k(0, n);
   for (const Value& uniform : u) {
-    waited = m.add(waited, c.b.unary(UnaryOp::kCeil, m.div(c.b.unary(UnaryOp::kLog, uniform), log_q1)));
-    count = m.add(count, c.b.select(c.b.compare(Compare::kLE, waited, n), m.k(1, n), m.k(0, n)));
+    waited = waited + c.b.unary(UnaryOp::kCeil, c.b.unary(UnaryOp::kLog, uniform) / log_q1);
+    count = count + c.b.select(c.b.compare(Compare::kLE, waited, n), m.k(1, n), m.k(0, n));
   }
   return count;
 }
@@ -217,26 +217,23 @@ Value binomial_by_btrs(LoweringContext& c, const std::vector<Value>& u, const Va
   auto log = [&](const Value& x) { return c.b.unary(UnaryOp::kLog, x); };
   auto both = [&](const Value& x, const Value& y) { return c.b.binary(BinaryOp::kAnd, x, y); };
   auto tail = [&](const Value& x) {
-    Value x1 = m.add(x, k(1));
-    return m.sub(c.b.unary(UnaryOp::kLgamma, x1), m.add(m.sub(m.mul(m.add(x, k(0.5)), log(x1)), x1), k(0.5 * std::log(2 * M_PI))));
+    Value x1 = x + k(1);
+    return c.b.unary(UnaryOp::kLgamma, x1) - ((x + k(0.5)) * log(x1) - x1 + k(0.5 * std::log(2 * M_PI)));
   };
-  Value spread = c.b.unary(UnaryOp::kSqrt, m.mul(m.mul(n, q), m.sub(k(1), q)));
-  Value b = m.add(k(1.15), m.mul(k(2.53), spread));
-  Value a = m.add(m.add(k(-0.0873), m.mul(k(0.0248), b)), m.mul(k(0.01), q));
-  Value center = m.add(m.mul(n, q), k(0.5)), vr = m.sub(k(0.92), m.div(k(4.2), b));
-  Value r = m.div(q, m.sub(k(1), q)), alpha = m.mul(m.add(k(2.83), m.div(k(5.1), b)), spread);
-  Value mode = c.b.unary(UnaryOp::kFloor, m.mul(m.add(n, k(1)), q));
-  Value bound_base = m.add(m.mul(m.add(mode, k(0.5)), log(m.div(m.add(mode, k(1)), m.mul(r, m.add(m.sub(n, mode), k(1)))))),
-                           m.add(tail(mode), tail(m.sub(n, mode))));
+  Value spread = c.b.unary(UnaryOp::kSqrt, n * q * (k(1) - q));
+  Value b = k(1.15) + k(2.53) * spread;
+  Value a = k(-0.0873) + k(0.0248) * b + k(0.01) * q;
+  Value center = n * q + k(0.5), vr = k(0.92) - k(4.2) / b;
+  Value r = q / (k(1) - q), alpha = (k(2.83) + k(5.1) / b) * spread;
+  Value mode = c.b.unary(UnaryOp::kFloor, (n + k(1)) * q);
+  Value bound_base = (mode + k(0.5)) * log((mode + k(1)) / (r * (n - mode + k(1)))) + (tail(mode) + tail(n - mode));
   return first_accepted(c, static_cast<int64_t>(u.size() / 2), [&](int64_t round) {
     Value v = u[2 * round + 1];
     auto [us, x, quick] = transformed_proposal(c, u[2 * round], v, a, b, center, vr);
     Value inside = both(both(c.b.compare(Compare::kGE, x, k(0)), c.b.compare(Compare::kLE, x, n)), c.b.compare(Compare::kGT, us, k(0)));
-    Value lhs = log(m.div(m.mul(v, alpha), m.add(m.div(a, m.mul(us, us)), b)));
-    Value rest = m.sub(n, x);
-    Value bound = m.add(m.add(bound_base, m.mul(m.add(n, k(1)), log(m.div(m.add(m.sub(n, mode), k(1)), m.add(rest, k(1)))))),
-                        m.sub(m.mul(m.add(x, k(0.5)), log(m.div(m.mul(r, m.add(rest, k(1))), m.add(x, k(1))))),
-                              m.add(tail(x), tail(rest))));
+    Value lhs = log(v * alpha / (a / (us * us) + b));
+    Value rest = n - x;
+    Value bound = bound_base + (n + k(1)) * log((n - mode + k(1)) / (rest + k(1))) + ((x + k(0.5)) * log(r * (rest + k(1)) / (x + k(1))) - (tail(x) + tail(rest)));
     return std::pair{both(inside, c.b.binary(BinaryOp::kOr, quick, c.b.compare(Compare::kLE, lhs, bound))), x};
   });
 }
@@ -244,73 +241,72 @@ Value binomial_by_btrs(LoweringContext& c, const std::vector<Value>& u, const Va
 // Binomial(count, prob) samples, as CPU draws them: by symmetry with q = min(prob, 1 - prob), for
 // count q < 10 by inversion (48 waiting times drawn at once: more are needed with probability
 // < 1e-14), from 10 by BTRS (12 candidates at once).
-V binomial(LoweringContext& c) {  // (count, prob, generator)
+Values binomial(LoweringContext& c) {  // (count, prob, generator)
   constexpr int64_t kWaits = 48, kRounds = 12;
   Math m{c.b};
   DType t = accumulator(c.out().dtype);
-  Value n = c.in_as(0, t), p = c.bcast(c.in_as(1, t));
+  Value n = c.input_as(0, t), p = c.broadcast_to_output(c.input_as(1, t));
   auto k = [&](double v) { return m.k(v, n); };
   std::vector<Value> u = uniforms(c, kWaits + 2 * kRounds, digits(t));
   Value flipped = c.b.compare(Compare::kGT, p, k(0.5));
-  Value q = c.b.select(flipped, m.sub(k(1), p), p);
+  Value q = c.b.select(flipped, k(1) - p, p);
   Value inversion = binomial_by_inversion(c, {u.begin(), u.begin() + kWaits}, n, q);
   Value btrs = binomial_by_btrs(c, {u.begin() + kWaits, u.end()}, n, q);
-  Value sample = c.b.select(c.b.compare(Compare::kGE, m.mul(n, q), k(10)), btrs, inversion);
-  sample = c.b.select(flipped, m.sub(n, sample), sample);
+  Value sample = c.b.select(c.b.compare(Compare::kGE, n * q, k(10)), btrs, inversion);
+  sample = c.b.select(flipped, n - sample, sample);
   Value none = c.b.binary(BinaryOp::kOr, c.b.compare(Compare::kLE, n, k(0)), c.b.compare(Compare::kLE, p, k(0)));
   return {c.b.select(none, k(0), c.b.select(c.b.compare(Compare::kGE, p, k(1)), n, sample))};
 }
 
 // Dirichlet samples: Gamma(alpha) samples over the last dimension divided by their sum, kept in
 // [smallest normal, largest value below 1] as CPU keeps them.
-V sample_dirichlet(LoweringContext& c) {  // (alpha, generator)
+Values sample_dirichlet(LoweringContext& c) {  // (alpha, generator)
   Math m{c.b};
-  Value gamma = standard_gamma_of(c, c.in_as(0, accumulator(c.out().dtype)));
+  Value gamma = standard_gamma_of(c, c.input_as(0, accumulator(c.out().dtype)));
   int64_t last = gamma.type.rank() - 1;
-  Value ratio = m.div(gamma, m.expand_back(m.sum(gamma, {last}), gamma, {last}));
+  Value ratio = gamma / m.expand_back(m.sum(gamma, {last}), gamma, {last});
   double below_one = gamma.type.dtype == DType::kF64 ? std::nextafter(1.0, 0.0) : std::nextafter(1.0f, 0.0f);
   return {c.b.clamp(m.k(smallest_normal(gamma.type.dtype), ratio), ratio, m.k(below_one, ratio))};
 }
 
-V normal(LoweringContext& c) {  // (self, mean, std, generator)
+Values normal(LoweringContext& c) {  // (self, mean, std, generator)
   Math m{c.b};
   auto [z1, z2] = standard_normals(c);
   double mean = c.arg(1).toDouble(), std = c.arg(2).toDouble();
   // A complex normal of variance std^2 has parts of variance std^2 / 2, each shifted by mean.
   if (is_complex(c.out().dtype)) std /= M_SQRT2;
-  auto scaled = [&](const Value& z) { return m.add(m.k(mean, z), m.mul(z, m.k(std, z))); };
+  auto scaled = [&](const Value& z) { return m.k(mean, z) + z * m.k(std, z); };
   if (!is_complex(c.out().dtype)) return {scaled(z1)};
   return {complex_of(c, scaled(z1), scaled(z2))};
 }
 
 // normal(mean, std), a tensor and a tensor or a float: mean + std * z, shaped as they broadcast.
 // CPU checks that every std is >= 0; so does the device.
-V normal_of_tensors(LoweringContext& c) {  // (mean, std, generator)
-  Math m{c.b};
-  auto operand = [&](size_t i) { return c.has(i) ? c.in_b(i) : c.b.constant(c.arg(i).toDouble(), c.out()); };
+Values normal_of_tensors(LoweringContext& c) {  // (mean, std, generator)
+  auto operand = [&](size_t i) { return c.has(i) ? c.elementwise_input(i) : c.b.constant(c.arg(i).toDouble(), c.out()); };
   Value mean = operand(0), std = operand(1);
   c.check_on_device(all_non_negative(c, std));
   Value z = cast(c.b, standard_normals(c).first, mean.type.dtype);
-  return {m.add(mean, m.mul(std, z))};
+  return {mean + std * z};
 }
 
-V log_normal(LoweringContext& c) {  // (self, mean, std, generator)
+Values log_normal(LoweringContext& c) {  // (self, mean, std, generator)
   return {c.b.unary(UnaryOp::kExponential, normal(c)[0])};
 }
 
-V cauchy(LoweringContext& c) {  // (self, median, sigma, generator)
+Values cauchy(LoweringContext& c) {  // (self, median, sigma, generator)
   Math m{c.b};
   Value u = uniforms(c, 1)[0];
-  Value t = c.b.unary(UnaryOp::kTan, m.mul(m.k(M_PI, u), m.sub(u, m.k(0.5, u))));
-  return {m.add(m.k(c.arg(1).toDouble(), t), m.mul(t, m.k(c.arg(2).toDouble(), t)))};
+  Value t = c.b.unary(UnaryOp::kTan, m.k(M_PI, u) * (u - m.k(0.5, u)));
+  return {m.k(c.arg(1).toDouble(), t) + t * m.k(c.arg(2).toDouble(), t)};
 }
 
 // Trials until the first success: ceil(log(u) / log1p(-p)) for u in (0, 1], as CPU's.
-V geometric(LoweringContext& c) {  // (self, p, generator)
+Values geometric(LoweringContext& c) {  // (self, p, generator)
   Math m{c.b};
   Value u = uniforms(c, 1)[0];
-  Value u1 = m.sub(m.k(1, u), u);
-  Value trials = m.div(c.b.unary(UnaryOp::kLog, u1), m.k(std::log1p(-c.arg(1).toDouble()), u1));
+  Value u1 = m.k(1, u) - u;
+  Value trials = c.b.unary(UnaryOp::kLog, u1) / m.k(std::log1p(-c.arg(1).toDouble()), u1);
   return {c.b.unary(UnaryOp::kCeil, trials)};
 }
 
@@ -320,7 +316,7 @@ Value integers(LoweringContext& c, int64_t from, uint64_t range) {
   Value v = range == 0 ? c.b.binary(BinaryOp::kShiftRightLogical, raw, c.b.constant_int(1, raw.type))
                        : c.b.binary(BinaryOp::kRemainder, raw, c.b.constant_int(static_cast<int64_t>(range), raw.type));
   Value s = c.b.convert(v, DType::kS64);
-  return c.b.binary(BinaryOp::kAdd, s, c.b.constant_int(from, s.type));
+  return s + c.b.constant_int(from, s.type);
 }
 
 // The exclusive upper bound random_ uses when `to` is not given.
@@ -339,18 +335,18 @@ uint64_t default_range(DType t, int64_t from) {
   }
 }
 
-V random_from(LoweringContext& c) {  // (self, from, to?, generator)
+Values random_from(LoweringContext& c) {  // (self, from, to?, generator)
   int64_t from = c.arg(1).toInt();
   uint64_t range = c.arg(2).isNone() ? default_range(c.out().dtype, from)
                                      : static_cast<uint64_t>(c.arg(2).toInt() - from);
   return {integers(c, from, range)};
 }
 
-V random_to(LoweringContext& c) {  // (self, to, generator)
+Values random_to(LoweringContext& c) {  // (self, to, generator)
   return {integers(c, 0, static_cast<uint64_t>(c.arg(1).toInt()))};
 }
 
-V random_full(LoweringContext& c) {  // (self, generator)
+Values random_full(LoweringContext& c) {  // (self, generator)
   return {integers(c, 0, default_range(c.out().dtype, 0))};
 }
 
@@ -365,14 +361,14 @@ LoweringOptions nonempty_range(int from_arg, size_t to_arg) {
   return o;
 }
 
-V bernoulli_float(LoweringContext& c) {  // (self, p, generator)
+Values bernoulli_float(LoweringContext& c) {  // (self, p, generator)
   Value u = uniforms(c, 1)[0];
   return {c.b.compare(Compare::kLT, u, c.b.constant(c.arg(1).toDouble(), u.type))};
 }
 
-V bernoulli_tensor(LoweringContext& c, size_t p_arg) {
+Values bernoulli_tensor(LoweringContext& c, size_t p_arg) {
   Value u = uniforms(c, 1)[0];
-  Value p = cast(c.b, c.raw(p_arg), u.type.dtype);
+  Value p = cast(c.b, c.input_uncast(p_arg), u.type.dtype);
   c.check_on_device(all_true(c.b, c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, p, c.full(0, p)),
                                              c.b.compare(Compare::kLE, p, c.full(1, p)))));  // NaN fails too
   return {c.b.compare(Compare::kLT, u, broadcast_to(c.b, p, u.type.dims))};
@@ -393,23 +389,23 @@ LoweringOptions probability_checked(bool tensor_p) {
   return o;
 }
 
-V exponential(LoweringContext& c) {  // (self, lambd, generator)
+Values exponential(LoweringContext& c) {  // (self, lambd, generator)
   Math m{c.b};
   Value u = uniforms(c, 1)[0];
-  Value e = c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kLogPlusOne, c.b.unary(UnaryOp::kNegate, u)));
-  return {m.div(e, m.k(c.arg(1).toDouble(), e))};
+  Value e = -c.b.unary(UnaryOp::kLogPlusOne, -u);
+  return {e / m.k(c.arg(1).toDouble(), e)};
 }
 
-V dropout(LoweringContext& c) {  // (input, p, train?) -> (output, mask)
+Values dropout(LoweringContext& c) {  // (input, p, train?) -> (output, mask)
   Math m{c.b};
-  Value x = c.in(0);
+  Value x = c.input(0);
   double p = c.arg(1).toDouble();
   bool train = c.arg(2).isNone() || c.arg(2).toBool();
   if (!train || p == 0) return {x, c.b.constant(1, {DType::kBool, x.type.dims})};
   if (p == 1) return {m.k(0, x), c.b.constant(0, {DType::kBool, x.type.dims})};
   Value u = uniforms(c, 1)[0];
   Value keep = c.b.compare(Compare::kGE, u, c.b.constant(p, u.type));
-  Value scaled = m.mul(x, m.k(1 / (1 - p), x));
+  Value scaled = x * m.k(1 / (1 - p), x);
   return {c.b.select(keep, scaled, m.k(0, x)), keep};
 }
 
@@ -417,31 +413,31 @@ V dropout(LoweringContext& c) {  // (input, p, train?) -> (output, mask)
 // result (rrelu_with_noise_: self, then noise). Training scales each negative element by its own
 // uniform draw in [lower, upper), which noise keeps for the backward (1 where x >= 0); otherwise
 // it is leaky_relu with slope (lower + upper) / 2, and noise stays as it was.
-V rrelu_with_noise(LoweringContext& c, bool in_place) {
+Values rrelu_with_noise(LoweringContext& c, bool in_place) {
   Math m{c.b};
-  Value x = c.in(0);
+  Value x = c.input(0);
   Value negative = c.b.compare(Compare::kLT, x, m.k(0, x));
-  auto written = [&](const Value& out, const Value& noise) { return in_place ? V{out, noise} : V{noise, out}; };
+  auto written = [&](const Value& out, const Value& noise) { return in_place ? Values{out, noise} : Values{noise, out}; };
   if (!c.arg(4).toBool()) {  // the slope as CPU's: (lower + upper) / 2 in double, used in opmath
-    Value wide = m.mul(m.add(c.in_as(2, DType::kF64), c.in_as(3, DType::kF64)), c.scalar(0.5, DType::kF64));
+    Value wide = (c.input_as(2, DType::kF64) + c.input_as(3, DType::kF64)) * c.scalar(0.5, DType::kF64);
     DType acc = accumulator(x.type.dtype);
-    Value scaled = cast(c.b, m.mul(cast(c.b, x, acc), c.bcast(cast(c.b, wide, acc))), x.type.dtype);
-    return written(c.b.select(negative, scaled, x), c.raw(1));
+    Value scaled = cast(c.b, cast(c.b, x, acc) * c.broadcast_to_output(cast(c.b, wide, acc)), x.type.dtype);
+    return written(c.b.select(negative, scaled, x), c.input_uncast(1));
   }
   Value u = uniforms(c, 1)[0];
-  Value lower = cast(c.b, c.in_b(2), u.type.dtype), upper = cast(c.b, c.in_b(3), u.type.dtype);
-  Value r = cast(c.b, m.add(lower, m.mul(u, m.sub(upper, lower))), x.type.dtype);
+  Value lower = cast(c.b, c.elementwise_input(2), u.type.dtype), upper = cast(c.b, c.elementwise_input(3), u.type.dtype);
+  Value r = cast(c.b, lower + u * (upper - lower), x.type.dtype);
   Value noise = c.b.select(negative, r, m.k(1, x));
-  return written(m.mul(x, noise), noise);
+  return written(x * noise, noise);
 }
 
-V randperm(LoweringContext& c) {  // (n, dtype, layout, device, pin_memory)
+Values randperm(LoweringContext& c) {  // (n, dtype, layout, device, pin_memory)
   int64_t n = c.arg(0).toInt();
   if (n == 0) return {c.b.constant(0, c.out())};
   Value keys = draw(c, bits_of(c, DType::kU32, {n}), 0);
   Value idx = c.b.iota({DType::kS64, {n}}, 0);
-  auto sorted = c.b.sort({keys, idx}, 0, true, [](hlo::Builder& b, const V& a) {
-    return V{b.compare(Compare::kLT, a[0], a[1])};
+  auto sorted = c.b.sort({keys, idx}, 0, true, [](hlo::Builder& b, const Values& a) {
+    return Values{b.compare(Compare::kLT, a[0], a[1])};
   });
   return {sorted[1]};
 }
@@ -460,9 +456,8 @@ Value valid_distribution(LoweringContext& c, const Value& p) {
 // replacement the num_samples largest keys of one draw (PyTorch samples it the same way: the top
 // of p / Exp(1), these keys exponentiated); with replacement the largest key of each of
 // num_samples draws. A zero probability has key -inf: never drawn while a positive one remains.
-V multinomial(LoweringContext& c) {
-  Math m{c.b};
-  Value p = c.in_as(0, accumulator(c.raw(0).type.dtype));
+Values multinomial(LoweringContext& c) {
+  Value p = c.input_as(0, accumulator(c.input_uncast(0).type.dtype));
   int64_t n = p.type.dims.back(), rows = p.type.rank() == 2 ? p.type.dims[0] : 1;
   int64_t k = c.arg(1).toInt();
   bool replacement = c.arg(2).toBool();
@@ -470,17 +465,17 @@ V multinomial(LoweringContext& c) {
   DType t = p.type.dtype;
   c.check_on_device(valid_distribution(c, c.b.reshape(p, {rows, n})));
   Value u = uniform01_from(c, draw(c, bits_of(c, t == DType::kF64 ? DType::kU64 : DType::kU32, {rows, draws, n}), 0), digits(t));
-  auto minus_log = [&](const Value& x) { return c.b.unary(UnaryOp::kNegate, c.b.unary(UnaryOp::kLog, x)); };
+  auto minus_log = [&](const Value& x) { return -c.b.unary(UnaryOp::kLog, x); };
   Value gumbel = minus_log(minus_log(u));
   Value log_p = c.b.unary(UnaryOp::kLog, c.b.reshape(p, {rows, n}));
-  Value keys = m.add(c.b.broadcast_in_dim(log_p, {rows, draws, n}, {0, 2}), gumbel);
+  Value keys = c.b.broadcast_in_dim(log_p, {rows, draws, n}, {0, 2}) + gumbel;
   Value index = c.b.iota({DType::kS64, {rows, draws, n}}, 2);
   if (replacement || k == 1) {  // one draw without replacement (sampling a token) needs no sort
-    V best = c.b.reduce({keys, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(0, {DType::kS64, {}})}, {2},
+    Values best = c.b.reduce({keys, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(0, {DType::kS64, {}})}, {2},
                         extreme_with_index(true, t));
     return {c.b.reshape(best[1], c.out().dims)};
   }
-  V sorted = c.b.sort({keys, index}, 2, true, [](hlo::Builder& b, const V& a) { return V{b.compare(Compare::kGT, a[0], a[1])}; });
+  Values sorted = c.b.sort({keys, index}, 2, true, [](hlo::Builder& b, const Values& a) { return Values{b.compare(Compare::kGT, a[0], a[1])}; });
   return {c.b.reshape(c.b.slice(sorted[1], {0, 0, 0}, {rows, 1, k}, {1, 1, 1}), c.out().dims)};
 }
 
@@ -523,9 +518,9 @@ TORCHTPU_LOWERINGS(random) {
   register_lowering({"native_dropout", "native_dropout.out"}, dropout, random_op());
   register_lowering({"native_dropout_backward", "native_dropout_backward.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, mask, scale)
-    Value g = c.in(0);
-    Value kept = c.b.select(c.bcast(c.raw(1)), g, m.k(0, g));
-    return V{m.mul(kept, m.k(c.arg(2).toDouble(), kept))};
+    Value g = c.input(0);
+    Value kept = c.b.select(c.broadcast_to_output(c.input_uncast(1)), g, m.k(0, g));
+    return Values{kept * m.k(c.arg(2).toDouble(), kept)};
   });
   LoweringOptions permutation = random_op();
   permutation.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {

@@ -125,51 +125,51 @@ std::vector<c10::IValue> vector_norm_meta(const c10::FunctionSchema&, const std:
 
 Lowering sum_lowering(size_t dims_arg) {
   return [dims_arg](LoweringContext& c) {
-    Value x = c.raw(0);
-    return V{finish(c, sum_of(c, x, reduced_dims(c, dims_arg, x.type.rank())))};
+    Value x = c.input_uncast(0);
+    return Values{finish(c, sum_of(c, x, reduced_dims(c, dims_arg, x.type.rank())))};
   };
 }
 
 Lowering mean_lowering(size_t dims_arg) {
   return [dims_arg](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     auto dims = reduced_dims(c, dims_arg, x.type.rank());
     Value s = sum_of(c, x, dims);
-    return V{finish(c, c.b.binary(BinaryOp::kDivide, s, c.full(static_cast<double>(count(x, dims)), s)))};
+    return Values{finish(c, s / c.full(static_cast<double>(count(x, dims)), s))};
   };
 }
 
 Lowering extreme(bool is_max, size_t dims_arg) {
   return [is_max, dims_arg](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     auto dims = reduced_dims(c, dims_arg, x.type.rank());
     BinaryOp op = is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum;
-    return V{finish(c, c.b.reduce({x}, {extreme_identity(c, x.type.dtype, is_max)}, dims, nan_extreme_with(op))[0])};
+    return Values{finish(c, c.b.reduce({x}, {extreme_identity(c, x.type.dtype, is_max)}, dims, nan_extreme_with(op))[0])};
   };
 }
 
 Lowering extreme_with_index(bool is_max) {
   return [is_max](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     int64_t dim = c.arg(1).toInt();
     if (dim < 0) dim += std::max<int64_t>(x.type.rank(), 1);
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    if (x.type.rank() == 0) return Values{x, c.b.constant(0, {DType::kS64, {}})};
     auto [value, index] = arg_extreme(c, x, dim, is_max);
-    return V{finish(c, value, 0), finish(c, index, 1)};
+    return Values{finish(c, value, 0), finish(c, index, 1)};
   };
 }
 
 Lowering arg_lowering(bool is_max) {
   return [is_max](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     if (c.arg(1).isNone()) {  // over the flattened tensor
       x = c.b.reshape(x, {x.type.element_count()});
-      return V{finish(c, arg_extreme(c, x, 0, is_max).second)};
+      return Values{finish(c, arg_extreme(c, x, 0, is_max).second)};
     }
     int64_t dim = c.arg(1).toInt();
-    if (x.type.rank() == 0) return V{c.b.constant(0, {DType::kS64, {}})};
+    if (x.type.rank() == 0) return Values{c.b.constant(0, {DType::kS64, {}})};
     if (dim < 0) dim += x.type.rank();
-    return V{finish(c, arg_extreme(c, x, dim, is_max).second)};
+    return Values{finish(c, arg_extreme(c, x, dim, is_max).second)};
   };
 }
 
@@ -178,7 +178,7 @@ Value variance(LoweringContext& c, const Value& x_in, const std::vector<int64_t>
   Value x = is_complex(x_in.type.dtype) ? x_in : cast(c.b, x_in, accumulator(c.out().dtype));
   double n = static_cast<double>(count(x, dims));
   Value biased = Math{c.b}.moments(x, dims).second;
-  return c.b.binary(BinaryOp::kMultiply, biased, c.full(n / std::max(n - correction, 0.0), biased));
+  return biased * c.full(n / std::max(n - correction, 0.0), biased);
 }
 
 double correction_of(const LoweringContext& c, size_t i) {
@@ -187,10 +187,10 @@ double correction_of(const LoweringContext& c, size_t i) {
 
 Lowering boolean_reduce(BinaryOp op, size_t dims_arg) {
   return [op, dims_arg](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));
     auto dims = reduced_dims(c, dims_arg, x.type.rank());
-    return V{finish(c, reduce(c, truth, dims, op, op == BinaryOp::kAnd ? 1 : 0))};
+    return Values{finish(c, reduce(c, truth, dims, op, op == BinaryOp::kAnd ? 1 : 0))};
   };
 }
 
@@ -198,14 +198,14 @@ Lowering boolean_reduce(BinaryOp op, size_t dims_arg) {
 // (the data's own range when min == max); others, and NaNs, are not counted. min and max are
 // runtime values, so the choice is made in the program. CPU computes a bfloat16/float16 element's
 // bin in that dtype, rounding each step (an element near a bin edge can change bins): so does this.
-V histc(LoweringContext& c) {
+Values histc(LoweringContext& c) {
   DType dtype = c.out().dtype, math = is_floating(dtype) ? accumulator(dtype) : DType::kF64;
   Math m{c.b, low_precision(dtype)};
   int64_t bins = c.arg(1).toInt();
-  Value x = cast(c.b, c.raw(0), math);
+  Value x = cast(c.b, c.input_uncast(0), math);
   int64_t n = x.type.element_count();
   x = c.b.reshape(x, {n});
-  Value lo = m.rounded(c.in_as(2, math)), hi = m.rounded(c.in_as(3, math));
+  Value lo = m.rounded(c.input_as(2, math)), hi = m.rounded(c.input_as(3, math));
   Value from_data = c.b.compare(Compare::kEQ, lo, hi);
   if (n > 0) {
     lo = c.b.select(from_data, m.reduce(x, {0}, BinaryOp::kMinimum, INFINITY), lo);
@@ -272,12 +272,12 @@ Value linear_edges(LoweringContext& c, const Value& x, int64_t bins, const c10::
     hi = n ? m.reduce(x, {0}, BinaryOp::kMaximum, -INFINITY) : c.scalar(1, t);
   }
   Value same = c.b.compare(Compare::kEQ, lo, hi);
-  lo = c.b.select(same, m.sub(lo, m.k(0.5, lo)), lo);
-  hi = c.b.select(same, m.add(hi, m.k(0.5, hi)), hi);
+  lo = c.b.select(same, lo - m.k(0.5, lo), lo);
+  hi = c.b.select(same, hi + m.k(0.5, hi), hi);
   Value i = c.b.convert(c.b.iota({DType::kS64, {bins + 1}}, 0), t);
-  Value step = broadcast_to(c.b, m.div(m.sub(hi, lo), m.k(static_cast<double>(bins), lo)), {bins + 1});
-  Value from_lo = m.add(broadcast_to(c.b, lo, {bins + 1}), m.mul(step, i));
-  Value from_hi = m.sub(broadcast_to(c.b, hi, {bins + 1}), m.mul(step, m.sub(m.k(static_cast<double>(bins), i), i)));
+  Value step = broadcast_to(c.b, (hi - lo) / m.k(static_cast<double>(bins), lo), {bins + 1});
+  Value from_lo = broadcast_to(c.b, lo, {bins + 1}) + step * i;
+  Value from_hi = broadcast_to(c.b, hi, {bins + 1}) - step * (m.k(static_cast<double>(bins), i) - i);
   return c.b.select(c.b.compare(Compare::kLT, i, m.k(static_cast<double>((bins + 1) / 2), i)), from_lo, from_hi);
 }
 
@@ -288,7 +288,7 @@ Value bin_of(hlo::Builder& b, const Value& x, const Value& edges) {
   int64_t n = x.type.element_count(), bins = edges.type.dims[0] - 1;
   Value xt = cast(b, x, edges.type.dtype);
   Value xs = b.broadcast_in_dim(xt, {n, bins + 1}, {0}), es = b.broadcast_in_dim(edges, {n, bins + 1}, {1});
-  Value bin = m.sub(m.sum(b.convert(b.compare(Compare::kGE, xs, es), DType::kS64), {1}), b.constant(1, {DType::kS64, {n}}));
+  Value bin = m.sum(b.convert(b.compare(Compare::kGE, xs, es), DType::kS64), {1}) - b.constant(1, {DType::kS64, {n}});
   bin = b.binary(BinaryOp::kMinimum, bin, b.constant_int(bins - 1, bin.type));
   Value first = b.broadcast_in_dim(take_slice_1d(b, edges, 0), {n}, {});
   Value last = b.broadcast_in_dim(take_slice_1d(b, edges, bins), {n}, {});
@@ -315,26 +315,26 @@ Value count_into_cells(LoweringContext& c, const Value& points, const std::vecto
   for (size_t d = 0; d < edges.size(); ++d) {  // row-major cell index; a coordinate outside drops the point
     Value bin = bin_of(c.b, column_of(c.b, points, static_cast<int64_t>(d)), edges[d]);
     outside = c.b.binary(BinaryOp::kOr, outside, c.b.compare(Compare::kEQ, bin, c.b.constant_int(shape[d], bin.type)));
-    flat = c.b.binary(BinaryOp::kAdd, c.b.binary(BinaryOp::kMultiply, flat, c.b.constant_int(shape[d], flat.type)), bin);
+    flat = flat * c.b.constant_int(shape[d], flat.type) + bin;
   }
   flat = c.b.select(outside, c.b.constant_int(cells, flat.type), flat);  // dropped by the scatter
-  Value weights = c.has(weight_arg) ? c.b.reshape(cast(c.b, c.raw(weight_arg), t), {n}) : c.b.constant(1, {t, {n}});
+  Value weights = c.has(weight_arg) ? c.b.reshape(cast(c.b, c.input_uncast(weight_arg), t), {n}) : c.b.constant(1, {t, {n}});
   Value counts = c.b.scatter(c.b.constant(0, {t, {cells}}), c.b.reshape(flat, {n, 1}), weights, {{}, {0}, {0}, 1},
                              combine_with(BinaryOp::kAdd));
   Value hist = c.b.reshape(counts, shape);
   if (!density) return hist;
-  hist = m.div(hist, c.b.broadcast_in_dim(m.sum(counts, {0}), shape, {}));
+  hist = hist / c.b.broadcast_in_dim(m.sum(counts, {0}), shape, {});
   for (size_t d = 0; d < edges.size(); ++d) {
     int64_t b = shape[d];
-    Value widths = m.sub(c.b.slice(edges[d], {1}, {b + 1}, {1}), c.b.slice(edges[d], {0}, {b}, {1}));
-    hist = m.div(hist, c.b.broadcast_in_dim(widths, shape, {static_cast<int64_t>(d)}));
+    Value widths = c.b.slice(edges[d], {1}, {b + 1}, {1}) - c.b.slice(edges[d], {0}, {b}, {1});
+    hist = hist / c.b.broadcast_in_dim(widths, shape, {static_cast<int64_t>(d)});
   }
   return hist;
 }
 
 // histogramdd's points: its input [..., D] as [N, D].
 Value points_of(LoweringContext& c) {
-  Value x = c.raw(0);
+  Value x = c.input_uncast(0);
   int64_t d = x.type.dims.back();
   return c.b.reshape(x, {d ? x.type.element_count() / d : 0, d});
 }
@@ -374,14 +374,14 @@ MetaFn histogramdd_meta(bool edges_out) {
 // histogram(self, bins, range / edges, weight, density) -> (hist, bin_edges), as CPU's
 // histogramdd kernel counts: element x falls in bin (number of edges <= x) - 1, the last edge
 // inclusive, elements outside [first edge, last edge] (and NaNs) not counted.
-V histogram(LoweringContext& c) {
+Values histogram(LoweringContext& c) {
   DType t = c.out(0).dtype;
   int64_t bins = c.out(0).dims[0];
-  Value x = c.b.reshape(c.raw(0), {c.raw(0).type.element_count()});
+  Value x = c.b.reshape(c.input_uncast(0), {c.input_uncast(0).type.element_count()});
   int64_t n = x.type.element_count();
   bool given_edges = c.arg(1).isTensor();
   size_t weight_arg = given_edges ? 2 : 3, density_arg = weight_arg + 1;
-  Value edges = given_edges ? cast(c.b, c.raw(1), t) : linear_edges(c, x, bins, c.arg(2), 0);
+  Value edges = given_edges ? cast(c.b, c.input_uncast(1), t) : linear_edges(c, x, bins, c.arg(2), 0);
   Value points = c.b.reshape(cast(c.b, x, t), {n, 1});
   return {count_into_cells(c, points, {edges}, weight_arg, c.arg(density_arg).toBool()), edges};
 }
@@ -397,33 +397,33 @@ TORCHTPU_LOWERINGS(reduction) {
   }, with_meta(histogramdd_meta(true)));
   register_lowering({"_histogramdd_from_bin_cts", "_histogramdd_from_bin_cts.out"}, [](LoweringContext& c) {
     Value points = points_of(c);
-    return V{count_into_cells(c, points, histogramdd_edges(c, points), 3, c.arg(4).toBool())};
+    return Values{count_into_cells(c, points, histogramdd_edges(c, points), 3, c.arg(4).toBool())};
   }, with_meta(histogramdd_meta(false)));
   register_lowering({"_histogramdd_from_bin_tensors", "_histogramdd_from_bin_tensors.out"}, [](LoweringContext& c) {
     Value points = points_of(c);
     std::vector<Value> edges;
     for (const Value& e : c.list(1)) edges.push_back(cast(c.b, e, points.type.dtype));
-    return V{count_into_cells(c, points, edges, 2, c.arg(3).toBool())};
+    return Values{count_into_cells(c, points, edges, 2, c.arg(3).toBool())};
   }, with_meta(histogramdd_meta(false)));
   // hash_tensor(self, dim, keepdim, mode=0): the XOR of the elements' 64-bit patterns, integers
   // (and bools) as int64, floats as float64 (so float32 needs float64 support, as on CPU)
   register_lowering({"hash_tensor", "hash_tensor.out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     DType wide = is_floating(x.type.dtype) ? DType::kF64 : DType::kS64;
     Value bits = c.b.bitcast_convert(cast(c.b, x, wide), DType::kU64);
-    return V{c.b.reshape(reduce(c, bits, reduced_dims(c, 1, x.type.rank()), BinaryOp::kXor, 0), c.out().dims)};
+    return Values{c.b.reshape(reduce(c, bits, reduced_dims(c, 1, x.type.rank()), BinaryOp::kXor, 0), c.out().dims)};
   });
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
   register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));
   register_lowering({"mean.dim", "mean.out"}, mean_lowering(1));
   register_lowering({"prod", "prod.out"}, [](LoweringContext& c) {
-    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{finish(c, reduce(c, x, reduced_dims(c, kAll, x.type.rank()), BinaryOp::kMultiply, 1))};
+    Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
+    return Values{finish(c, reduce(c, x, reduced_dims(c, kAll, x.type.rank()), BinaryOp::kMultiply, 1))};
   });
   register_lowering({"prod.dim_int", "prod.int_out"}, [](LoweringContext& c) {
-    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
-    return V{finish(c, reduce(c, x, reduced_dims(c, 1, x.type.rank()), BinaryOp::kMultiply, 1))};
+    Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
+    return Values{finish(c, reduce(c, x, reduced_dims(c, 1, x.type.rank()), BinaryOp::kMultiply, 1))};
   });
   register_lowering({"amax", "amax.out"}, extreme(true, 1), with_meta(nonempty_reduction("amax", 1, false)));
   register_lowering({"amin", "amin.out"}, extreme(false, 1), with_meta(nonempty_reduction("amin", 1, false)));
@@ -434,57 +434,57 @@ TORCHTPU_LOWERINGS(reduction) {
   register_lowering({"argmax", "argmax.out"}, arg_lowering(true), with_meta(nonempty_reduction("argmax", 1, true)));
   register_lowering({"argmin", "argmin.out"}, arg_lowering(false), with_meta(nonempty_reduction("argmin", 1, true)));
   register_lowering({"var.correction", "var.correction_out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
-    return V{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};
+    Value x = c.input_uncast(0);
+    return Values{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};
   }, floating_moments());
   register_lowering({"std.correction", "std.correction_out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     Value v = variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2));
-    return V{finish(c, c.b.unary(UnaryOp::kSqrt, v))};
+    return Values{finish(c, c.b.unary(UnaryOp::kSqrt, v))};
   }, floating_moments());
   // var_mean / std_mean(self, dim, correction, keepdim) -> (var or std, mean).
   for (bool take_root : {false, true}) {
     const char* name = take_root ? "std_mean.correction" : "var_mean.correction";
     const char* out = take_root ? "std_mean.correction_out" : "var_mean.correction_out";
     register_lowering({name, out}, [take_root](LoweringContext& c) {
-      Value x = c.raw(0);
+      Value x = c.input_uncast(0);
       auto dims = reduced_dims(c, 1, x.type.rank());
       Value v = variance(c, x, dims, correction_of(c, 2));
       Value mean = Math{c.b}.mean(is_complex(x.type.dtype) ? x : cast(c.b, x, accumulator(c.out().dtype)), dims);
-      return V{finish(c, take_root ? c.b.unary(UnaryOp::kSqrt, v) : v, 0), finish(c, mean, 1)};
+      return Values{finish(c, take_root ? c.b.unary(UnaryOp::kSqrt, v) : v, 0), finish(c, mean, 1)};
     }, floating_moments());
   }
   register_lowering({"nansum", "nansum.out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
-    x = c.b.select(c.b.compare(Compare::kNE, x, x), c.full(0, x), x);
-    return V{finish(c, sum_of(c, x, reduced_dims(c, 1, x.type.rank())))};
+    Value x = c.input_uncast(0);
+    x = c.b.select(is_nan(x), c.full(0, x), x);
+    return Values{finish(c, sum_of(c, x, reduced_dims(c, 1, x.type.rank())))};
   });
   register_lowering({"count_nonzero.dim_IntList", "count_nonzero.dim_IntList_out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     Value nonzero = c.b.convert(c.b.compare(Compare::kNE, x, c.full(0, x)), DType::kS64);
-    return V{finish(c, reduce(c, nonzero, reduced_dims(c, 1, x.type.rank()), BinaryOp::kAdd, 0))};
+    return Values{finish(c, reduce(c, nonzero, reduced_dims(c, 1, x.type.rank()), BinaryOp::kAdd, 0))};
   });
   register_lowering({"aminmax", "aminmax.out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, dim?, keepdim) -> (min, max)
+    Value x = c.input_uncast(0);  // (self, dim?, keepdim) -> (min, max)
     auto dims = reduced_dims(c, 1, x.type.rank());
     auto extreme_of = [&](bool is_max) {
       BinaryOp op = is_max ? BinaryOp::kMaximum : BinaryOp::kMinimum;
       return c.b.reduce({x}, {extreme_identity(c, x.type.dtype, is_max)}, dims, nan_extreme_with(op))[0];
     };
-    return V{finish(c, extreme_of(false), 0), finish(c, extreme_of(true), 1)};
+    return Values{finish(c, extreme_of(false), 0), finish(c, extreme_of(true), 1)};
   });
   register_lowering({"trace", "trace.out"}, [](LoweringContext& c) {
-    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+    Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     hlo::TensorType index{DType::kS64, x.type.dims};
     Value diagonal = c.b.compare(Compare::kEQ, c.b.iota(index, 0), c.b.iota(index, 1));
-    return V{finish(c, reduce(c, c.b.select(diagonal, x, c.full(0, x)), {0, 1}, BinaryOp::kAdd, 0))};
+    return Values{finish(c, reduce(c, c.b.select(diagonal, x, c.full(0, x)), {0, 1}, BinaryOp::kAdd, 0))};
   });
   register_lowering({"any", "any.all_out"}, boolean_reduce(BinaryOp::kOr, kAll));
   register_lowering({"any.dim", "any.out", "any.dims", "any.dims_out"}, boolean_reduce(BinaryOp::kOr, 1));
   register_lowering({"all", "all.all_out"}, boolean_reduce(BinaryOp::kAnd, kAll));
   register_lowering({"all.dim", "all.out", "all.dims", "all.dims_out"}, boolean_reduce(BinaryOp::kAnd, 1));
   register_lowering({"logsumexp", "logsumexp.out"}, [](LoweringContext& c) {
-    Value x = cast(c.b, c.raw(0), accumulator(c.out().dtype));
+    Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     auto dims = reduced_dims(c, 1, x.type.rank());
     std::vector<int64_t> kept;
     for (int64_t d = 0; d < x.type.rank(); ++d)
@@ -495,18 +495,18 @@ TORCHTPU_LOWERINGS(reduction) {
     // An all -inf slice would give -inf - -inf = NaN: shift by 0 there instead.
     Value finite_m = c.b.select(c.b.unary(UnaryOp::kIsFinite, m), m, c.full(0, m));
     if (complex) finite_m = c.b.binary(BinaryOp::kComplex, finite_m, c.full(0, finite_m));
-    Value shifted = c.b.binary(BinaryOp::kSubtract, x, c.b.broadcast_in_dim(finite_m, x.type.dims, kept));
+    Value shifted = x - c.b.broadcast_in_dim(finite_m, x.type.dims, kept);
     Value s = reduce(c, c.b.unary(UnaryOp::kExponential, shifted), dims, BinaryOp::kAdd, 0);
-    return V{finish(c, c.b.binary(BinaryOp::kAdd, c.b.unary(UnaryOp::kLog, s), finite_m))};
+    return Values{finish(c, c.b.unary(UnaryOp::kLog, s) + finite_m)};
   });
   // The older norm(self, p=2, [dim, keepdim], [dtype]): a vector norm over dim (default all).
   register_lowering({"norm.Scalar", "norm.Scalar_out", "norm.ScalarOpt_dim", "norm.out", "norm.ScalarOpt_dim_dtype",
                      "norm.dtype_out", "norm.ScalarOpt_dtype", "norm.ScalarOpt_dtype_out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     double ord = c.arg(1).isNone() ? 2.0 : c.arg(1).toScalar().toDouble();
     bool has_dims = c.num_args() > 2 && c.arg(2).isIntList();
     auto dims = reduced_dims(c, has_dims ? 2 : kAll, x.type.rank());
-    return V{finish(c, Math{c.b}.vector_norm(x, dims, ord, accumulator(c.out().dtype)))};
+    return Values{finish(c, Math{c.b}.vector_norm(x, dims, ord, accumulator(c.out().dtype)))};
   }, [] {
     LoweringOptions o;
     o.static_scalars = {1};
@@ -517,22 +517,22 @@ TORCHTPU_LOWERINGS(reduction) {
   register_with_variants("renorm", {""}, [](LoweringContext& c) {
     Math m{c.b};
     DType acc = accumulator(c.out().dtype);
-    Value x = c.in_as(0, acc);
+    Value x = c.input_as(0, acc);
     int64_t dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
     Value norm = m.vector_norm(x, dims_except(x.type.rank(), dim), c.arg(1).toScalar().toDouble(), acc);
-    Value maxnorm = c.b.broadcast_in_dim(c.in_as(3, acc), norm.type.dims, {});
-    Value factor = c.b.select(c.b.compare(Compare::kGT, norm, maxnorm), m.div(maxnorm, m.add(norm, m.k(1e-7, norm))),
+    Value maxnorm = c.b.broadcast_in_dim(c.input_as(3, acc), norm.type.dims, {});
+    Value factor = c.b.select(c.b.compare(Compare::kGT, norm, maxnorm), maxnorm / (norm + m.k(1e-7, norm)),
                               m.k(1, norm));
-    return V{cast(c.b, m.mul(x, c.b.broadcast_in_dim(factor, x.type.dims, {dim})), c.out().dtype)};
+    return Values{cast(c.b, x * c.b.broadcast_in_dim(factor, x.type.dims, {dim}), c.out().dtype)};
   }, [] {
     LoweringOptions o;
     o.static_scalars = {1};
     return o;
   }());
   register_lowering({"linalg_vector_norm", "linalg_vector_norm.out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     double ord = c.arg(1).toScalar().toDouble();
-    return V{finish(c, Math{c.b}.vector_norm(x, reduced_dims(c, 2, x.type.rank()), ord, accumulator(c.out().dtype)))};
+    return Values{finish(c, Math{c.b}.vector_norm(x, reduced_dims(c, 2, x.type.rank()), ord, accumulator(c.out().dtype)))};
   }, [] {
     LoweringOptions o = with_meta(vector_norm_meta);
     o.static_scalars = {1};

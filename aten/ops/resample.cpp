@@ -36,16 +36,16 @@ Value pad_edges(hlo::Builder& b, Value x, const std::vector<int64_t>& pad, Edge 
   return x;
 }
 
-V reflection_pad(LoweringContext& c) {
+Values reflection_pad(LoweringContext& c) {
   hlo::Builder& b = c.b;
   auto edge = [&b](const Value& x, int64_t dim, int64_t count, int64_t n, bool left) {
     Value part = left ? slice_dim(b, x, dim, 1, count + 1) : slice_dim(b, x, dim, n - 1 - count, n - 1);
     return b.reverse(part, {dim});
   };
-  return {pad_edges(b, c.in(0), c.int_list(1), edge)};
+  return {pad_edges(b, c.input(0), c.int_list(1), edge)};
 }
 
-V replication_pad(LoweringContext& c) {
+Values replication_pad(LoweringContext& c) {
   hlo::Builder& b = c.b;
   auto edge = [&b](const Value& x, int64_t dim, int64_t count, int64_t n, bool left) {
     Value one = left ? slice_dim(b, x, dim, 0, 1) : slice_dim(b, x, dim, n - 1, n);
@@ -55,7 +55,7 @@ V replication_pad(LoweringContext& c) {
     for (int64_t d = 0; d < one.type.rank(); ++d) all.push_back(d);
     return b.broadcast_in_dim(one, dims, all);
   };
-  return {pad_edges(b, c.in(0), c.int_list(1), edge)};
+  return {pad_edges(b, c.input(0), c.int_list(1), edge)};
 }
 
 // The source scale PyTorch uses for output dim i: 1/scale when the optional `float? scales_*`
@@ -90,7 +90,7 @@ LinearSources linear_sources(Math& m, int64_t in, int64_t out, double scale, boo
   src = m.b.binary(BinaryOp::kMaximum, src, m.k(0, src));
   Value lo = m.b.convert(m.b.unary(hlo::UnaryOp::kFloor, src), DType::kS64);
   lo = m.b.binary(BinaryOp::kMinimum, lo, m.b.constant_int(in - 1, lo.type));
-  Value hi = m.b.binary(BinaryOp::kMinimum, m.b.binary(BinaryOp::kAdd, lo, m.b.constant_int(1, lo.type)),
+  Value hi = m.b.binary(BinaryOp::kMinimum, lo + m.b.constant_int(1, lo.type),
                         m.b.constant_int(in - 1, lo.type));
   return {lo, hi, m.sub(src, m.b.convert(lo, precision))};
 }
@@ -98,13 +98,13 @@ LinearSources linear_sources(Math& m, int64_t in, int64_t out, double scale, boo
 Lowering upsample_nearest(bool exact) {  // (input, output_size, scales_*?...)
   return [exact](LoweringContext& c) {
     Math m{c.b};
-    Value x = c.in(0);
+    Value x = c.input(0);
     size_t spatial = x.type.dims.size() - 2;
     for (size_t i = 0; i < spatial; ++i) {
       int64_t dim = 2 + static_cast<int64_t>(i), in = x.type.dims[dim], out = c.out().dims[dim];
       x = take_along(c.b, x, dim, nearest_sources(m, in, out, source_scale(c, 2, i, in, out, false), exact));
     }
-    return V{x};
+    return Values{x};
   };
 }
 
@@ -128,7 +128,7 @@ Value uint8_passes(Math& m, Value x, const std::function<Value(const Value&, int
 // a (1 - w) + b w per dimension in float32 for low-precision inputs, rounded once. CPU's 1-D and
 // 3-D kernels round the weights w and 1 - w to the input's dtype first (its 2-D kernel keeps them
 // in float32), so these do too: then bfloat16 results equal CPU's.
-V upsample_linear(LoweringContext& c) {
+Values upsample_linear(LoweringContext& c) {
   Math m{c.b};
   bool align = c.arg(2).toBool();
   DType dtype = c.out().dtype;
@@ -142,13 +142,13 @@ V upsample_linear(LoweringContext& c) {
       Value v = cast(c.b, w, x.type.dtype);
       return weights_in_dtype ? rounded_to(c.b, v, dtype) : v;
     };
-    Value w1 = as_weight(s.weight), w0 = as_weight(m.sub(m.k(1, w1), w1));
+    Value w1 = as_weight(s.weight), w0 = as_weight(m.k(1, w1) - w1);
     Value a = take_along(c.b, x, dim, s.lo), bb = take_along(c.b, x, dim, s.hi);
     auto spread = [&](const Value& w) { return c.b.broadcast_in_dim(w, a.type.dims, {dim}); };
-    return m.add(m.mul(a, spread(w0)), m.mul(bb, spread(w1)));
+    return a * spread(w0) + bb * spread(w1);
   };
-  if (resamples_uint8(c)) return {uint8_passes(m, c.in(0), pass)};
-  Value x = c.in_as(0, accumulator(dtype));
+  if (resamples_uint8(c)) return {uint8_passes(m, c.input(0), pass)};
+  Value x = c.input_as(0, accumulator(dtype));
   for (int64_t dim = 2; dim < x.type.rank(); ++dim) x = pass(x, dim);
   return {x};
 }
@@ -180,14 +180,14 @@ Value resample_with(hlo::Builder& b, const Value& x, int64_t dim, const Value& m
 Lowering upsample_nearest_backward(bool exact) {
   return [exact](LoweringContext& c) {
     Math m{c.b};
-    Value g = c.in_as(0, accumulator(c.out().dtype));
+    Value g = c.input_as(0, accumulator(c.out().dtype));
     for (size_t i = g.type.dims.size() - 2; i-- > 0;) {
       int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
       Value source = nearest_sources(m, in, out, source_scale(c, 3, i, in, out, false), exact);
       Value ones = c.b.constant(1, {DType::kF64, {out}});
       g = resample_with(c.b, g, dim, resampling_matrix(m, in, out, {{source, ones}}, g.type.dtype), true);
     }
-    return V{g};
+    return Values{g};
   };
 }
 
@@ -221,14 +221,14 @@ Lowering separable_2d(MatrixFor matrix, bool backward) {
     Math m{c.b};
     if (!backward && resamples_uint8(c)) {
       bool align = c.arg(2).toBool();
-      return V{uint8_passes(m, c.in(0), [&](const Value& x, int64_t dim) {
+      return Values{uint8_passes(m, c.input(0), [&](const Value& x, int64_t dim) {
         size_t i = static_cast<size_t>(dim - 2);
         int64_t in = x.type.dims[dim], out = c.out().dims[dim];
         return resample_with(c.b, x, dim,
                              matrix(m, in, out, source_scale(c, 3, i, in, out, align), align, x.type.dtype, DType::kU8), false);
       })};
     }
-    Value x = c.in_as(0, accumulator(c.out().dtype));
+    Value x = c.input_as(0, accumulator(c.out().dtype));
     const std::vector<int64_t>& input = backward ? c.out().dims : x.type.dims;
     const std::vector<int64_t>& output = backward ? x.type.dims : c.out().dims;
     size_t flags = backward ? 3 : 2;
@@ -240,7 +240,7 @@ Lowering separable_2d(MatrixFor matrix, bool backward) {
                                backward ? x.type.dtype : c.out().dtype),
                         backward);
     }
-    return V{x};
+    return Values{x};
   };
 }
 
@@ -280,42 +280,42 @@ Value antialias_matrix(hlo::Builder& b, int64_t in, int64_t out, double scale, b
 Lowering pad_backward(bool reflected) {
   return [reflected](LoweringContext& c) {
     Math m{c.b};
-    Value g = c.in_as(0, accumulator(c.out().dtype));
+    Value g = c.input_as(0, accumulator(c.out().dtype));
     auto pad = c.int_list(2);
     for (size_t i = 0; 2 * i < pad.size(); ++i) {
       int64_t dim = g.type.rank() - 1 - static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
-      Value at = c.b.binary(BinaryOp::kSubtract, c.b.iota({DType::kS64, {out}}, 0), c.b.constant_int(pad[2 * i], {DType::kS64, {out}}));
+      Value at = c.b.iota({DType::kS64, {out}}, 0) - c.b.constant_int(pad[2 * i], {DType::kS64, {out}});
       if (reflected) {  // -p -> p, n - 1 + p -> n - 1 - p
         at = c.b.unary(UnaryOp::kAbs, at);
         Value last = c.b.constant_int(in - 1, at.type);
-        at = c.b.binary(BinaryOp::kSubtract, last, c.b.unary(UnaryOp::kAbs, c.b.binary(BinaryOp::kSubtract, last, at)));
+        at = last - c.b.unary(UnaryOp::kAbs, last - at);
       }
       at = c.b.clamp(c.b.constant(0, at.type), at, c.b.constant_int(in - 1, at.type));
       Value ones = c.b.constant(1, {DType::kF64, {out}});
       g = resample_with(c.b, g, dim, resampling_matrix(m, in, out, {{at, ones}}, g.type.dtype), true);
     }
-    return V{g};
+    return Values{g};
   };
 }
 
 // upsample_{linear1d,bilinear2d,trilinear3d}_backward(grad_output, output_size, input_size,
 // align_corners, scales_*?...)
-V upsample_linear_backward(LoweringContext& c) {
+Values upsample_linear_backward(LoweringContext& c) {
   Math m{c.b};
-  Value g = c.in_as(0, accumulator(c.out().dtype));
+  Value g = c.input_as(0, accumulator(c.out().dtype));
   bool align = c.arg(3).toBool();
   for (size_t i = g.type.dims.size() - 2; i-- > 0;) {
     int64_t dim = 2 + static_cast<int64_t>(i), in = c.out().dims[dim], out = g.type.dims[dim];
     LinearSources s = linear_sources(m, in, out, source_scale(c, 4, i, in, out, align), align, g.type.dtype);
-    Value matrix = resampling_matrix(m, in, out, {{s.lo, m.sub(m.k(1, s.weight), s.weight)}, {s.hi, s.weight}}, g.type.dtype);
+    Value matrix = resampling_matrix(m, in, out, {{s.lo, m.k(1, s.weight) - s.weight}, {s.hi, s.weight}}, g.type.dtype);
     g = resample_with(c.b, g, dim, matrix, true);
   }
   return {g};
 }
 
 // roll(self, shifts, dims): each shift rotates one dim; no dims rotates the flattened tensor.
-V roll(LoweringContext& c) {
-  Value x = c.in(0);
+Values roll(LoweringContext& c) {
+  Value x = c.input(0);
   std::vector<int64_t> shifts = c.int_list(1), dims = c.int_list(2);
   bool flat = dims.empty();
   if (flat) {
@@ -351,10 +351,10 @@ LoweringOptions pad2d_layout() {
 
 TORCHTPU_LOWERINGS(resample) {
   register_lowering({"flip", "flip.out"}, [](LoweringContext& c) {
-    Value x = c.in(0);
+    Value x = c.input(0);
     std::vector<int64_t> dims;
     for (int64_t d : c.int_list(1)) dims.push_back(d < 0 ? d + x.type.rank() : d);
-    return V{dims.empty() || x.type.rank() == 0 ? x : c.b.reverse(x, dims)};  // a 0-d tensor is its own flip
+    return Values{dims.empty() || x.type.rank() == 0 ? x : c.b.reverse(x, dims)};  // a 0-d tensor is its own flip
   });
   register_lowering({"reflection_pad1d", "reflection_pad1d.out", "reflection_pad3d", "reflection_pad3d.out"},
                     reflection_pad);

@@ -15,7 +15,7 @@ Value block(hlo::Builder& b, const Value& x, int64_t i, int64_t n) {
 
 Value plus_bias(LoweringContext& c, const Value& gates, size_t bias) {
   if (!c.has(bias)) return gates;
-  return c.b.binary(BinaryOp::kAdd, gates, c.b.broadcast_in_dim(c.in(bias), gates.type.dims, {1}));
+  return gates + c.b.broadcast_in_dim(c.input(bias), gates.type.dims, {1});
 }
 
 Value sigmoid(hlo::Builder& b, const Value& x) { return b.unary(UnaryOp::kLogistic, x); }
@@ -26,60 +26,58 @@ Value sigmoid_slope(Math& m, const Value& y) { return m.mul(y, m.sub(m.k(1, y), 
 Value tanh_slope(Math& m, const Value& y) { return m.sub(m.k(1, y), m.square(y)); }
 
 // A gradient PyTorch may leave undefined (an unused output): zeros then.
-Value grad_or_zero(LoweringContext& c, size_t i, const Value& like) { return c.has(i) ? c.in(i) : c.full(0, like); }
+Value grad_or_zero(LoweringContext& c, size_t i, const Value& like) { return c.has(i) ? c.input(i) : c.full(0, like); }
 
 // (input_gates, hidden_gates, cx, input_bias?, hidden_bias?) -> (hy, cy, workspace = [i, f, g, o])
-V lstm_cell(LoweringContext& c) {
-  Math m{c.b};
-  Value gates = plus_bias(c, plus_bias(c, m.add(c.in(0), c.in(1)), 3), 4);
+Values lstm_cell(LoweringContext& c) {
+  Value gates = plus_bias(c, plus_bias(c, c.input(0) + c.input(1), 3), 4);
   Value i = sigmoid(c.b, block(c.b, gates, 0, 4)), f = sigmoid(c.b, block(c.b, gates, 1, 4));
   Value g = tanh(c.b, block(c.b, gates, 2, 4)), o = sigmoid(c.b, block(c.b, gates, 3, 4));
-  Value cy = m.add(m.mul(f, c.in(2)), m.mul(i, g));
-  Value hy = m.mul(o, tanh(c.b, cy));
+  Value cy = f * c.input(2) + i * g;
+  Value hy = o * tanh(c.b, cy);
   return {hy, cy, c.b.concatenate({i, f, g, o}, 1)};
 }
 
 // (grad_hy?, grad_cy?, cx, cy, workspace, has_bias) -> (grad_gates, grad_cx, grad_bias)
-V lstm_cell_backward(LoweringContext& c) {
+Values lstm_cell_backward(LoweringContext& c) {
   Math m{c.b};
-  Value cx = c.in(2), cy = c.in(3), ws = c.in(4);
+  Value cx = c.input(2), cy = c.input(3), ws = c.input(4);
   Value i = block(c.b, ws, 0, 4), f = block(c.b, ws, 1, 4), g = block(c.b, ws, 2, 4), o = block(c.b, ws, 3, 4);
   Value grad_hy = grad_or_zero(c, 0, cx), grad_cy = grad_or_zero(c, 1, cx);
   Value tanh_cy = tanh(c.b, cy);
-  Value grad_o = m.mul(m.mul(grad_hy, tanh_cy), sigmoid_slope(m, o));
-  Value grad_c = m.add(m.mul(m.mul(grad_hy, o), tanh_slope(m, tanh_cy)), grad_cy);
-  Value grad_i = m.mul(m.mul(grad_c, g), sigmoid_slope(m, i));
-  Value grad_f = m.mul(m.mul(grad_c, cx), sigmoid_slope(m, f));
-  Value grad_g = m.mul(m.mul(grad_c, i), tanh_slope(m, g));
+  Value grad_o = grad_hy * tanh_cy * sigmoid_slope(m, o);
+  Value grad_c = grad_hy * o * tanh_slope(m, tanh_cy) + grad_cy;
+  Value grad_i = grad_c * g * sigmoid_slope(m, i);
+  Value grad_f = grad_c * cx * sigmoid_slope(m, f);
+  Value grad_g = grad_c * i * tanh_slope(m, g);
   Value grad_gates = c.b.concatenate({grad_i, grad_f, grad_g, grad_o}, 1);
-  return {grad_gates, m.mul(grad_c, f), m.sum(grad_gates, {0})};
+  return {grad_gates, grad_c * f, m.sum(grad_gates, {0})};
 }
 
 // (input_gates, hidden_gates, hx, input_bias?, hidden_bias?) -> (hy, workspace = [r, z, n, hn, hx])
-V gru_cell(LoweringContext& c) {
-  Math m{c.b};
-  Value in = plus_bias(c, c.in(0), 3), hid = plus_bias(c, c.in(1), 4), hx = c.in(2);
-  Value r = sigmoid(c.b, m.add(block(c.b, in, 0, 3), block(c.b, hid, 0, 3)));
-  Value z = sigmoid(c.b, m.add(block(c.b, in, 1, 3), block(c.b, hid, 1, 3)));
+Values gru_cell(LoweringContext& c) {
+  Value in = plus_bias(c, c.input(0), 3), hid = plus_bias(c, c.input(1), 4), hx = c.input(2);
+  Value r = sigmoid(c.b, block(c.b, in, 0, 3) + block(c.b, hid, 0, 3));
+  Value z = sigmoid(c.b, block(c.b, in, 1, 3) + block(c.b, hid, 1, 3));
   Value hn = block(c.b, hid, 2, 3);
-  Value n = tanh(c.b, m.add(block(c.b, in, 2, 3), m.mul(r, hn)));
-  Value hy = m.add(n, m.mul(z, m.sub(hx, n)));
+  Value n = tanh(c.b, block(c.b, in, 2, 3) + r * hn);
+  Value hy = n + z * (hx - n);
   return {hy, c.b.concatenate({r, z, n, hn, hx}, 1)};
 }
 
 // (grad_hy, workspace, has_bias) -> (grad_input_gates, grad_hidden_gates, grad_hx,
 //                                    grad_input_bias, grad_hidden_bias)
-V gru_cell_backward(LoweringContext& c) {
+Values gru_cell_backward(LoweringContext& c) {
   Math m{c.b};
-  Value go = c.in(0), ws = c.in(1);
+  Value go = c.input(0), ws = c.input(1);
   Value r = block(c.b, ws, 0, 5), z = block(c.b, ws, 1, 5), n = block(c.b, ws, 2, 5);
   Value hn = block(c.b, ws, 3, 5), hx = block(c.b, ws, 4, 5);
-  Value grad_z = m.mul(m.mul(go, m.sub(hx, n)), sigmoid_slope(m, z));
-  Value grad_n = m.mul(m.mul(go, m.sub(m.k(1, z), z)), tanh_slope(m, n));
-  Value grad_r = m.mul(m.mul(grad_n, hn), sigmoid_slope(m, r));
+  Value grad_z = go * (hx - n) * sigmoid_slope(m, z);
+  Value grad_n = go * (m.k(1, z) - z) * tanh_slope(m, n);
+  Value grad_r = grad_n * hn * sigmoid_slope(m, r);
   Value grad_in = c.b.concatenate({grad_r, grad_z, grad_n}, 1);
-  Value grad_hid = c.b.concatenate({grad_r, grad_z, m.mul(grad_n, r)}, 1);
-  return {grad_in, grad_hid, m.mul(go, z), m.sum(grad_in, {0}), m.sum(grad_hid, {0})};
+  Value grad_hid = c.b.concatenate({grad_r, grad_z, grad_n * r}, 1);
+  return {grad_in, grad_hid, go * z, m.sum(grad_in, {0}), m.sum(grad_hid, {0})};
 }
 
 // A fused cell's sizes, as CUDA checks them (input_gates, hidden_gates, state, input_bias?,

@@ -22,27 +22,26 @@ Value search_sorted(hlo::Builder& b, Value sequence, const Value& values, const 
   int64_t per_row = values.type.element_count() / std::max<int64_t>(rows, 1);
   if (n == 0 || values.type.element_count() == 0) return b.constant(0, {result, values.type.dims});
   hlo::TensorType index{DType::kS64, {rows, per_row}};
-  Value row_start = b.binary(BinaryOp::kMultiply, b.iota(index, 0), b.constant_int(n, index));
+  Value row_start = b.iota(index, 0) * b.constant_int(n, index);
   Value flat = b.reshape(sequence, {rows * n});
   auto element_at = [&](const Value& source, const Value& position) {  // source[row, position]
-    Value at = b.reshape(b.binary(BinaryOp::kAdd, row_start, position), {rows, per_row, 1});
+    Value at = b.reshape(row_start + position, {rows, per_row, 1});
     return b.gather(source, at, {{}, {0}, {0}, 2}, {1}, {rows, per_row});
   };
   if (sorter) {  // the sequence in sorted order: flat[row, j] = sequence[row, sorter[row, j]]
     Value all = b.reshape(cast(b, *sorter, DType::kS64), {rows * n, 1});
-    Value row_of = b.reshape(b.binary(BinaryOp::kMultiply, b.iota({DType::kS64, {rows, n}}, 0),
-                                      b.constant_int(n, {DType::kS64, {rows, n}})), {rows * n, 1});
-    flat = b.gather(flat, b.binary(BinaryOp::kAdd, all, row_of), {{}, {0}, {0}, 1}, {1}, {rows * n});
+    Value row_of = b.reshape(b.iota({DType::kS64, {rows, n}}, 0) * b.constant_int(n, {DType::kS64, {rows, n}}), {rows * n, 1});
+    flat = b.gather(flat, all + row_of, {{}, {0}, {0}, 1}, {1}, {rows * n});
   }
   Value v = b.reshape(values, {rows, per_row});
   Value lo = b.constant(0, index), hi = b.constant_int(n, index);
   Value one = b.constant(1, index), last = b.constant_int(n - 1, index);
   for (int64_t span = n; span > 0; span /= 2) {  // floor(log2 n) + 1 halvings
-    Value mid = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kAdd, lo, hi), b.constant(2, index));
+    Value mid = (lo + hi) / b.constant(2, index);
     Value element = element_at(flat, b.binary(BinaryOp::kMinimum, mid, last));
     Value move_right = b.unary(UnaryOp::kNot, b.compare(right ? Compare::kGT : Compare::kGE, element, v));
     Value active = b.compare(Compare::kLT, lo, hi);
-    lo = b.select(b.binary(BinaryOp::kAnd, active, move_right), b.binary(BinaryOp::kAdd, mid, one), lo);
+    lo = b.select(b.binary(BinaryOp::kAnd, active, move_right), mid + one, lo);
     hi = b.select(b.binary(BinaryOp::kAnd, active, b.unary(UnaryOp::kNot, move_right)), mid, hi);
   }
   return b.reshape(cast(b, lo, result), values.type.dims);
@@ -62,16 +61,16 @@ std::pair<Value, Value> comparable(hlo::Builder& b, const Value& sequence, const
 
 // searchsorted(sorted_sequence, self, out_int32, right, side, sorter); a Scalar self arrives as a
 // 0-d value.
-V searchsorted(LoweringContext& c) {
-  auto [sequence, values] = comparable(c.b, c.raw(0), c.raw(1));
+Values searchsorted(LoweringContext& c) {
+  auto [sequence, values] = comparable(c.b, c.input_uncast(0), c.input_uncast(1));
   std::optional<Value> sorter;
-  if (c.has(5)) sorter = c.raw(5);
+  if (c.has(5)) sorter = c.input_uncast(5);
   return {search_sorted(c.b, sequence, values, sorter ? &*sorter : nullptr, side_is_right(c, 3, 4), c.out().dtype)};
 }
 
 // bucketize(self, boundaries, out_int32, right): searchsorted over 1-D boundaries.
-V bucketize(LoweringContext& c) {
-  auto [boundaries, values] = comparable(c.b, c.raw(1), c.raw(0));
+Values bucketize(LoweringContext& c) {
+  auto [boundaries, values] = comparable(c.b, c.input_uncast(1), c.input_uncast(0));
   return {search_sorted(c.b, boundaries, values, nullptr, c.arg(3).toBool(), c.out().dtype)};
 }
 

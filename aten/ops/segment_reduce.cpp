@@ -34,7 +34,7 @@ Segments segments(LoweringContext& c, int64_t axis, int64_t count, size_t length
   Math m{b};
   Value starts, ends, lengths;
   if (c.has(lengths_arg)) {
-    lengths = cast(b, c.raw(lengths_arg), DType::kS64);
+    lengths = cast(b, c.input_uncast(lengths_arg), DType::kS64);
     int64_t s = lengths.type.dims.back();
     std::vector<int64_t> square = lengths.type.dims;
     square.push_back(s);  // [D..., s, t]: t <= s
@@ -43,9 +43,9 @@ Segments segments(LoweringContext& c, int64_t axis, int64_t count, size_t length
     map.push_back(axis + 1);
     Value upto = b.compare(Compare::kLE, b.iota(index, axis + 1), b.iota(index, axis));
     ends = m.sum(b.select(upto, b.broadcast_in_dim(lengths, square, map), b.constant(0, index)), {axis + 1});
-    starts = m.sub(ends, lengths);
+    starts = ends - lengths;
   } else {
-    Value offsets = cast(b, c.raw(offsets_arg), DType::kS64);
+    Value offsets = cast(b, c.input_uncast(offsets_arg), DType::kS64);
     int64_t s = offsets.type.dims.back() - 1;
     std::vector<int64_t> start(offsets.type.rank(), 0), limit = offsets.type.dims, step(offsets.type.rank(), 1);
     limit.back() = s;
@@ -53,7 +53,7 @@ Segments segments(LoweringContext& c, int64_t axis, int64_t count, size_t length
     start.back() = 1;
     limit.back() = s + 1;
     ends = b.slice(offsets, start, limit, step);
-    lengths = m.sub(ends, starts);
+    lengths = ends - starts;
   }
   std::vector<int64_t> member_dims = lengths.type.dims;
   member_dims.push_back(count);
@@ -103,8 +103,8 @@ Value masked_reduce(Builder& b, const Value& in, const Value& x, int64_t dim, Bi
 Value rounded_fold(Builder& b, const Value& in, const Value& x, int64_t dim, BinaryOp op, double identity,
                    const Value& start, DType stored) {
   Value kept = b.select(in, x, b.constant(identity, x.type));
-  return counted_loop(b, x.type.dims[dim], {rounded_to(b, start, stored), kept}, [&](Builder& lb, const Value& j, const V& s) {
-    return V{rounded_to(lb, lb.binary(op, s[0], slice_at(lb, s[1], dim, j)), stored), s[1]};
+  return counted_loop(b, x.type.dims[dim], {rounded_to(b, start, stored), kept}, [&](Builder& lb, const Value& j, const Values& s) {
+    return Values{rounded_to(lb, lb.binary(op, s[0], slice_at(lb, s[1], dim, j)), stored), s[1]};
   })[0];
 }
 
@@ -120,26 +120,26 @@ struct SegmentCall {
 
   SegmentCall(LoweringContext& c, size_t data_arg, size_t reduce_arg, size_t lengths_arg, size_t offsets_arg,
               size_t axis_arg)
-      : data(c.raw(data_arg)),
+      : data(c.input_uncast(data_arg)),
         acc(accumulator(data.type.dtype)),
         axis(wrap_dim(c.arg(axis_arg).toInt(), data.type.rank())),
         reduce(c.arg(reduce_arg).toStringRef()),
         seg(segments(c, axis, data.type.dims[axis], lengths_arg, offsets_arg)),
         layout(data.type, axis, seg.lengths.type.dims.back()) {}
 
-  V forward(LoweringContext& c) const;
-  V backward(LoweringContext& c) const;
+  Values forward(LoweringContext& c) const;
+  Values backward(LoweringContext& c) const;
 };
 
 // segment_reduce(data, reduce, *, lengths, indices, offsets, axis, unsafe, initial)
-V SegmentCall::forward(LoweringContext& c) const {
+Values SegmentCall::forward(LoweringContext& c) const {
   Builder& b = c.b;
   Math m{b};
   Value x = layout.spread(b, cast(b, data, acc), true), in = layout.mask(b, seg);
   int64_t j = axis + 1;
   Value r;
   std::optional<Value> initial;
-  if (c.has(7)) initial = b.broadcast_in_dim(cast(b, c.raw(7), acc), layout.out_dims(), {});
+  if (c.has(7)) initial = b.broadcast_in_dim(cast(b, c.input_uncast(7), acc), layout.out_dims(), {});
   DType stored = c.out().dtype;
   bool folds = stored != acc;  // CPU folds bfloat16/float16 in their own dtype
   if (reduce == "sum" || reduce == "mean") {
@@ -147,11 +147,11 @@ V SegmentCall::forward(LoweringContext& c) const {
       r = rounded_fold(b, in, x, j, BinaryOp::kAdd, 0, initial ? *initial : b.constant(0, {acc, layout.out_dims()}), stored);
     } else {
       r = masked_reduce(b, in, x, j, BinaryOp::kAdd, 0);
-      if (initial) r = m.add(r, *initial);
+      if (initial) r = r + (*initial);
     }
     if (reduce == "mean") {
       Value n = layout.lengths(b, seg, acc);
-      r = m.div(r, n);
+      r = r / n;
       if (initial) r = b.select(b.compare(Compare::kEQ, n, m.k(0, n)), *initial, r);
     }
   } else if (reduce == "prod") {
@@ -159,7 +159,7 @@ V SegmentCall::forward(LoweringContext& c) const {
       r = rounded_fold(b, in, x, j, BinaryOp::kMultiply, 1, initial ? *initial : b.constant(1, {acc, layout.out_dims()}), stored);
     } else {
       r = masked_reduce(b, in, x, j, BinaryOp::kMultiply, 1);
-      if (initial) r = m.mul(r, *initial);
+      if (initial) r = r * (*initial);
     }
   } else {
     bool is_max = reduce == "max";
@@ -172,11 +172,11 @@ V SegmentCall::forward(LoweringContext& c) const {
 }
 
 // _segment_reduce_backward(grad, output, data, reduce, *, lengths, offsets, axis, initial)
-V SegmentCall::backward(LoweringContext& c) const {
+Values SegmentCall::backward(LoweringContext& c) const {
   Builder& b = c.b;
   Math m{b};
   Value in = layout.mask(b, seg), x = cast(b, data, acc), x_all = layout.spread(b, x, true);
-  Value grad = cast(b, c.raw(0), acc), out = cast(b, c.raw(1), acc);
+  Value grad = cast(b, c.input_uncast(0), acc), out = cast(b, c.input_uncast(1), acc);
   // each element gets its segment's value (0 outside every segment)
   auto to_elements = [&](const Value& per_segment) {
     return masked_reduce(b, in, layout.spread(b, per_segment, false), axis, BinaryOp::kAdd, 0);
@@ -186,7 +186,7 @@ V SegmentCall::backward(LoweringContext& c) const {
   if (reduce == "sum") {
     r = to_elements(grad);
   } else if (reduce == "mean") {
-    r = to_elements(m.div(grad, layout.lengths(b, seg, acc)));
+    r = to_elements(grad / layout.lengths(b, seg, acc));
   } else if (reduce == "prod") {
     // the product of the segment's other elements: output / x without zeros, the product of the
     // non-zeros (times initial) for a segment's only zero, else 0
@@ -194,16 +194,16 @@ V SegmentCall::backward(LoweringContext& c) const {
     Value zeros = masked_reduce(b, in, b.convert(zero_all, acc), axis + 1, BinaryOp::kAdd, 0);
     Value nonzero_product = masked_reduce(b, b.binary(BinaryOp::kAnd, in, b.unary(UnaryOp::kNot, zero_all)), x_all,
                                           axis + 1, BinaryOp::kMultiply, 1);
-    if (c.has(7)) nonzero_product = m.mul(nonzero_product, b.broadcast_in_dim(cast(b, c.raw(7), acc), nonzero_product.type.dims, {}));
+    if (c.has(7)) nonzero_product = nonzero_product * b.broadcast_in_dim(cast(b, c.input_uncast(7), acc), nonzero_product.type.dims, {});
     Value g = to_elements(grad), z = to_elements(zeros);
     Value only_zero = b.binary(BinaryOp::kAnd, b.compare(Compare::kEQ, x, m.k(0, x)), b.compare(Compare::kEQ, z, m.k(1, z)));
-    r = b.select(b.compare(Compare::kEQ, z, m.k(0, z)), m.div(m.mul(g, to_elements(out)), x),
-                 b.select(only_zero, m.mul(g, to_elements(nonzero_product)), m.k(0, x)));
+    r = b.select(b.compare(Compare::kEQ, z, m.k(0, z)), g * to_elements(out) / x,
+                 b.select(only_zero, g * to_elements(nonzero_product), m.k(0, x)));
   } else {  // max / min: shared equally by the elements equal to the result
     Value tie_all = b.binary(BinaryOp::kAnd, in, b.compare(Compare::kEQ, x_all, layout.spread(b, out, false)));
     Value ties = masked_reduce(b, tie_all, b.convert(tie_all, acc), axis + 1, BinaryOp::kAdd, 0);
     Value is_tie = b.reduce({tie_all}, {b.constant(0, {DType::kBool, {}})}, {axis}, combine_with(BinaryOp::kOr))[0];
-    r = b.select(is_tie, to_elements(b.select(b.compare(Compare::kEQ, ties, m.k(0, ties)), m.k(0, ties), m.div(grad, ties))),
+    r = b.select(is_tie, to_elements(b.select(b.compare(Compare::kEQ, ties, m.k(0, ties)), m.k(0, ties), grad / ties)),
                  m.k(0, x));
   }
   return {cast(b, b.select(in_any, r, m.k(0, r)), c.out().dtype)};

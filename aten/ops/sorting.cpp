@@ -16,22 +16,22 @@ MetaFn dim_checked(size_t i) {
 
 // Sort comparator placing NaN last (largest), as PyTorch does.
 hlo::RegionBody sort_order(bool descending, DType dtype) {
-  return [descending, dtype](hlo::Builder& b, const V& a) {
+  return [descending, dtype](hlo::Builder& b, const Values& a) {
     Value x = a[0], y = a[1];
     Value less = b.compare(descending ? Compare::kGT : Compare::kLT, x, y);
-    if (!is_floating(dtype)) return V{less};
-    Value x_nan = b.compare(Compare::kNE, x, x), y_nan = b.compare(Compare::kNE, y, y);
+    if (!is_floating(dtype)) return Values{less};
+    Value x_nan = is_nan(x), y_nan = is_nan(y);
     // ascending: non-NaN before NaN; descending: NaN first.
     Value nan_order = descending ? b.binary(BinaryOp::kAnd, x_nan, b.unary(UnaryOp::kNot, y_nan))
                                  : b.binary(BinaryOp::kAnd, y_nan, b.unary(UnaryOp::kNot, x_nan));
-    return V{b.binary(BinaryOp::kOr, nan_order, less)};
+    return Values{b.binary(BinaryOp::kOr, nan_order, less)};
   };
 }
 
 std::pair<Value, Value> sort_along(LoweringContext& c, const Value& x, int64_t dim, bool descending) {
   Value idx = c.b.iota({DType::kS64, x.type.dims}, dim);
   auto body = sort_order(descending, x.type.dtype);
-  auto sorted = c.b.sort({x, idx}, dim, true, [body](hlo::Builder& b, const V& a) {
+  auto sorted = c.b.sort({x, idx}, dim, true, [body](hlo::Builder& b, const Values& a) {
     return body(b, {a[0], a[1]});
   });
   return {sorted[0], sorted[1]};
@@ -55,11 +55,10 @@ std::pair<Value, Value> pick(hlo::Builder& b, const Value& sorted, const Value& 
 std::pair<Value, Value> median_along(hlo::Builder& b, const Value& x, int64_t dim, bool ignore_nan,
                                      const std::pair<Value, Value>& sorted) {
   int64_t n = x.type.dims[dim];
-  Value nan = b.convert(b.compare(Compare::kNE, x, x), DType::kS64);
+  Value nan = b.convert(is_nan(x), DType::kS64);
   Value nans = b.reduce({nan}, {b.constant(0, {DType::kS64, {}})}, {dim}, combine_with(BinaryOp::kAdd))[0];
-  Value count = b.binary(BinaryOp::kSubtract, b.constant_int(n, nans.type), nans);
-  Value lower_median = b.binary(BinaryOp::kDivide, b.binary(BinaryOp::kSubtract, count, b.constant(1, count.type)),
-                                b.constant(2, count.type));
+  Value count = b.constant_int(n, nans.type) - nans;
+  Value lower_median = (count - b.constant(1, count.type)) / b.constant(2, count.type);
   Value k = lower_median;
   if (!ignore_nan) {
     Value middle = b.constant_int((n - 1) / 2, count.type);
@@ -71,33 +70,33 @@ std::pair<Value, Value> median_along(hlo::Builder& b, const Value& x, int64_t di
 // median(self) / nanmedian(self): over all elements (NaN for an empty tensor).
 Lowering median_all(bool ignore_nan) {
   return [ignore_nan](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     int64_t n = x.type.element_count();
-    if (n == 0) return V{c.b.constant(NAN, c.out())};
+    if (n == 0) return Values{c.b.constant(NAN, c.out())};
     x = c.b.reshape(x, {n});
-    return V{median_along(c.b, x, 0, ignore_nan, sort_along(c, x, 0, false)).first};
+    return Values{median_along(c.b, x, 0, ignore_nan, sort_along(c, x, 0, false)).first};
   };
 }
 
 // median.dim / nanmedian.dim (self, dim, keepdim) -> (values, indices).
 Lowering median_dim(bool ignore_nan) {
   return [ignore_nan](LoweringContext& c) {
-    Value x = c.raw(0);
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    Value x = c.input_uncast(0);
+    if (x.type.rank() == 0) return Values{x, c.b.constant(0, {DType::kS64, {}})};
     int64_t dim = wrap_dim(c.arg(1).toInt(), x.type.rank());
     auto [value, index] = median_along(c.b, x, dim, ignore_nan, sort_along(c, x, dim, false));
-    return V{c.b.reshape(value, c.out(0).dims), c.b.reshape(index, c.out(1).dims)};
+    return Values{c.b.reshape(value, c.out(0).dims), c.b.reshape(index, c.out(1).dims)};
   };
 }
 
 // mode(self, dim, keepdim) -> (values, indices): the most frequent value along dim, the smallest
 // among equally frequent ones, and its last position (CPU's choices). Each element's count is a
 // sum over an [n, n] equality mask; one reduction then picks by (count, value, position).
-V mode(LoweringContext& c) {
+Values mode(LoweringContext& c) {
   hlo::Builder& b = c.b;
-  Value x = c.raw(0);
+  Value x = c.input_uncast(0);
   int64_t rank = x.type.rank(), dim = rank ? wrap_dim(c.arg(1).toInt(), rank) : 0;
-  if (rank == 0) return V{x, b.constant(0, c.out(1))};
+  if (rank == 0) return Values{x, b.constant(0, c.out(1))};
   std::vector<int64_t> pairs = x.type.dims, other(x.type.rank());
   pairs.insert(pairs.begin() + dim + 1, x.type.dims[dim]);  // [.., n (i), n (j), ..]
   for (int64_t d = 0; d < rank; ++d) other[d] = d < dim ? d : d + 1;
@@ -107,47 +106,47 @@ V mode(LoweringContext& c) {
   Value count = b.reduce({b.convert(same, DType::kS64)}, {b.constant(0, {DType::kS64, {}})}, {dim + 1},
                          combine_with(BinaryOp::kAdd))[0];
   Value index = b.iota({DType::kS64, x.type.dims}, dim);
-  auto better = [](hlo::Builder& rb, const V& a) {  // (count, value, index) of the accumulator, then of the element
+  auto better = [](hlo::Builder& rb, const Values& a) {  // (count, value, index) of the accumulator, then of the element
     Value more = rb.compare(Compare::kGT, a[3], a[0]), tie = rb.compare(Compare::kEQ, a[3], a[0]);
     Value smaller = rb.compare(Compare::kLT, a[4], a[1]), equal = rb.compare(Compare::kEQ, a[4], a[1]);
     if (is_floating(a[1].type.dtype)) {  // NaN counts as the largest value
-      Value nan_x = rb.compare(Compare::kNE, a[4], a[4]), nan_acc = rb.compare(Compare::kNE, a[1], a[1]);
+      Value nan_x = is_nan(a[4]), nan_acc = is_nan(a[1]);
       smaller = rb.binary(BinaryOp::kOr, smaller, rb.binary(BinaryOp::kAnd, nan_acc, rb.unary(UnaryOp::kNot, nan_x)));
       equal = rb.binary(BinaryOp::kOr, equal, rb.binary(BinaryOp::kAnd, nan_acc, nan_x));
     }
     Value later = rb.binary(BinaryOp::kAnd, equal, rb.compare(Compare::kGT, a[5], a[2]));
     Value take = rb.binary(BinaryOp::kOr, more, rb.binary(BinaryOp::kAnd, tie, rb.binary(BinaryOp::kOr, smaller, later)));
-    return V{rb.select(take, a[3], a[0]), rb.select(take, a[4], a[1]), rb.select(take, a[5], a[2])};
+    return Values{rb.select(take, a[3], a[0]), rb.select(take, a[4], a[1]), rb.select(take, a[5], a[2])};
   };
-  V picked = b.reduce({count, x, index}, {b.constant(-1, {DType::kS64, {}}), b.constant(0, {x.type.dtype, {}}),
+  Values picked = b.reduce({count, x, index}, {b.constant(-1, {DType::kS64, {}}), b.constant(0, {x.type.dtype, {}}),
                                           b.constant(-1, {DType::kS64, {}})},
                       {dim}, better);
-  return V{b.reshape(picked[1], c.out(0).dims), b.reshape(picked[2], c.out(1).dims)};
+  return Values{b.reshape(picked[1], c.out(0).dims), b.reshape(picked[2], c.out(1).dims)};
 }
 
 }  // namespace
 
 TORCHTPU_LOWERINGS(sorting) {
   register_lowering({"sort.stable", "sort.values_stable"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, stable, dim, descending)
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    Value x = c.input_uncast(0);  // (self, stable, dim, descending)
+    if (x.type.rank() == 0) return Values{x, c.b.constant(0, {DType::kS64, {}})};
     auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(2).toInt(), x.type.rank()), c.arg(3).toBool());
-    return V{values, indices};
+    return Values{values, indices};
   }, with_meta(dim_checked(2)));
   register_lowering({"sort", "sort.values"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, dim, descending)
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    Value x = c.input_uncast(0);  // (self, dim, descending)
+    if (x.type.rank() == 0) return Values{x, c.b.constant(0, {DType::kS64, {}})};
     auto [values, indices] = sort_along(c, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), c.arg(2).toBool());
-    return V{values, indices};
+    return Values{values, indices};
   }, with_meta(dim_checked(1)));
   register_lowering({"topk", "topk.values"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, k, dim, largest, sorted)
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    Value x = c.input_uncast(0);  // (self, k, dim, largest, sorted)
+    if (x.type.rank() == 0) return Values{x, c.b.constant(0, {DType::kS64, {}})};
     int64_t k = c.arg(1).toInt(), dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
     auto [values, indices] = sort_along(c, x, dim, c.arg(3).toBool());
     std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
     limit[dim] = k;
-    return V{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
+    return Values{c.b.slice(values, start, limit, step), c.b.slice(indices, start, limit, step)};
   }, with_meta(dim_checked(2)));
   register_lowering({"mode", "mode.values"}, mode, with_meta(dim_checked(1)));
   register_lowering({"median", "median.out"}, median_all(false));
@@ -155,14 +154,14 @@ TORCHTPU_LOWERINGS(sorting) {
   register_lowering({"median.dim", "median.dim_values"}, median_dim(false), with_meta(dim_checked(1)));
   register_lowering({"nanmedian.dim", "nanmedian.dim_values"}, median_dim(true), with_meta(dim_checked(1)));
   register_lowering({"kthvalue", "kthvalue.values"}, [](LoweringContext& c) {
-    Value x = c.raw(0);  // (self, k, dim, keepdim) -> (values, indices)
-    if (x.type.rank() == 0) return V{x, c.b.constant(0, {DType::kS64, {}})};
+    Value x = c.input_uncast(0);  // (self, k, dim, keepdim) -> (values, indices)
+    if (x.type.rank() == 0) return Values{x, c.b.constant(0, {DType::kS64, {}})};
     int64_t k = c.arg(1).toInt(), dim = wrap_dim(c.arg(2).toInt(), x.type.rank());
     auto [values, indices] = sort_along(c, x, dim, false);
     std::vector<int64_t> start(x.type.rank(), 0), limit = x.type.dims, step(x.type.rank(), 1);
     start[dim] = k - 1;
     limit[dim] = k;
-    return V{c.b.reshape(c.b.slice(values, start, limit, step), c.out(0).dims),
+    return Values{c.b.reshape(c.b.slice(values, start, limit, step), c.out(0).dims),
              c.b.reshape(c.b.slice(indices, start, limit, step), c.out(1).dims)};
   }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
     const at::Tensor& x = args[0].toTensor();

@@ -26,7 +26,7 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> dims_last(int64_t rank, st
 Value scaled(Builder& b, const Value& v, double factor) {
   if (factor == 1) return v;
   Value k = b.constant(factor, v.type);
-  return b.binary(hlo::BinaryOp::kMultiply, v, k);
+  return v * k;
 }
 
 double norm_factor(int64_t mode, double n) { return mode == 1 ? 1 / std::sqrt(n) : mode == 2 ? 1 / n : 1; }
@@ -43,9 +43,9 @@ double product(const std::vector<int64_t>& v) {
 
 bool too_many_dims(const std::vector<c10::IValue>& args) { return args[1].toIntVector().size() > 3; }
 
-V r2c(LoweringContext& c) {  // (self, dim, normalization, onesided)
-  auto [perm, inverse] = dims_last(c.raw(0).type.rank(), c.int_list(1));
-  Value x = c.b.transpose(c.raw(0), perm);
+Values r2c(LoweringContext& c) {  // (self, dim, normalization, onesided)
+  auto [perm, inverse] = dims_last(c.input_uncast(0).type.rank(), c.int_list(1));
+  Value x = c.b.transpose(c.input_uncast(0), perm);
   auto len = lengths(x, c.int_list(1).size());
   Value y;
   if (c.arg(3).toBool()) {
@@ -57,9 +57,9 @@ V r2c(LoweringContext& c) {  // (self, dim, normalization, onesided)
   return {c.b.transpose(scaled(c.b, y, norm_factor(c.arg(2).toInt(), product(len))), inverse)};
 }
 
-V c2c(LoweringContext& c) {  // (self, dim, normalization, forward)
-  auto [perm, inverse] = dims_last(c.raw(0).type.rank(), c.int_list(1));
-  Value x = c.b.transpose(c.raw(0), perm);
+Values c2c(LoweringContext& c) {  // (self, dim, normalization, forward)
+  auto [perm, inverse] = dims_last(c.input_uncast(0).type.rank(), c.int_list(1));
+  Value x = c.b.transpose(c.input_uncast(0), perm);
   auto len = lengths(x, c.int_list(1).size());
   bool forward = c.arg(3).toBool();
   Value y = c.b.fft(x, forward ? Builder::FftType::kFFT : Builder::FftType::kIFFT, len);
@@ -68,9 +68,9 @@ V c2c(LoweringContext& c) {  // (self, dim, normalization, forward)
   return {c.b.transpose(scaled(c.b, y, factor), inverse)};
 }
 
-V c2r(LoweringContext& c) {  // (self, dim, normalization, last_dim_size)
-  auto [perm, inverse] = dims_last(c.raw(0).type.rank(), c.int_list(1));
-  Value x = c.b.transpose(c.raw(0), perm);
+Values c2r(LoweringContext& c) {  // (self, dim, normalization, last_dim_size)
+  auto [perm, inverse] = dims_last(c.input_uncast(0).type.rank(), c.int_list(1));
+  Value x = c.b.transpose(c.input_uncast(0), perm);
   auto len = lengths(x, c.int_list(1).size());
   len.back() = c.arg(3).toInt();
   // IRFFT reads len.back()/2 + 1 bins of the last dim.

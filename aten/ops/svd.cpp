@@ -54,8 +54,8 @@ Rotated jacobi(Math& m, const Value& x) {
   Value norms = b.unary(UnaryOp::kSqrt, m.sum(abs_squared(b, rows(b, w, 0, p)), {rank - 2}));
   Value v_norms = m.sum(abs_squared(b, rows(b, w, p, p + q)), {rank - 2});
   Value key = b.select(b.compare(Compare::kLT, v_norms, m.k(0.25, v_norms)), m.k(-1, norms), norms);
-  Value sorted = b.sort({spread_at(b, key, w.type.dims, rank - 1), w}, rank - 1, true, [](Builder& bb, const V& a) {
-    return V{bb.compare(Compare::kGT, a[0], a[1])};
+  Value sorted = b.sort({spread_at(b, key, w.type.dims, rank - 1), w}, rank - 1, true, [](Builder& bb, const Values& a) {
+    return Values{bb.compare(Compare::kGT, a[0], a[1])};
   })[1];
   Value g = columns(b, rows(b, sorted, 0, p), 0, q);
   return {g, b.unary(UnaryOp::kSqrt, m.sum(abs_squared(b, g), {rank - 2})), columns(b, rows(b, sorted, p, p + q), 0, q)};
@@ -81,10 +81,10 @@ Value left_vectors(Math& m, const Value& g, bool full) {
 
 // _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh). A wide matrix is decomposed
 // through its adjoint: A^H = U' S V'^H gives A = V' S U'^H.
-V linalg_svd(LoweringContext& c) {
+Values linalg_svd(LoweringContext& c) {
   Math m{c.b};
   Builder& b = c.b;
-  Value a = c.raw(0);
+  Value a = c.input_uncast(0);
   bool full = c.arg(1).toBool(), compute_uv = c.arg(2).toBool();
   int64_t rank = a.type.rank();
   bool wide = a.type.dims[rank - 2] < a.type.dims[rank - 1];

@@ -30,8 +30,8 @@ struct Ops : Math {
 // to the output dtype first (exp of an int tensor computes in float).
 Lowering unary(UnaryOp op) {
   return [op](LoweringContext& c) {
-    Value x = c.raw(0);
-    return V{c.b.unary(op, is_complex(x.type.dtype) ? x : opmath(c, 0))};
+    Value x = c.input_uncast(0);
+    return Values{c.b.unary(op, is_complex(x.type.dtype) ? x : opmath(c, 0))};
   };
 }
 
@@ -72,15 +72,15 @@ Value erfcx(Ops& o, const Value& x) {
   Value z = o.sel(near, o.k(2, ax), ax);  // keeps the unused lanes finite
   Value use = b.binary(BinaryOp::kAnd, b.unary(UnaryOp::kNot, near), b.unary(UnaryOp::kIsFinite, x));
   double tiny = x.type.dtype == DType::kF64 ? 1e-300 : 1e-30;
-  V cf = converge(b, {z, z, z, o.k(0, z), o.k(0, z)}, use, [tiny](Math& m, const V& s) {  // (z, f, C, D, k)
+  Values cf = converge(b, {z, z, z, o.k(0, z), o.k(0, z)}, use, [tiny](Math& m, const Values& s) {  // (z, f, C, D, k)
     auto not_tiny = [&](const Value& v) {
       return m.b.select(m.b.compare(Compare::kLT, m.b.unary(UnaryOp::kAbs, v), m.k(tiny, v)), m.k(tiny, v), v);
     };
-    Value k = m.add(s[4], m.k(1, s[4])), a = m.mul(k, m.k(0.5, k));
-    Value d = m.div(m.k(1, s[0]), not_tiny(m.add(s[0], m.mul(a, s[3]))));
-    Value c = not_tiny(m.add(s[0], m.div(a, s[2])));
-    Value delta = m.mul(c, d);
-    return V{s[0], m.mul(s[1], delta), c, d, k, m.b.unary(UnaryOp::kAbs, m.sub(delta, m.k(1, delta)))};
+    Value k = s[4] + m.k(1, s[4]), a = k * m.k(0.5, k);
+    Value d = m.k(1, s[0]) / not_tiny(s[0] + a * s[3]);
+    Value c = not_tiny(s[0] + a / s[2]);
+    Value delta = c * d;
+    return Values{s[0], s[1] * delta, c, d, k, m.b.unary(UnaryOp::kAbs, delta - m.k(1, delta))};
   });
   Value fraction = o.div(o.k(1, z), o.mul(cf[1], o.k(std::sqrt(M_PI), z)));
   // From 1e9 on (and at inf) the fraction's first term, 1 / (x sqrt(pi)), is exact to 1e-18; the
@@ -92,20 +92,19 @@ Value erfcx(Ops& o, const Value& x) {
 }
 
 // sign(x) as CPU's and CUDA's (0 < x) - (x < 0): NaN and -0.0 give 0. Complex numbers: x / |x|.
-V sign(LoweringContext& c) {
-  Value x = c.raw(0);
+Values sign(LoweringContext& c) {
+  Value x = c.input_uncast(0);
   if (is_complex(x.type.dtype)) return {c.b.unary(UnaryOp::kSign, x)};
   if (x.type.dtype == DType::kBool) return {x};
   Value r = opmath(c, 0), zero = c.b.constant(0, r.type);
   auto indicator = [&](const Value& p) { return c.b.convert(p, r.type.dtype); };
-  return {c.b.binary(BinaryOp::kSubtract, indicator(c.b.compare(Compare::kGT, r, zero)),
-                     indicator(c.b.compare(Compare::kLT, r, zero)))};
+  return {indicator(c.b.compare(Compare::kGT, r, zero)) - indicator(c.b.compare(Compare::kLT, r, zero))};
 }
 
 // erf; in float32 XLA's approximation stops 3 ulps short of +-1 (0.99999982 from |x| = 3.9 on,
 // which 1 + erf(x), as in special.ndtr, turns into 9e-8 at -inf): from where erf(x) rounds to +-1
 // (|x| > 3.9192), +-1.
-V erf(LoweringContext& c) {
+Values erf(LoweringContext& c) {
   Ops o(c);
   Value x = opmath(c, 0), e = o.u(UnaryOp::kErf, x);
   if (x.type.dtype != DType::kF32) return {e};
@@ -117,9 +116,9 @@ V erf(LoweringContext& c) {
 // and NaN give themselves and 0), all on the bits: the exponent field gives the power and the
 // mantissa keeps x's sign and fraction under the exponent of 0.5. A subnormal's leading fraction
 // bit becomes the implicit one (integer ops only: XLA flushes subnormal arithmetic to zero).
-V frexp(LoweringContext& c) {
+Values frexp(LoweringContext& c) {
   Builder& b = c.b;
-  Value x = c.raw(0);
+  Value x = c.input_uncast(0);
   DType t = x.type.dtype;
   FloatFormat f = float_format(t);
   hlo::TensorType int_type{f.bits, x.type.dims};
@@ -204,7 +203,7 @@ template <typename F>
 Lowering formula(F f) {
   return [f](LoweringContext& c) {
     Ops o(c);
-    return V{f(o, opmath(c, 0))};
+    return Values{f(o, opmath(c, 0))};
   };
 }
 
@@ -213,7 +212,7 @@ template <typename F>
 Lowering backward(F f) {
   return [f](LoweringContext& c) {
     Ops o(c);
-    return V{f(o, opmath_b(c, 0), opmath_b(c, 1))};
+    return Values{f(o, opmath_b(c, 0), opmath_b(c, 1))};
   };
 }
 
@@ -318,9 +317,9 @@ TORCHTPU_LOWERINGS(unary) {
     return o.sel(inside, o.div(g, o.k(6, x)), o.k(0, x));
   }));
   register_lowering({"logical_not", "logical_not_", "logical_not.out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     Value truth = x.type.dtype == DType::kBool ? x : c.b.compare(Compare::kNE, x, c.full(0, x));
-    return V{c.b.unary(UnaryOp::kNot, truth)};
+    return Values{c.b.unary(UnaryOp::kNot, truth)};
   });
   LoweringOptions same_as_input;  // _conj_physical has no meta kernel
   same_as_input.meta = [](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
@@ -329,85 +328,85 @@ TORCHTPU_LOWERINGS(unary) {
   };
   register_lowering({"_conj_physical", "conj_physical_", "conj_physical.out", "_conj_physical.out"},
                     [](LoweringContext& c) {
-                      Value x = c.in(0);
-                      if (!is_complex(x.type.dtype)) return V{x};
+                      Value x = c.input(0);
+                      if (!is_complex(x.type.dtype)) return Values{x};
                       Value re = c.b.unary(UnaryOp::kReal, x), im = c.b.unary(UnaryOp::kImag, x);
-                      return V{c.b.binary(BinaryOp::kComplex, re, c.b.unary(UnaryOp::kNegate, im))};
+                      return Values{c.b.binary(BinaryOp::kComplex, re, -im)};
                     },
                     same_as_input);
   register_lowering({"isnan", "isnan.out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
-    return V{c.b.compare(Compare::kNE, x, x)};
+    Value x = c.input_uncast(0);
+    return Values{is_nan(x)};
   });
   for (auto [name, out, sign] : {std::tuple{"isinf", "isinf.out", 0}, {"isposinf", "isposinf.out", 1},
                                  {"isneginf", "isneginf.out", -1}}) {
     register_lowering({name, out}, [sign = sign](LoweringContext& c) {
-      Value x = c.raw(0);
-      if (!is_floating(x.type.dtype)) return V{c.b.constant(0, {DType::kBool, x.type.dims})};
+      Value x = c.input_uncast(0);
+      if (!is_floating(x.type.dtype)) return Values{c.b.constant(0, {DType::kBool, x.type.dims})};
       Value pos = c.b.compare(Compare::kEQ, x, c.full(INFINITY, x));
       Value neg = c.b.compare(Compare::kEQ, x, c.full(-INFINITY, x));
-      return V{sign > 0 ? pos : sign < 0 ? neg : c.b.binary(BinaryOp::kOr, pos, neg)};
+      return Values{sign > 0 ? pos : sign < 0 ? neg : c.b.binary(BinaryOp::kOr, pos, neg)};
     });
   }
   register_lowering({"gelu", "gelu_", "gelu.out"}, [](LoweringContext& c) {
     Ops o(c);
-    return V{gelu(o, opmath(c, 0), tanh_approximation(c, 1))};
+    return Values{gelu(o, opmath(c, 0), tanh_approximation(c, 1))};
   });
   register_lowering({"gelu_backward", "gelu_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);
-    return V{gelu_grad(o, opmath_b(c, 0), opmath_b(c, 1), tanh_approximation(c, 2))};
+    return Values{gelu_grad(o, opmath_b(c, 0), opmath_b(c, 1), tanh_approximation(c, 2))};
   });
   register_lowering({"hardtanh", "hardtanh_", "hardtanh.out"}, [](LoweringContext& c) {
     Ops o(c);
     // Integer bounds clipped to the dtype's range in every version: before 2.15, CPU raised for
     // those beyond it (and for an unsigned dtype's negative ones).
-    return V{o.min(o.max(c.in(0), integer_bound(c, 1, true)), integer_bound(c, 2, true))};
+    return Values{o.min(o.max(c.input(0), integer_bound(c, 1, true)), integer_bound(c, 2, true))};
   });
   // the slope in opmath, not rounded to bfloat16/float16 first, as CPU's and CUDA's kernels
   register_lowering({"leaky_relu", "leaky_relu_", "leaky_relu.out"}, [](LoweringContext& c) {
     Ops o(c);
     Value x = opmath(c, 0);
-    return V{o.sel(o.gt(x, o.k(0, x)), x, o.mul(x, opmath_b(c, 1)))};
+    return Values{o.sel(o.gt(x, o.k(0, x)), x, x * opmath_b(c, 1))};
   });
   register_lowering({"elu", "elu_", "elu.out"}, [](LoweringContext& c) {
     Ops o(c);  // elu(x, alpha, scale, input_scale)
     Value x = opmath(c, 0);
-    Value neg = o.mul(opmath_b(c, 1), o.u(UnaryOp::kExponentialMinusOne, o.mul(x, opmath_b(c, 3))));
-    return V{o.mul(opmath_b(c, 2), o.sel(o.gt(x, o.k(0, x)), x, neg))};
+    Value neg = opmath_b(c, 1) * o.u(UnaryOp::kExponentialMinusOne, x * opmath_b(c, 3));
+    return Values{opmath_b(c, 2) * o.sel(o.gt(x, o.k(0, x)), x, neg)};
   });
   register_lowering({"softplus", "softplus.out"}, [](LoweringContext& c) {
     Ops o(c);  // softplus(x, beta, threshold)
     Value x = opmath(c, 0), beta = opmath_b(c, 1), threshold = opmath_b(c, 2);
-    Value bx = o.mul(x, beta);
-    Value soft = o.div(o.u(UnaryOp::kLogPlusOne, o.u(UnaryOp::kExponential, bx)), beta);
-    return V{o.sel(o.gt(bx, threshold), x, soft)};
+    Value bx = x * beta;
+    Value soft = o.u(UnaryOp::kLogPlusOne, o.u(UnaryOp::kExponential, bx)) / beta;
+    return Values{o.sel(o.gt(bx, threshold), x, soft)};
   });
   register_lowering({"nan_to_num", "nan_to_num_", "nan_to_num.out"}, [](LoweringContext& c) {
     Ops o(c);
-    Value x = c.in(0);
-    if (!is_floating(x.type.dtype)) return V{x};
+    Value x = c.input(0);
+    if (!is_floating(x.type.dtype)) return Values{x};
     double big = x.type.dtype == DType::kF64 ? 1.7976931348623157e308
                  : x.type.dtype == DType::kF32 ? 3.4028234663852886e38
                  : x.type.dtype == DType::kBF16 ? 3.3895313892515355e38 : 65504.0;
     auto opt = [&](size_t i, double dflt) {
       return c.arg(i).isNone() ? o.k(dflt, x) : o.k(c.arg(i).toDouble(), x);
     };
-    Value nan = c.b.compare(Compare::kNE, x, x);
+    Value nan = is_nan(x);
     Value posinf = c.b.compare(Compare::kEQ, x, o.k(INFINITY, x));
     Value neginf = c.b.compare(Compare::kEQ, x, o.k(-INFINITY, x));
-    return V{o.sel(nan, opt(1, 0), o.sel(posinf, opt(2, big), o.sel(neginf, opt(3, -big), x)))};
+    return Values{o.sel(nan, opt(1, 0), o.sel(posinf, opt(2, big), o.sel(neginf, opt(3, -big), x)))};
   });
 
   // Backward formulas.
   register_lowering({"threshold_backward", "threshold_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);  // (grad, self, threshold): grad where self > threshold
-    Value g = c.in_b(0), x = c.in_b(1);
-    return V{o.sel(o.le(x, c.bcast(c.in(2))), o.k(0, g), g)};
+    Value g = c.elementwise_input(0), x = c.elementwise_input(1);
+    return Values{o.sel(o.le(x, c.broadcast_to_output(c.input(2))), o.k(0, g), g)};
   });
   register_lowering({"threshold", "threshold_", "threshold.out"}, [](LoweringContext& c) {
     Ops o(c);  // (self, threshold, value)
-    Value x = c.in(0);
-    return V{o.sel(o.le(x, c.bcast(c.in(1))), c.bcast(c.in(2)), x)};
+    Value x = c.input(0);
+    return Values{o.sel(o.le(x, c.broadcast_to_output(c.input(1))), c.broadcast_to_output(c.input(2)), x)};
   });
   register_lowering({"sigmoid_backward", "sigmoid_backward.grad_input"},
                     backward([](Ops& o, const Value& g, const Value& y) {
@@ -424,10 +423,10 @@ TORCHTPU_LOWERINGS(unary) {
                     }));
   register_lowering({"hardtanh_backward", "hardtanh_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);
-    Value g = c.in_b(0), x = c.in_b(1);
-    Value inside = c.b.binary(BinaryOp::kAnd, o.gt(x, c.bcast(c.in(2))),
-                              c.b.compare(Compare::kLT, x, c.bcast(c.in(3))));
-    return V{o.sel(inside, g, o.k(0, g))};
+    Value g = c.elementwise_input(0), x = c.elementwise_input(1);
+    Value inside = c.b.binary(BinaryOp::kAnd, o.gt(x, c.broadcast_to_output(c.input(2))),
+                              c.b.compare(Compare::kLT, x, c.broadcast_to_output(c.input(3))));
+    return Values{o.sel(inside, g, o.k(0, g))};
   });
   // elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result): from the result
   // (in-place elu) or the input, as PyTorch's kernel.
@@ -436,34 +435,34 @@ TORCHTPU_LOWERINGS(unary) {
     Value g = opmath_b(c, 0), x = opmath_b(c, 5);
     Value alpha = opmath_b(c, 1), scale = opmath_b(c, 2), input_scale = opmath_b(c, 3);
     Value negative = c.arg(4).toBool()
-                         ? o.mul(input_scale, o.add(x, o.mul(alpha, scale)))
-                         : o.mul(o.mul(input_scale, o.mul(alpha, scale)), o.u(UnaryOp::kExponential, o.mul(x, input_scale)));
-    return V{o.mul(g, o.sel(o.le(x, o.k(0, x)), negative, scale))};
+                         ? input_scale * (x + alpha * scale)
+                         : input_scale * (alpha * scale) * o.u(UnaryOp::kExponential, x * input_scale);
+    return Values{g * o.sel(o.le(x, o.k(0, x)), negative, scale)};
   });
   register_lowering({"softplus_backward", "softplus_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);  // (grad, self, beta, threshold)
     Value g = opmath_b(c, 0), x = opmath_b(c, 1);
-    Value bx = o.mul(x, opmath_b(c, 2));
+    Value bx = x * opmath_b(c, 2);
     Value z = o.u(UnaryOp::kExponential, bx);
-    return V{o.sel(o.gt(bx, opmath_b(c, 3)), g, o.div(o.mul(g, z), o.add(z, o.k(1, z))))};
+    return Values{o.sel(o.gt(bx, opmath_b(c, 3)), g, g * z / (z + o.k(1, z)))};
   });
   // hardshrink / softshrink zero [-lambd, lambd]; NaN passes through both.
   register_lowering({"hardshrink", "hardshrink.out"}, [](LoweringContext& c) {
     Ops o(c);
-    Value x = c.in(0);
-    return V{o.sel(inside_band(o, x, c.bcast(c.in(1))), o.k(0, x), x)};
+    Value x = c.input(0);
+    return Values{o.sel(inside_band(o, x, c.broadcast_to_output(c.input(1))), o.k(0, x), x)};
   });
   register_lowering({"hardshrink_backward", "hardshrink_backward.grad_input", "softshrink_backward",
                      "softshrink_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);
-    Value g = c.in_b(0), x = c.in_b(1);
-    return V{o.sel(inside_band(o, x, c.bcast(c.in(2))), o.k(0, g), g)};
+    Value g = c.elementwise_input(0), x = c.elementwise_input(1);
+    return Values{o.sel(inside_band(o, x, c.broadcast_to_output(c.input(2))), o.k(0, g), g)};
   });
   register_lowering({"softshrink", "softshrink.out"}, [](LoweringContext& c) {
     Ops o(c);
     Value x = opmath(c, 0), l = opmath_b(c, 1);
     Value below = o.b.compare(Compare::kLT, x, o.u(UnaryOp::kNegate, l));
-    return V{o.sel(o.gt(x, l), o.sub(x, l), o.sel(below, o.add(x, l), o.mul(x, o.k(0, x))))};
+    return Values{o.sel(o.gt(x, l), x - l, o.sel(below, x + l, x * o.k(0, x)))};
   });
   // logit(x, eps): log(z / (1 - z)) with z = x clamped to [eps, 1 - eps] when eps is given. CPU
   // computes a bfloat16/float16 logit in the dtype: eps, 1 - z and the quotient are rounded to it.
@@ -475,7 +474,7 @@ TORCHTPU_LOWERINGS(unary) {
       double eps = c.arg(1).toDouble();
       z = o.min(o.max(z, o.k(eps, z)), o.k(1 - eps, z));
     }
-    return V{o.u(UnaryOp::kLog, o.div(z, o.sub(o.k(1, z), z)))};
+    return Values{o.u(UnaryOp::kLog, o.div(z, o.sub(o.k(1, z), z)))};
   });
   // Outside [0, 1] (or [eps, 1 - eps]) the gradient is NaN (0 with eps), as PyTorch's kernel.
   register_lowering({"logit_backward", "logit_backward.grad_input"}, [](LoweringContext& c) {
@@ -484,8 +483,8 @@ TORCHTPU_LOWERINGS(unary) {
     bool has_eps = !c.arg(2).isNone();
     double lo = has_eps ? c.arg(2).toDouble() : 0;
     Value outside = o.b.binary(BinaryOp::kOr, o.b.compare(Compare::kLT, x, o.k(lo, x)), o.gt(x, o.k(1 - lo, x)));
-    Value grad = o.div(g, o.mul(x, o.sub(o.k(1, x), x)));
-    return V{o.sel(outside, o.k(has_eps ? 0 : NAN, x), grad)};
+    Value grad = g / (x * (o.k(1, x) - x));
+    return Values{o.sel(outside, o.k(has_eps ? 0 : NAN, x), grad)};
   });
   register_with_variants("sinc", {""}, formula([](Ops& o, const Value& x) {
     Value px = o.mul(x, o.k(M_PI, x));
@@ -495,7 +494,7 @@ TORCHTPU_LOWERINGS(unary) {
   register_with_variants("digamma", {""}, formula([](Ops& o, const Value& x) { return digamma(o, x); }));
   register_with_variants("special_zeta", {"", "other_scalar", "self_scalar"}, [](LoweringContext& c) {
     Ops o(c);
-    return V{hurwitz_zeta(o, opmath_b(c, 0), opmath_b(c, 1))};
+    return Values{hurwitz_zeta(o, opmath_b(c, 0), opmath_b(c, 1))};
   });
   // polygamma(n, x) (x first in polygamma_) = (-1)^(n+1) n! zeta(n + 1, x) for n >= 1; n is an int,
   // part of the program.
@@ -504,10 +503,10 @@ TORCHTPU_LOWERINGS(unary) {
     bool self_first = c.arg(1).isInt();
     Value x = opmath(c, self_first ? 0 : 1);
     int64_t n = c.arg(self_first ? 1 : 0).toInt();
-    if (n == 0) return V{digamma(o, x)};
-    if (n == 1) return V{trigamma(o, x)};
+    if (n == 0) return Values{digamma(o, x)};
+    if (n == 1) return Values{trigamma(o, x)};
     double factorial = std::tgamma(static_cast<double>(n) + 1);
-    return V{o.mul(o.k(n % 2 == 1 ? factorial : -factorial, x), hurwitz_zeta(o, o.k(static_cast<double>(n + 1), x), x))};
+    return Values{o.k(n % 2 == 1 ? factorial : -factorial, x) * hurwitz_zeta(o, o.k(static_cast<double>(n + 1), x), x)};
   });
   // the standard normal quantile: sqrt(2) erfinv(2p - 1)
   register_lowering({"special_ndtri", "special_ndtri.out"}, formula([](Ops& o, const Value& p) {
@@ -518,10 +517,10 @@ TORCHTPU_LOWERINGS(unary) {
   // angle: atan2(imag, real) of complex numbers; pi for negative reals, else 0 (NaN stays NaN)
   register_with_variants("angle", {""}, [](LoweringContext& c) {
     Ops o(c);
-    Value x = c.raw(0);
-    if (is_complex(x.type.dtype)) return V{o.b.binary(BinaryOp::kAtan2, o.u(UnaryOp::kImag, x), o.u(UnaryOp::kReal, x))};
+    Value x = c.input_uncast(0);
+    if (is_complex(x.type.dtype)) return Values{o.b.binary(BinaryOp::kAtan2, o.u(UnaryOp::kImag, x), o.u(UnaryOp::kReal, x))};
     Value r = opmath(c, 0);
-    return V{o.sel(o.b.compare(Compare::kNE, r, r), r, o.sel(o.b.compare(Compare::kLT, r, o.k(0, r)), o.k(M_PI, r), o.k(0, r)))};
+    return Values{o.sel(is_nan(r), r, o.sel(o.b.compare(Compare::kLT, r, o.k(0, r)), o.k(M_PI, r), o.k(0, r)))};
   });
   // sin(x) / x, by its Taylor series below |x| = 1/2 (as CPU), 0 at infinity
   register_lowering({"special_spherical_bessel_j0", "special_spherical_bessel_j0.out"}, formula([](Ops& o, const Value& x) {
@@ -539,8 +538,8 @@ TORCHTPU_LOWERINGS(unary) {
     Value x = opmath(c, 0);
     int64_t d = c.arg(1).toInt();
     Value p = o.k(std::pow(10.0, static_cast<double>(std::abs(d))), x);
-    if (d >= 0) return V{o.div(o.u(UnaryOp::kRoundNearestEven, o.mul(x, p)), p)};
-    return V{o.mul(o.u(UnaryOp::kRoundNearestEven, o.div(x, p)), p)};
+    if (d >= 0) return Values{o.u(UnaryOp::kRoundNearestEven, x * p) / p};
+    return Values{o.u(UnaryOp::kRoundNearestEven, x / p) * p};
   });
   register_lowering({"special_entr", "special_entr.out"}, formula([](Ops& o, const Value& x) {
     Value negative = o.b.compare(Compare::kLT, x, o.k(0, x)), zero = o.b.compare(Compare::kEQ, x, o.k(0, x));
@@ -549,19 +548,19 @@ TORCHTPU_LOWERINGS(unary) {
   }));
   // signbit: the sign bit itself, so -0.0 and -NaN count as negative.
   register_lowering({"signbit", "signbit.out"}, [](LoweringContext& c) {
-    Value x = c.raw(0);
+    Value x = c.input_uncast(0);
     DType t = x.type.dtype;
-    if (t == DType::kBool || is_unsigned(t)) return V{c.b.constant(0, {DType::kBool, x.type.dims})};
+    if (t == DType::kBool || is_unsigned(t)) return Values{c.b.constant(0, {DType::kBool, x.type.dims})};
     if (is_floating(t)) {
       DType bits = t == DType::kF64 ? DType::kS64 : t == DType::kF32 ? DType::kS32 : DType::kS16;
       x = c.b.bitcast_convert(x, bits);
     }
-    return V{c.b.compare(Compare::kLT, x, c.full(0, x))};
+    return Values{c.b.compare(Compare::kLT, x, c.full(0, x))};
   });
   register_lowering({"leaky_relu_backward", "leaky_relu_backward.grad_input"}, [](LoweringContext& c) {
     Ops o(c);  // (grad, self, negative_slope, self_is_result)
     Value g = opmath_b(c, 0), x = opmath_b(c, 1);
-    return V{o.sel(o.gt(x, o.k(0, x)), g, o.mul(g, opmath_b(c, 2)))};
+    return Values{o.sel(o.gt(x, o.k(0, x)), g, g * opmath_b(c, 2))};
   });
 }
 
