@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import torchtpu
 
-from torchtpu.testing.models import MODELS
+from torchtpu.testing.zoo import MODELS
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""A few models of the zoo (torchtpu.testing.models) train on tpu exactly as on CPU: the same loss
+"""A few models of the zoo (torchtpu.testing.zoo) train on tpu exactly as on CPU: the same loss
 at every step, the same greedy generation, and no op falling back to the CPU.
 
 The full zoo, with a trace of where a model diverges, is
@@ -6,19 +6,19 @@ The full zoo, with a trace of where a model diverges, is
 
 import pytest
 
-from torchtpu.testing import models
+from torchtpu.testing import zoo
 
 # a few seconds each on a 2-core machine, compiles included
 SUBSET = ["gpt2", "llama", "bert", "convnext_mini", "dlrm"]
 
 
 def _explain(rec):
-    lines = [f"{rec['model']}: status {rec['status']}"]
-    if rec.get("error"):
-        lines.append(f"error: {rec['error']}")
-    if rec.get("loss_cpu"):
-        lines.append(f"losses CPU {rec['loss_cpu']}, tpu {rec.get('loss_tpu')}")
-    tr = rec.get("trace") or {}
+    lines = [f"{rec.model}: status {rec.status}"]
+    if rec.error:
+        lines.append(f"error: {rec.error}")
+    if rec.loss_cpu:
+        lines.append(f"losses CPU {rec.loss_cpu}, tpu {rec.loss_tpu}")
+    tr = rec.trace or {}
     if tr.get("first_divergence"):
         fd = tr["first_divergence"]
         lines.append(f"first divergence: {fd['op']} in {fd['where']}: {fd['note'] or fd['rel']}")
@@ -29,29 +29,29 @@ def _explain(rec):
 
 @pytest.mark.parametrize("name", SUBSET)
 def test_model_trains_like_cpu(name):
-    rec = models.run_model(name)
+    rec = zoo.run_model(name)
     why = _explain(rec)
-    assert rec["error"] is None, why
-    assert rec["loss_parity"], why
-    assert rec["loss_rel_diff"] <= models.LOSS_RTOL, why  # these are well-conditioned: no noise allowance
-    if models.MODELS[name].generate is not None:
-        assert rec["generate_parity"], f"generated CPU {rec['generated_cpu']}, tpu {rec['generated_tpu']}"
-    assert rec["fallbacks"] == {}, f"ops that fell back to the CPU: {rec['fallbacks']}"
+    assert rec.error is None, why
+    assert rec.loss_parity, why
+    assert rec.loss_rel_diff <= zoo.LOSS_RTOL, why  # these are well-conditioned: no noise allowance
+    if zoo.MODELS[name].generate is not None:
+        assert rec.generate_parity, f"generated CPU {rec.generated_cpu}, tpu {rec.generated_tpu}"
+    assert rec.fallbacks == {}, f"ops that fell back to the CPU: {rec.fallbacks}"
 
 
 @pytest.mark.parametrize("name", ["llama", "convnext_mini", "dlrm"])
 def test_model_trains_like_cpu_compiled(name):
     """The zoo's --compile sweep in little: forward and backward through torch.compile(backend="tpu")."""
-    rec = models.run_model(name, compiled=True)
+    rec = zoo.run_model(name, compiled=True)
     why = _explain(rec)
-    assert rec["error"] is None, why
-    assert rec["loss_rel_diff"] <= models.LOSS_RTOL, why
-    assert rec["graphs"] >= 1 and rec["graph_breaks"] == 0, why
-    assert rec["fallbacks"] == {}, f"ops that fell back to the CPU: {rec['fallbacks']}"
+    assert rec.error is None, why
+    assert rec.loss_rel_diff <= zoo.LOSS_RTOL, why
+    assert rec.graphs >= 1 and rec.graph_breaks == 0, why
+    assert rec.fallbacks == {}, f"ops that fell back to the CPU: {rec.fallbacks}"
 
 
 def test_zoo_lists_the_families():
-    families = {s.family for s in models.MODELS.values()}
+    families = {s.family for s in zoo.MODELS.values()}
     assert {"HF decoder", "HF encoder", "HF encoder-decoder", "torchvision classification",
             "torchvision detection", "torchvision segmentation", "recommendation"} <= families
 
@@ -59,16 +59,17 @@ def test_zoo_lists_the_families():
 _WRONG_TANH = r"""
 import json, sys, warnings
 import torch, torchtpu
-from torchtpu.testing import models as M
+from torchtpu.testing import zoo
+from torchtpu.testing.zoo import specs, vision
 warnings.filterwarnings("ignore")
 lib = torch.library.Library("aten", "IMPL")
 lib.impl("tanh", lambda x: (x.cpu().tanh() * 1.001).to(x.device), "PrivateUse1")  # off by 0.1%
 def batch(step):
-    g = M._gen(step)
+    g = specs.gen(step)
     return {"pixel_values": torch.randn(4, 8, generator=g), "labels": torch.randint(0, 4, (4,), generator=g)}
-M._register(M.Spec("mlp", "test", lambda: torch.nn.Sequential(
-    torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)), batch, M._tv_cls_loss, optimizer="sgd"))
-json.dump(M.run_model("mlp"), sys.stdout, default=str)
+zoo.register(zoo.Spec("mlp", "test", lambda: torch.nn.Sequential(
+    torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)), batch, vision.tv_cls_loss, optimizer="sgd"))
+json.dump(zoo.run_model("mlp").to_dict(), sys.stdout, default=str)
 """
 
 
@@ -97,10 +98,10 @@ def test_a_diverging_cpu_reference_is_an_error_not_a_match():
     def batch(step):
         return {"pixel_values": torch.ones(2, 4), "labels": torch.zeros(2, dtype=torch.long)}
 
-    models._register(models.Spec("nan_linear", "test", lambda: torch.nn.Linear(4, 2), batch,
-                                 lambda model, b: model(b["pixel_values"]).sum() * float("nan"), optimizer="sgd"))
+    zoo.register(zoo.Spec("nan_linear", "test", lambda: torch.nn.Linear(4, 2), batch,
+                          lambda model, b: model(b["pixel_values"]).sum() * float("nan"), optimizer="sgd"))
     try:
-        rec = models.run_model("nan_linear")
+        rec = zoo.run_model("nan_linear")
     finally:
-        del models.MODELS["nan_linear"]
-    assert rec["status"] == "error" and "CPU reference diverged" in rec["error"], rec
+        del zoo.MODELS["nan_linear"]
+    assert rec.status == "error" and "CPU reference diverged" in rec.error, rec

@@ -28,6 +28,7 @@ import sys
 import time
 
 from ._workers import announce, record, run_units
+from .compare import compare_trees, count_fallbacks, same_kind_of_error, summed_outputs, tpu_copier
 
 COUNTS = ("samples", "passed", "passed_fallback", "failed", "errors", "excluded_random")
 FAILURES_KEPT = 3
@@ -46,39 +47,23 @@ def _short_error(e, limit=300):
     return (text[:limit] + "...") if len(text) > limit else text
 
 
-def _tpu_copier():
-    """Copies tensors to tpu; one tensor passed twice (KLDivLoss(x, x)) stays one tensor, so its
-    gradient sums both uses as on CPU."""
-    import torch
-    copies = {}
-
-    def to_tpu(x):
-        if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
-            return x
-        if id(x) not in copies:
-            copies[id(x)] = (x, x.detach().to("tpu").requires_grad_(x.requires_grad))
-        return copies[id(x)][1]
-    return to_tpu
-
-
 def _compare(actual, expected, **tol):
     """Compares two pytrees of tensors and plain values; tensors must sit on tpu."""
+    compare_trees(actual, expected, lambda a, e: _compare_leaf(a, e, tol), "values")
+
+
+def _compare_leaf(a, e, tol):
     import torch
-    from torch.utils._pytree import tree_flatten
-    a_leaves, e_leaves = tree_flatten(actual)[0], tree_flatten(expected)[0]
-    if len(a_leaves) != len(e_leaves):
-        raise AssertionError(f"{len(a_leaves)} values, expected {len(e_leaves)}")
-    for a, e in zip(a_leaves, e_leaves):
-        if isinstance(e, torch.Tensor):
-            if not isinstance(a, torch.Tensor) or a.device.type != "tpu":
-                raise AssertionError(f"got {type(a).__name__} on "
-                                     f"{getattr(a, 'device', '-')}, expected a tpu tensor")
-            torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
-                                       check_stride=False, **tol)
-        elif isinstance(e, float) and isinstance(a, float):
-            torch.testing.assert_close(a, e, equal_nan=True, **tol)
-        elif a != e:
-            raise AssertionError(f"{a!r} != {e!r}")
+    if isinstance(e, torch.Tensor):
+        if not isinstance(a, torch.Tensor) or a.device.type != "tpu":
+            raise AssertionError(f"got {type(a).__name__} on "
+                                 f"{getattr(a, 'device', '-')}, expected a tpu tensor")
+        torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True,
+                                   check_stride=False, **tol)
+    elif isinstance(e, float) and isinstance(a, float):
+        torch.testing.assert_close(a, e, equal_nan=True, **tol)
+    elif a != e:
+        raise AssertionError(f"{a!r} != {e!r}")
 
 
 class _Tally:
@@ -100,10 +85,7 @@ class _Tally:
             result, why = "failed", str(e)
         except Exception as e:  # the tpu run raised where CPU did not
             result, why = "errors", f"{type(e).__name__}: {_short_error(e)}"
-        after = self.metrics.cpu_fallbacks()
-        used = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-        for k, v in used.items():
-            self.rec["fallback_ops"][k] = self.rec["fallback_ops"].get(k, 0) + v
+        used = count_fallbacks(self.rec["fallback_ops"], before, self.metrics.cpu_fallbacks())
         if result == "passed" and used:
             result = "passed_fallback"
         self.rec["samples"] += 1
@@ -128,7 +110,7 @@ def _same_exception(cpu_exc, run_tpu):
     try:
         run_tpu()
     except Exception as e:
-        if isinstance(e, type(cpu_exc)) or isinstance(cpu_exc, type(e)):
+        if same_kind_of_error(e, cpu_exc):
             return
         raise
     raise _Mismatch(f"CPU raised, tpu did not: {_short_error(cpu_exc)}")
@@ -140,14 +122,6 @@ def _same_exception(cpu_exc, run_tpu):
 def _module_infos():
     from torch.testing._internal.common_modules import module_db
     return {m.name: m for m in module_db}
-
-
-def _summed_outputs(out):
-    import torch
-    from torch.utils._pytree import tree_flatten
-    leaves = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad
-              and (o.is_floating_point() or o.is_complex())]
-    return sum(o.abs().sum() if o.is_complex() else o.sum() for o in leaves) if leaves else None
 
 
 def _module_sample(info, module_input, training):
@@ -164,7 +138,7 @@ def _module_sample(info, module_input, training):
             m(*tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, f.args),
               **f.kwargs)
     t_m = copy.deepcopy(m).to("tpu")
-    to_tpu = _tpu_copier()
+    to_tpu = tpu_copier(share_repeats=True)
     t_args, t_kwargs = tree_map(to_tpu, f.args), tree_map(to_tpu, f.kwargs)  # before CPU mutates
     try:
         expected = m(*f.args, **f.kwargs)
@@ -173,7 +147,7 @@ def _module_sample(info, module_input, training):
     actual = t_m(*t_args, **t_kwargs)
     _check("output", actual, expected)
     _check("buffers", dict(t_m.named_buffers()), dict(m.named_buffers()))
-    e_total, a_total = _summed_outputs(expected), _summed_outputs(actual)
+    e_total, a_total = summed_outputs(expected), summed_outputs(actual)
     if e_total is None:
         return
     if a_total is None:

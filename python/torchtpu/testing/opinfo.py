@@ -41,6 +41,7 @@ import time
 from ._conformance_report import write_markdown
 from ._dtypes import DTYPES, SHORT
 from ._workers import announce, record, run_units
+from .compare import compare_trees, count_fallbacks, same_kind_of_error, summed_outputs, tpu_copier
 
 GRAD_DTYPES = ["float32"]
 
@@ -235,46 +236,9 @@ def _dense_strides(t):
     return tuple(s for n, s in zip(t.shape, t.stride()) if n > 1) if t.numel() else ()
 
 
-def _tpu_copier():
-    """Copies a sample's tensors to tpu keeping its views views: a CPU view becomes the same
-    view of a tpu copy of its base (one copy per base, so aliases stay aliases), as when a
-    sample is made on the device. Otherwise (no base, conj/neg bits, another dtype) a copy."""
-    import torch
-
-    bases = {}
-
-    def to_tpu(x):
-        if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
-            return x
-        base = x._base
-        if (base is not None and x.layout == torch.strided and base.layout == torch.strided
-                and x.dtype == base.dtype and not x.is_conj() and not x.is_neg()
-                and not base.is_conj() and not base.is_neg()):
-            if id(base) not in bases:
-                t = base.detach().to("tpu")
-                bases[id(base)] = (base, t if t.stride() == base.stride() else None)
-            t_base = bases[id(base)][1]
-            if t_base is not None:
-                v = t_base.as_strided(x.size(), x.stride(), x.storage_offset())
-                return v.requires_grad_(x.requires_grad)
-        return x.detach().to("tpu").requires_grad_(x.requires_grad)
-    return to_tpu
-
-
 def _compare(actual, expected, out_device, strides):
-    from torch.utils._pytree import tree_flatten
-
-    a_leaves, _ = tree_flatten(actual)
-    e_leaves, _ = tree_flatten(expected)
-    if len(a_leaves) != len(e_leaves):
-        raise AssertionError(f"{len(a_leaves)} outputs, expected {len(e_leaves)}")
-    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
-        try:
-            _compare_leaf(a, e, out_device, strides)
-        except AssertionError as err:
-            if len(e_leaves) > 1:
-                raise type(err)(f"output {i} of {len(e_leaves)}: {err}") from None
-            raise
+    compare_trees(actual, expected, lambda a, e: _compare_leaf(a, e, out_device, strides), "outputs",
+                  number_leaves=True)
 
 
 def _compare_leaf(a, e, out_device, strides):
@@ -328,16 +292,10 @@ def _grad_check(expected, actual, args, t_args):
     import torch
     from torch.utils._pytree import tree_flatten
 
-    def total(out):
-        leaves = [o for o in tree_flatten(out)[0]
-                  if isinstance(o, torch.Tensor) and o.requires_grad
-                  and (o.is_floating_point() or o.is_complex())]
-        return sum(o.abs().sum() if o.is_complex() else o.sum() for o in leaves) if leaves else None
-
-    e_total = total(expected)
+    e_total = summed_outputs(expected)
     if e_total is None:
         return None
-    a_total = total(actual)
+    a_total = summed_outputs(actual)
     inputs = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
     t_inputs = [a for a in tree_flatten(t_args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
     try:
@@ -379,7 +337,7 @@ def _run_sample(name, fn, args, kwargs, want_grad, process, strides):
     from torch.utils._pytree import tree_flatten, tree_map
 
     # tpu copies first: the CPU call may mutate its inputs
-    to_tpu = _tpu_copier()
+    to_tpu = tpu_copier(keep_views=True)
     keep = CPU_ARGS.get(name, ())
     t_args = tuple(a if i in keep else tree_map(to_tpu, a) for i, a in enumerate(args))
     t_kwargs = tree_map(to_tpu, kwargs)
@@ -415,7 +373,7 @@ def _run_sample(name, fn, args, kwargs, want_grad, process, strides):
             fn(*t_args, **t_kwargs)
             torch.tpu.synchronize()
         except Exception as e:
-            if isinstance(e, type(cpu_exc)) or isinstance(cpu_exc, type(e)):
+            if same_kind_of_error(e, cpu_exc):
                 return "passed", None, None  # both reject the input
             return ("errors", f"CPU raised {type(cpu_exc).__name__}, tpu raised "
                     f"{type(e).__name__}: {_short_error(e)}", None)
@@ -506,10 +464,7 @@ def _run_unit(entry, name, dtype_name, grad_dtypes, time_limit, layout, strides)
                                             sample.output_process_fn_grad, strides)
         except Exception as e:  # the harness itself, e.g. copying an odd argument
             result, why, grad = "errors", f"harness: {_short_error(e)}", None
-        after = torchtpu.metrics.cpu_fallbacks()
-        used = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-        for k, v in used.items():
-            rec["fallback_ops"][k] = rec["fallback_ops"].get(k, 0) + v
+        used = count_fallbacks(rec["fallback_ops"], before, torchtpu.metrics.cpu_fallbacks())
         rec["samples"] += 1
         if result == "passed" and used:
             result = "passed_fallback"
