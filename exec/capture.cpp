@@ -250,7 +250,7 @@ struct FirstRun {
 
   std::shared_ptr<runtime::Executable> compile() const {
     return cached_executable(key, [&] { return w->program_text(aliases); },
-                             [&] { return ProgramNames{plan.what, identity}; });
+                             [&] { return ProgramNames{plan.what, identity}; }, Tier::kOptimized);
   }
 
   // The buffers of the window's results. The capture still holds the inputs' old contents, so

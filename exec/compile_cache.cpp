@@ -24,6 +24,7 @@
 #include "exec/interrupt.h"
 #include "exec/metrics.h"
 #include "exec/prefetch.h"
+#include "exec/quick_compile.h"
 #include "exec/runtime_context.h"
 #include "exec/sha256.h"
 #include "exec/trace.h"
@@ -47,22 +48,49 @@ std::string env_or(const char* name, const std::string& fallback) {
 // precision" simplification), so by default programs round exactly as PyTorch does.
 std::atomic<bool> excess_precision{env_or("TORCHTPU_ALLOW_EXCESS_PRECISION", "0") == "1"};
 
-runtime::CompileOptions compile_options() {
+runtime::CompileOptions compile_options(Tier tier) {
   runtime::CompileOptions options;
   options.portable = true;  // one executable serves every device
   options.xla_flags["xla_allow_excess_precision"] = excess_precision.load();
+  if (tier == Tier::kQuick) {  // XLA CPU's options: LLVM's optimizations and fusion emitters off
+    options.xla_int_flags["xla_backend_optimization_level"] = 0;
+    options.xla_flags["xla_llvm_disable_expensive_passes"] = true;
+    options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
+  }
   return options;
 }
 
+// Which programs a waiting caller gets compiled quickly first (TORCHTPU_QUICK_COMPILE): "exact"
+// (the default where the options exist, the XLA CPU plugin) those whose bits cannot depend on
+// it (exec/quick_compile.h), "all" every one (a first-seen float program may then differ from its
+// promoted successor in the last bit), "0" none.
+bool compile_quickly(const std::string& program) {
+  enum class Policy { kNone, kExact, kAll };
+  static const Policy policy = [] {
+    std::string setting = env_or("TORCHTPU_QUICK_COMPILE", client().platform_name() == "cpu" ? "exact" : "0");
+    if (setting == "all") return Policy::kAll;
+    if (setting == "exact") return Policy::kExact;
+    if (setting == "0") return Policy::kNone;
+    throw std::invalid_argument("TORCHTPU_QUICK_COMPILE='" + setting + "' is not one of exact, all, 0");
+  }();
+  return policy == Policy::kAll || (policy == Policy::kExact && same_bits_however_compiled(program));
+}
+
+// How often a quickly compiled program runs before it is compiled again, optimized.
+int64_t promote_after() {
+  static const int64_t runs = std::stoll(env_or("TORCHTPU_PROMOTE_AFTER", "16"));
+  return runs;
+}
+
 // What besides the program decides the compiled bytes.
-std::string environment_fingerprint() {
+std::string environment_fingerprint(Tier tier) {
   // The client first: starting it starts prefetching, which asks for this fingerprint.
   const runtime::Client& c = client();
   static const std::string platform = [&c] {
     return c.platform_name() + '\0' + c.platform_version() + '\0' + c.plugin().attribute("xla_version") +
            '\0' + TORCHTPU_VERSION;
   }();
-  return compile_options().encode() + '\0' + platform;
+  return compile_options(tier).encode() + '\0' + platform;
 }
 
 // The local tier is private to the user; both tiers are bounded and share the optional key that
@@ -80,7 +108,9 @@ DiskCacheOptions tier_options(bool local) {
 
 // A digest of the whole program text and everything else that decides the compiled bytes, so a
 // key names one program's entry only.
-std::string persistent_key(const std::string& text) { return sha256_hex(text + '\0' + environment_fingerprint()); }
+std::string persistent_key(const std::string& text, Tier tier) {
+  return sha256_hex(text + '\0' + environment_fingerprint(tier));
+}
 
 // XLA's compiler frees what it allocated (LLVM modules, passes' state), but glibc keeps freed
 // pages in the arena of the thread that freed them, so a process's resident memory grows with its
@@ -150,11 +180,13 @@ class Cache {
         local_(env_or("TORCHTPU_CACHE_DIR", env_or("HOME", "/tmp") + "/.cache/torchtpu"), tier_options(true)),
         shared_(env_or("TORCHTPU_SHARED_CACHE_DIR", ""), tier_options(false)) {}
 
-  ExecutablePtr get(const std::string& key, const ProgramText& program, const NameProgram& names, bool wait) {
+  ExecutablePtr get(const std::string& key, const ProgramText& program, const NameProgram& names, bool wait,
+                    Tier first) {
     std::unique_lock<std::mutex> lock(mu_);
     stats_.requests++;
     if (ExecutablePtr exe = memory_.find(key)) {
       memory_hits_++;
+      if (!quick_.empty()) note_run(key);
       return exe;
     }
     if (compiling_.count(key)) return nullptr;  // the background worker has it: the caller decides
@@ -162,7 +194,7 @@ class Cache {
     note_recompile(key, name.what, name.identity);
     lock.unlock();
     std::string text = program();
-    std::string pkey = persistent_key(text);
+    std::string pkey = persistent_key(text, Tier::kOptimized);
     used_.note(pkey);
     Job job{key, std::move(text), pkey, std::move(name.what)};
     if (tracing()) {
@@ -179,6 +211,7 @@ class Cache {
       wakeup_.notify_one();
       return nullptr;
     }
+    if (first == Tier::kQuick && compile_quickly(job.text)) return get_quick(std::move(job));
     return compile_on_a_thread(std::move(job));
   }
 
@@ -188,6 +221,7 @@ class Cache {
     if (exe) {
       stats_.requests++;
       memory_hits_++;
+      if (!quick_.empty()) note_run(key);
     }
     return exe;
   }
@@ -250,6 +284,7 @@ class Cache {
     wait_for_background();
     std::lock_guard<std::mutex> lock(mu_);
     memory_.clear();
+    quick_.clear();
     last_key_.clear();
   }
   const std::string& dir() const { return local_.dir(); }
@@ -263,7 +298,53 @@ class Cache {
     std::string key, text, pkey, what;
     std::string location = "";  // the user's line that needed the program, for a profiler,
     int64_t correlation = 0;    // and the host op
+    Tier tier = Tier::kOptimized;
+    bool promotion = false;     // a quick program's optimized successor
   };
+
+  // A quickly compiled program in memory: how to compile it optimized, and how often it ran.
+  struct QuickProgram {
+    Job optimized;
+    int64_t runs = 0;
+  };
+
+  // The quick tier of `job` (an optimized program no tier has): loaded from disk or compiled now,
+  // and remembered for promotion.
+  ExecutablePtr get_quick(Job job) {
+    Job quick = job;
+    quick.tier = Tier::kQuick;
+    quick.pkey = persistent_key(job.text, Tier::kQuick);
+    used_.note(quick.pkey);
+    job.promotion = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      forget_evicted_quick_programs();
+      std::string key = job.key;  // (the right side of = is evaluated first)
+      quick_[key] = QuickProgram{std::move(job), 0};
+    }
+    if (ExecutablePtr exe = load(quick)) return remember(quick.key, exe);
+    return compile_on_a_thread(std::move(quick));
+  }
+
+  // One more run of the program at `key` (with mu_ held): a quick one that ran often enough is
+  // queued for its optimized compile.
+  void note_run(const std::string& key) {
+    auto it = quick_.find(key);
+    if (it == quick_.end() || ++it->second.runs < promote_after()) return;
+    compiling_.insert(key);
+    stats_.background_pending++;
+    queue_.push_back(std::move(it->second.optimized));
+    quick_.erase(it);
+    ensure_worker();
+    wakeup_.notify_one();
+  }
+
+  // Quick programs the memory tier evicted are not promoted (with mu_ held; bounds quick_).
+  void forget_evicted_quick_programs() {
+    if (quick_.size() < 2 * memory_.size() + 64) return;
+    for (auto it = quick_.begin(); it != quick_.end();)
+      it = memory_.contains(it->first) ? std::next(it) : quick_.erase(it);
+  }
 
   // Tells a profiler what the cache did for `job` from `start_ns` until now.
   static void trace(TraceEvent::Kind kind, const Job& job, int64_t start_ns, const char* cache, const char* how) {
@@ -294,7 +375,7 @@ class Cache {
 
   void start_prefetch() {
     if (local_.dir().empty() || env_or("TORCHTPU_CACHE_PREFETCH", "1") == "0") return;
-    manifest_path_ = workload_manifest_path(local_.dir(), environment_fingerprint());
+    manifest_path_ = workload_manifest_path(local_.dir(), environment_fingerprint(Tier::kOptimized));
     manifest_ = read_manifest(manifest_path_);
     int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u));
     prefetch_.start(manifest_, [this](const std::string& pkey) -> ExecutablePtr {
@@ -351,13 +432,18 @@ class Cache {
     }
     int64_t traced_start = tracing() ? trace_clock_ns() : 0;
     auto start = std::chrono::steady_clock::now();
-    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options()));
+    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options(job.tier)));
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (traced_start) trace(TraceEvent::Kind::kCompile, job, traced_start, "miss", how);
-    record_compile(static_cast<int64_t>(seconds * 1e9));
+    if (traced_start) trace(TraceEvent::Kind::kCompile, job, traced_start, job.promotion ? "promotion" : "miss", how);
+    if (!job.promotion) record_compile(static_cast<int64_t>(seconds * 1e9));  // nobody waited for a promotion
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stats_.misses++;
+      if (job.promotion) {
+        stats_.promotions++;
+      } else {
+        stats_.misses++;
+        if (job.tier == Tier::kQuick) stats_.quick_compiles++;
+      }
       stats_.compiles.push_back({what, seconds, temp_bytes(*exe)});
       if (stats_.compiles.size() > 1000) stats_.compiles.erase(stats_.compiles.begin());
     }
@@ -424,7 +510,7 @@ class Cache {
         warn("background compile of " + job.what + " failed: " + e.what());
       }
       std::lock_guard<std::mutex> lock(mu_);
-      if (exe) memory_.insert(job.key, exe);
+      if (exe) memory_.replace(job.key, exe);  // a promotion replaces the quick program
       compiling_.erase(job.key);
       stats_.background_pending--;
       worker_busy_ = false;
@@ -439,6 +525,7 @@ class Cache {
   int64_t memory_hits_ = 0;  // counted apart from stats_.hits: no map look-up per hit
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
   std::unordered_set<std::string> compiling_;
+  std::unordered_map<std::string, QuickProgram> quick_;  // key -> its promotion, until it is queued
   std::deque<Job> queue_;
   std::condition_variable wakeup_, idle_, compiled_;
   bool worker_started_ = false, worker_busy_ = false;
@@ -464,18 +551,18 @@ Cache& cache() {
 }  // namespace
 
 std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, const ProgramText& program,
-                                                       const NameProgram& names) {
-  ExecutablePtr exe = cache().get(key, program, names, /*wait=*/true);
+                                                       const NameProgram& names, Tier first) {
+  ExecutablePtr exe = cache().get(key, program, names, /*wait=*/true, first);
   if (exe) return exe;
   // Being compiled in the background: wait for it rather than compiling twice.
   wait_for_background_compiles();
-  return cache().get(key, program, names, /*wait=*/true);
+  return cache().get(key, program, names, /*wait=*/true, first);
 }
 
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
                                                                         const NameProgram& names) {
-  return cache().get(key, program, names, /*wait=*/false);
+  return cache().get(key, program, names, /*wait=*/false, Tier::kOptimized);
 }
 
 std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key) { return cache().loaded(key); }

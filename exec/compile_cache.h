@@ -21,6 +21,8 @@ struct CacheStats {
   int64_t requests = 0;
   std::map<std::string, int64_t> hits;  // "memory", "disk", "shared"
   int64_t misses = 0;                   // compiled
+  int64_t quick_compiles = 0;           // of those, compiled quickly (Tier::kQuick)
+  int64_t promotions = 0;               // quick programs compiled again, optimized, in the background
   int64_t background_pending = 0;
   int64_t prefetched = 0;               // disk hits loaded ahead of need (exec/prefetch.h)
   struct Compile {
@@ -42,13 +44,23 @@ struct ProgramNames {
 };
 using NameProgram = std::function<ProgramNames()>;
 
+// How a program that a caller waits for is compiled when no cache tier has it.
+//  - kQuick: quickly first (on the XLA CPU plugin: LLVM's optimizations off, 2-3x less compile
+//    time, up to 2.5x the run time); once it has run TORCHTPU_PROMOTE_AFTER times (16) it is
+//    compiled again, optimized, in the background, and replaces itself. A shape met once (a new
+//    sequence length) costs a third; what runs often ends up optimized. Off where the plugin has
+//    no such options, or with TORCHTPU_QUICK_COMPILE=0.
+//  - kOptimized: optimized at once (torch.compile graphs: there, compiling is what was asked).
+// Both tiers persist on disk under keys of their own.
+enum class Tier { kQuick, kOptimized };
+
 // The executable for `key`, from the first tier that has it, else compiled now (on a thread of
 // its own: Ctrl-C during the wait throws Interrupted, see exec/interrupt.h).
 std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, const ProgramText& program,
-                                                       const NameProgram& names);
+                                                       const NameProgram& names, Tier first = Tier::kQuick);
 
-// The same without waiting for a compile: null while the program compiles on a background thread
-// (started by the first call for `key`); later calls return it once it is ready.
+// The same without waiting for a compile: null while the program compiles, optimized, on a
+// background thread (started by the first call for `key`); later calls return it once it is ready.
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
                                                                         const NameProgram& names);

@@ -39,6 +39,15 @@ class MemoryTier {
       if (maps.limit && maps.in_use > maps.limit / 4 * 3) evict_to(order_.size() / 2);
     }
   }
+  // Puts `value` in place of what `key` holds (a promoted program for its quick one).
+  void replace(const std::string& key, Ptr value) {
+    if (auto it = index_.find(key); it != index_.end()) {
+      order_.erase(it->second);
+      index_.erase(it);
+    }
+    insert(key, std::move(value));
+  }
+  bool contains(const std::string& key) const { return index_.count(key) > 0; }
   size_t size() const { return order_.size(); }
   void clear() {
     order_.clear();

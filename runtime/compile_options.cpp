@@ -12,6 +12,7 @@ constexpr int kCompileOptionsPortable = 4;           // .compile_portable_execut
 constexpr int kCompileOptionsOverrides = 7;          // .env_option_overrides (map<string, OptionOverrideProto>)
 constexpr int kMapKey = 1, kMapValue = 2;            // a map entry's fields
 constexpr int kOverrideBool = 2;                     // OptionOverrideProto.bool_field
+constexpr int kOverrideInt = 3;                      // OptionOverrideProto.int_field
 constexpr int kBuildDeviceOrdinal = 1;               // ExecutableBuildOptionsProto.device_ordinal
 constexpr int kBuildNumReplicas = 4;                 // .num_replicas
 constexpr int kBuildNumPartitions = 5;               // .num_partitions
@@ -92,13 +93,15 @@ std::string CompileOptions::encode() const {
   ProtoWriter options;
   options.bytes_field(kCompileOptionsBuildOptions, build.bytes());
   if (portable) options.varint_field(kCompileOptionsPortable, 1);
-  for (const auto& [name, value] : xla_flags) {
+  auto add_override = [&](const std::string& name, int field, int64_t value) {
     ProtoWriter override_value, entry;
-    override_value.varint_field(kOverrideBool, value ? 1 : 0);
+    override_value.varint_field(field, value);
     entry.bytes_field(kMapKey, name);
     entry.bytes_field(kMapValue, override_value.bytes());
     options.bytes_field(kCompileOptionsOverrides, entry.bytes());
-  }
+  };
+  for (const auto& [name, value] : xla_flags) add_override(name, kOverrideBool, value ? 1 : 0);
+  for (const auto& [name, value] : xla_int_flags) add_override(name, kOverrideInt, value);
   return options.bytes();
 }
 

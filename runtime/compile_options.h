@@ -4,6 +4,7 @@
 // wire-format encoder instead of depending on protobuf and XLA's .proto files.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct CompileOptions {
   // XLA DebugOptions overridden by name for this compile ("xla_allow_excess_precision" -> false),
   // on top of the plugin's defaults (CompileOptionsProto.env_option_overrides).
   std::map<std::string, bool> xla_flags;
+  std::map<std::string, int64_t> xla_int_flags;  // the same for integer options
 
   // The serialized xla.CompileOptionsProto.
   std::string encode() const;

@@ -31,12 +31,14 @@ def _finish_compiles_before_exit():
 
 
 def stats() -> dict:
-    """``requests``, ``hits`` per tier (memory, disk, shared), ``misses`` (compiled), the pending
-    background compiles, ``prefetched`` (disk hits that a background thread had loaded before they
-    were needed: the executables this command used when it last ran, see docs/design.md), and
-    ``compiles``: ``(what, seconds, temp_bytes)`` for the most recent compiles, ``temp_bytes``
-    being the memory one run of the program needs for its intermediates as XLA planned it (-1
-    when the plugin does not say)."""
+    """``requests``, ``hits`` per tier (memory, disk, shared), ``misses`` (compiled), of those
+    ``quick_compiles`` (compiled quickly first, see docs/design.md "Tiered compiles"),
+    ``promotions`` (quick programs that ran often enough to be compiled again, optimized, in the
+    background; not counted as misses), the pending background compiles, ``prefetched`` (disk hits
+    that a background thread had loaded before they were needed: the executables this command used
+    when it last ran, see docs/design.md), and ``compiles``: ``(what, seconds, temp_bytes)`` for
+    the most recent compiles, ``temp_bytes`` being the memory one run of the program needs for its
+    intermediates as XLA planned it (-1 when the plugin does not say)."""
     return dict(_C._cache_stats())
 
 
@@ -50,6 +52,6 @@ def clear() -> None:
 
 
 def wait_for_background_compiles() -> None:
-    """Blocks until the background compiles have finished: fused mode's windows, zero fills', and
-    the first runs of torch.compile graphs."""
+    """Blocks until the background compiles have finished: fused mode's windows, zero fills',
+    promotions of quick programs, and the first runs of torch.compile graphs."""
     _C._wait_for_background_compiles()

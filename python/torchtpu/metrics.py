@@ -21,7 +21,8 @@ def as_dict() -> dict:
     out["pending_ops"] = m["pending_ops"]
     s = cache.stats()
     out["background_compiles_pending"] = s["background_pending"]
-    out["cache"] = {k: s[k] for k in ("requests", "hits", "misses", "prefetched", "dir", "shared_dir")}
+    out["cache"] = {k: s[k] for k in ("requests", "hits", "misses", "quick_compiles", "promotions", "prefetched",
+                                      "dir", "shared_dir")}
     return out
 
 
@@ -57,7 +58,8 @@ def report() -> str:
         f"{m['background_compiles_pending']} background compiles pending",
         f"window cuts: {m['window_cuts'] or 'none'}",
         f"torch.compile graphs: {m['compiled_graph_runs']} runs ({m['captured_ops']} ops captured)",
-        f"compiles: {m['compiles']} (total {_seconds(m['compile_ns'])}, max {_seconds(m['max_compile_ns'])})",
+        f"compiles: {m['compiles']} (total {_seconds(m['compile_ns'])}, max {_seconds(m['max_compile_ns'])}; "
+        f"{c['quick_compiles']} quick, {c['promotions']} promoted to optimized since)",
         f"compile cache: {c['requests']} requests, hits {c['hits']}, misses {c['misses']} "
         f"(dir {c['dir'] or 'off'}, shared {c['shared_dir'] or 'off'})",
         f"recompilations: {m['recompile_count']}",

@@ -273,3 +273,54 @@ def test_each_compile_reports_the_memory_its_intermediates_need():
     window = [c for c in compiles if "fused window" in c[3]]
     assert window and all(c[2] == "True" for c in compiles), p.stdout
     assert int(window[-1][1]) >= 256 * 256 * 4, p.stdout
+
+
+TIERS = textwrap.dedent("""
+    import json, torch, torchtpu
+    torch.manual_seed(0)
+    x = torch.randn(8, 24).to("tpu")
+    runs = []
+    for _ in range(6):
+        runs.append(torch.softmax(x * 3, dim=1).cpu())
+        torchtpu.cache.wait_for_background_compiles()  # a promotion lands before the next run
+    s = torchtpu.cache.stats()
+    print(json.dumps({"runs": [r.tolist() for r in runs], "quick": s["quick_compiles"], "misses": s["misses"],
+                      "promotions": s["promotions"], "compiles": torchtpu.metrics.counters()["compiles"],
+                      "disk": s["hits"]["disk"]}))
+""")
+
+
+def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often(tmp_path):
+    env = {"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_PROMOTE_AFTER": "3", "TORCHTPU_QUICK_COMPILE": "all"}
+    cold, _ = run(env, workload=TIERS)
+    assert cold["quick"] == cold["misses"] > 0, cold
+    # mul and softmax each ran 6 times: both were promoted, which the compile count does not show
+    assert cold["promotions"] == 2 and cold["compiles"] == cold["misses"], cold
+    expected = torch.softmax(torch.randn(8, 24, generator=torch.manual_seed(0)) * 3, dim=1)
+    for r in cold["runs"]:
+        torch.testing.assert_close(torch.tensor(r), expected)
+    # The next process loads both tiers' programs from disk: the optimized ones for what was promoted
+    warm, _ = run(env, workload=TIERS)
+    assert warm["misses"] == 0 and warm["promotions"] == 0, warm
+
+
+EXACT = textwrap.dedent("""
+    import json, torch, torchtpu
+    f, i = torch.arange(6.0).to("tpu"), torch.arange(6).to("tpu")
+    cat, shifted, scaled = torch.cat([f, f]).cpu(), (i + 1).cpu(), (f * 3).cpu()
+    s = torchtpu.cache.stats()
+    print(json.dumps({"quick": s["quick_compiles"], "misses": s["misses"], "cat": cat.tolist()}))
+""")
+
+
+def test_by_default_only_programs_whose_bits_cannot_change_compile_quickly(tmp_path):
+    """Float products may become fused multiply-adds when optimized: a quick program could differ
+    from its promoted successor in the last bit, so only moves, integer math and float sums are quick."""
+    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_QUICK_COMPILE": "exact"}, workload=EXACT)
+    assert out["misses"] == 3 and out["quick"] == 2, out  # cat and the integer add; not f * 3
+    assert out["cat"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] * 2
+
+
+def test_quick_compiles_can_be_turned_off(tmp_path):
+    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_QUICK_COMPILE": "0"}, workload=TIERS)
+    assert out["misses"] > 0 and out["quick"] == 0 and out["promotions"] == 0, out

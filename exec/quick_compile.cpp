@@ -1,0 +1,61 @@
+#include "exec/quick_compile.h"
+
+#include <array>
+#include <string_view>
+
+namespace torchtpu::exec {
+namespace {
+
+// Ops whose floating-point results code generation cannot change: nothing in them can be
+// contracted into a fused multiply-add, approximated or reassociated.
+constexpr std::array<std::string_view, 23> kExactOnFloats = {
+    "abs", "add", "bitcast_convert", "broadcast_in_dim", "compare", "concatenate", "constant",
+    "convert", "dynamic_slice", "dynamic_update_slice", "gather", "iota", "maximum", "minimum",
+    "negate", "optimization_barrier", "pad", "reshape", "reverse", "select", "slice", "subtract",
+    "transpose"};
+
+bool mentions_floats(std::string_view line) {
+  for (std::string_view t : {"xf16>", "xbf16>", "xf32>", "xf64>", "<f16>", "<bf16>", "<f32>", "<f64>", "xf8E", "<f8E",
+                             "complex<"})
+    if (line.find(t) != std::string_view::npos) return true;
+  return false;
+}
+
+// The op of a line of generic-form text ("stablehlo.add" -> "add"), or "" for other lines.
+std::string_view op_of(std::string_view line) {
+  size_t start = line.find("\"stablehlo.");
+  size_t skip = 11;
+  if (start == std::string_view::npos) {
+    start = line.find("\"chlo.");
+    skip = 6;
+  }
+  if (start == std::string_view::npos) return {};
+  size_t end = line.find('"', start + skip);
+  return line.substr(start + skip, end - start - skip);
+}
+
+bool exact_on_floats(std::string_view op) {
+  for (std::string_view exact : kExactOnFloats)
+    if (op == exact) return true;
+  return false;
+}
+
+}  // namespace
+
+bool same_bits_however_compiled(const std::string& program) {
+  std::string_view text(program);
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    std::string_view op = op_of(line);
+    if (op.empty() || op == "return" || exact_on_floats(op)) continue;
+    // An op with regions (reduce, sort, while) has its types on a later line: not judged here.
+    bool typed_here = line.find(" : (") != std::string_view::npos;
+    if (mentions_floats(line) || !typed_here) return false;
+  }
+  return true;
+}
+
+}  // namespace torchtpu::exec

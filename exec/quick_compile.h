@@ -1,0 +1,20 @@
+// Which programs may be compiled quickly first (exec/compile_cache.h, Tier::kQuick).
+//
+// A quick compile turns LLVM's optimizations off, and with them the fused multiply-adds that XLA
+// lets LLVM contract: float results can then differ from the optimized program's in the last bit
+// (a bfloat16 bilinear resize did in one pixel of 42). The same op must not give other bits once it
+// is promoted, so by default only programs whose results cannot depend on code generation compile
+// quickly: integer and boolean arithmetic, and floats that are only moved, selected, compared,
+// converted, added or subtracted (no products, quotients, reductions or transcendental functions),
+// in programs without regions (reduce, sort, while: their types are not where this rule looks).
+#pragma once
+
+#include <string>
+
+namespace torchtpu::exec {
+
+// Whether `program` (StableHLO text in the generic form hlo::Builder writes) computes the same bits
+// however it is compiled.
+bool same_bits_however_compiled(const std::string& program);
+
+}  // namespace torchtpu::exec

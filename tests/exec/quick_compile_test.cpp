@@ -1,0 +1,59 @@
+// Which programs compile quickly first: those whose bits code generation cannot change.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "exec/quick_compile.h"
+#include "hlo/operators.h"
+
+namespace torchtpu::exec {
+namespace {
+
+using hlo::Builder;
+using hlo::Value;
+
+std::string program(DType dtype, const std::function<Value(Builder&, const Value&, const Value&)>& body) {
+  Builder b;
+  hlo::TensorType t{dtype, {4, 3}};
+  Value x = b.parameter(t), y = b.parameter(t);
+  b.results({body(b, x, y)});
+  return b.module_text();
+}
+
+TEST(QuickCompile, FloatsMovedComparedOrAddedCompileTheSameEitherWay) {
+  EXPECT_TRUE(same_bits_however_compiled(program(DType::kF32, [](Builder& b, const Value& x, const Value& y) {
+    Value cat = b.concatenate({x, y}, 0);
+    Value kept = b.slice(cat, {2, 0}, {6, 3}, {1, 1});
+    return b.select(b.compare(hlo::Compare::kGT, kept, y), kept - y, -x + 1.0);
+  })));
+  EXPECT_TRUE(same_bits_however_compiled(program(DType::kBF16, [](Builder& b, const Value& x, const Value& y) {
+    return b.convert(b.convert(x, DType::kF32), DType::kBF16) + y;
+  })));
+}
+
+TEST(QuickCompile, IntegerArithmeticOfAnyKindCompilesTheSameEitherWay) {
+  EXPECT_TRUE(same_bits_however_compiled(program(DType::kS64, [](Builder& b, const Value& x, const Value& y) {
+    return b.binary(hlo::BinaryOp::kRemainder, x * y + 3.0, y);
+  })));
+}
+
+TEST(QuickCompile, FloatProductsReductionsAndFunctionsMayNot) {
+  EXPECT_FALSE(same_bits_however_compiled(program(DType::kF32, [](Builder&, const Value& x, const Value& y) {
+    return x * y + y;  // a fused multiply-add when optimized
+  })));
+  EXPECT_FALSE(same_bits_however_compiled(program(DType::kF16, [](Builder& b, const Value& x, const Value&) {
+    return b.unary(hlo::UnaryOp::kExponential, x);
+  })));
+  EXPECT_FALSE(same_bits_however_compiled(program(DType::kF64, [](Builder& b, const Value& x, const Value&) {
+    return b.reduce({x}, {b.constant(0, {DType::kF64, {}})}, {1},
+                    [](Builder&, const std::vector<Value>& a) { return std::vector<Value>{a[0] + a[1]}; })[0];
+  })));
+  // an integer program that converts to float and multiplies there
+  EXPECT_FALSE(same_bits_however_compiled(program(DType::kS32, [](Builder& b, const Value& x, const Value& y) {
+    Value f = b.convert(x, DType::kF32);
+    return b.convert(f * f, DType::kS32) + y;
+  })));
+}
+
+}  // namespace
+}  // namespace torchtpu::exec
