@@ -115,6 +115,7 @@ py::dict cache_stats() {
   out["quick_compiles"] = s.quick_compiles;
   out["promotions"] = s.promotions;
   out["background_pending"] = s.background_pending;
+  out["skipped_background"] = s.skipped_background;
   out["prefetched"] = s.prefetched;
   py::list compiles;
   for (const auto& c : s.compiles) compiles.append(py::make_tuple(c.what, c.seconds, c.temp_bytes));

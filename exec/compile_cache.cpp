@@ -76,6 +76,12 @@ bool compile_quickly(const std::string& program) {
   return policy == Policy::kAll || (policy == Policy::kExact && same_bits_however_compiled(program));
 }
 
+// A program nobody waits for (a fused window: its ops run one by one meanwhile) is not compiled in
+// the background once its op or window has had this many keys: each new length of a growing cache
+// or sequence makes a new window, which would run once or a few times. Its ops still run, each
+// from its own program; a variant compiled earlier still runs whole.
+constexpr int64_t kBackgroundVariants = 8;
+
 // How often a quickly compiled program runs before it is compiled again, optimized.
 int64_t promote_after() {
   static const int64_t runs = std::stoll(env_or("TORCHTPU_PROMOTE_AFTER", "16"));
@@ -191,7 +197,13 @@ class Cache {
     }
     if (compiling_.count(key)) return nullptr;  // the background worker has it: the caller decides
     ProgramNames name = names();
-    note_recompile(key, name.what, name.identity);
+    int64_t variants = note_recompile(key, name.what, name.identity);
+    // Nobody waits for this program, and its op or window keeps changing shape (a growing cache,
+    // a new length each step): compiling one more variant in the background would likely be wasted.
+    if (!wait && variants > kBackgroundVariants) {
+      stats_.skipped_background++;
+      return nullptr;
+    }
     lock.unlock();
     std::string text = program();
     std::string pkey = persistent_key(text, Tier::kOptimized);
@@ -286,6 +298,7 @@ class Cache {
     memory_.clear();
     quick_.clear();
     last_key_.clear();
+    variants_.clear();
   }
   const std::string& dir() const { return local_.dir(); }
   // The executables this command used when it last ran, loaded from the persistent directory
@@ -358,13 +371,17 @@ class Cache {
     emit(std::move(e));
   }
 
-  // A different key for an identity seen before is a recompilation: record what changed.
-  void note_recompile(const std::string& key, const std::string& what, const std::string& identity) {
-    if (identity.empty()) return;
+  // A different key for an identity seen before is a recompilation: record what changed. Returns
+  // how many keys the identity has had.
+  int64_t note_recompile(const std::string& key, const std::string& what, const std::string& identity) {
+    if (identity.empty()) return 1;
     auto [it, fresh] = last_key_.emplace(identity, key);
-    if (fresh || it->second == key) return;
+    int64_t& variants = variants_[identity];
+    if (fresh) return variants = 1;
+    if (it->second == key) return variants;
     record_recompile(what + ": " + describe_change(it->second, key));
     it->second = key;
+    return ++variants;
   }
 
   ExecutablePtr remember(const std::string& key, ExecutablePtr exe) {
@@ -524,6 +541,7 @@ class Cache {
   CacheStats stats_;
   int64_t memory_hits_ = 0;  // counted apart from stats_.hits: no map look-up per hit
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
+  std::unordered_map<std::string, int64_t> variants_;      // identity -> keys it has had
   std::unordered_set<std::string> compiling_;
   std::unordered_map<std::string, QuickProgram> quick_;  // key -> its promotion, until it is queued
   std::deque<Job> queue_;

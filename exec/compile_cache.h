@@ -24,6 +24,7 @@ struct CacheStats {
   int64_t quick_compiles = 0;           // of those, compiled quickly (Tier::kQuick)
   int64_t promotions = 0;               // quick programs compiled again, optimized, in the background
   int64_t background_pending = 0;
+  int64_t skipped_background = 0;       // background compiles not started: their window kept changing shape
   int64_t prefetched = 0;               // disk hits loaded ahead of need (exec/prefetch.h)
   struct Compile {
     std::string what;  // the op or window, with the user's line
@@ -61,6 +62,8 @@ std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, c
 
 // The same without waiting for a compile: null while the program compiles, optimized, on a
 // background thread (started by the first call for `key`); later calls return it once it is ready.
+// Null without compiling once the program's op or window has had more than 8 keys (a new shape
+// each time: the compile would likely be wasted).
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
                                                                         const NameProgram& names);

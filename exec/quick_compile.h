@@ -6,7 +6,8 @@
 // is promoted, so by default only programs whose results cannot depend on code generation compile
 // quickly: integer and boolean arithmetic, and floats that are only moved, selected, compared,
 // converted, added or subtracted (no products, quotients, reductions or transcendental functions),
-// in programs without regions (reduce, sort, while: their types are not where this rule looks).
+// in programs without regions (reduce, sort, while: their types are not where this rule looks) and
+// without float8 or complex values (a conversion to float8 differed too).
 #pragma once
 
 #include <string>

@@ -59,6 +59,32 @@ def test_fused_windows_repeat_so_a_warm_training_loop_compiles_nothing():
     assert m["executions"] == 30  # each window is one program
 
 
+def test_a_window_whose_shape_keeps_changing_stops_compiling_in_the_background():
+    """Each new length of a growing sequence makes a new fused window, which would run once: after
+    eight such variants the window's ops run one by one and no more window programs compile. A
+    variant compiled before still runs whole; every result equals CPU's."""
+    def step(x):
+        return ((x * 2 + 1).sin() * x).sum()
+
+    def check(length):
+        x = torch.randn(length)
+        torch.testing.assert_close(step(x.to("tpu")).cpu(), step(x))
+
+    with torchtpu.eager_mode("fused"):
+        for length in range(3, 11):  # eight variants, each compiled in the background
+            check(length)
+            torchtpu.cache.wait_for_background_compiles()
+        torchtpu.metrics.reset()
+        for length in range(11, 17):  # new lengths: not compiled
+            check(length)
+        torchtpu.cache.wait_for_background_compiles()
+        m = torchtpu.metrics.as_dict()
+        assert m["cache"]["skipped_background"] == 6
+        assert m["windows"] == 0 and m["op_by_op_windows"] == 6
+        check(5)  # a length seen early: its window runs whole
+        assert torchtpu.metrics.as_dict()["windows"] == 1
+
+
 def test_a_window_materializes_only_live_values():
     x = torch.randn(64, device="tpu")
     torchtpu.metrics.reset()

@@ -558,7 +558,7 @@ def _extension_stamp():
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(found[0])))
 
 
-def main(argv=None):
+def _parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="where to write the results")
     parser.add_argument("--ops", nargs="*", help="op names (default: all of op_db and the foreach dbs)")
@@ -584,6 +584,37 @@ def main(argv=None):
     parser.add_argument("--markdown", help="also write the results as a Markdown report")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)  # a JSON file of units
     parser.add_argument("--_out", help=argparse.SUPPRESS)
+    return parser
+
+
+def _selected_ops(args, entries, parser):
+    """(names to run, random ops excluded, CPU-only ops excluded)."""
+    if args.ops:
+        names = list(dict.fromkeys(args.ops))
+    else:
+        names = [n for n, e in entries.items() if not (args.no_foreach and e.kind != "op_db")]
+    unknown = sorted(set(names) - set(entries))
+    if unknown:
+        parser.error(f"not in PyTorch's op_db or foreach dbs: {', '.join(unknown)}")
+    excluded = sorted(n for n in names if n.split(".")[0] in RANDOM_OPS or n in RANDOM_OPS)
+    cpu_only = sorted(n for n in names if n in CPU_ONLY_OPS)
+    return [n for n in names if n not in excluded and n not in CPU_ONLY_OPS], excluded, cpu_only
+
+
+def _worker_command(args):
+    """The command line of a worker process that runs the units in `unit_file`, logging to `log`."""
+    def command(unit_file, log):
+        cmd = [sys.executable, "-m", "torchtpu.testing.opinfo", "--json", args.json,
+               "--time-limit", str(args.time_limit), "--_out", log, "--_worker", unit_file,
+               "--grad-dtypes", *args.grad_dtypes]
+        flags = {"--no-grad": args.no_grad, "--foreach-contiguous-only": args.foreach_contiguous_only,
+                 "--noncontiguous": args.noncontiguous, "--strides": args.strides}
+        return cmd + [flag for flag, on in flags.items() if on]
+    return command
+
+
+def main(argv=None):
+    parser = _parser()
     args = parser.parse_args(argv)
     grad_dtypes = [] if args.no_grad else args.grad_dtypes
     layout = "noncontiguous" if args.noncontiguous else "contiguous" if args.foreach_contiguous_only else "both"
@@ -597,34 +628,10 @@ def main(argv=None):
     wall_start = time.time()
     so_start = _extension_stamp()
     entries = _entries()
-    if args.ops:
-        names = list(dict.fromkeys(args.ops))
-    else:
-        names = [n for n, e in entries.items() if not (args.no_foreach and e.kind != "op_db")]
-    unknown = sorted(set(names) - set(entries))
-    if unknown:
-        parser.error(f"not in PyTorch's op_db or foreach dbs: {', '.join(unknown)}")
-    excluded = sorted(n for n in names if n.split(".")[0] in RANDOM_OPS or n in RANDOM_OPS)
-    cpu_only = sorted(n for n in names if n in CPU_ONLY_OPS)
-    names = [n for n in names if n not in excluded and n not in CPU_ONLY_OPS]
+    names, excluded, cpu_only = _selected_ops(args, entries, parser)
     # units ordered dtype-major inside each op, ops in order; chunks keep an op's dtypes together
     todo = [(n, d) for n in names for d in args.dtypes if d in entries[n].dtypes()]
-
-    def worker_command(unit_file, log):
-        cmd = [sys.executable, "-m", "torchtpu.testing.opinfo", "--json", args.json,
-               "--time-limit", str(args.time_limit), "--_out", log, "--_worker", unit_file,
-               "--grad-dtypes", *args.grad_dtypes]
-        if args.no_grad:
-            cmd.append("--no-grad")
-        if args.foreach_contiguous_only:
-            cmd.append("--foreach-contiguous-only")
-        if args.noncontiguous:
-            cmd.append("--noncontiguous")
-        if args.strides:
-            cmd.append("--strides")
-        return cmd
-
-    results = run_units(todo, worker_command, args.jobs, args.chunk, args.stall_limit)
+    results = run_units(todo, _worker_command(args), args.jobs, args.chunk, args.stall_limit)
 
     ops = _aggregate(results, names, args.dtypes, entries)
     totals = _totals(ops, args.dtypes)
