@@ -4,10 +4,11 @@
 // lets LLVM contract: float results can then differ from the optimized program's in the last bit
 // (a bfloat16 bilinear resize did in one pixel of 42). The same op must not give other bits once it
 // is promoted, so by default only programs whose results cannot depend on code generation compile
-// quickly: integer and boolean arithmetic, and floats that are only moved, selected, compared,
-// converted, added or subtracted (no products, quotients, reductions or transcendental functions),
-// in programs without regions (reduce, sort, while: their types are not where this rule looks) and
-// without float8 or complex values (a conversion to float8 differed too).
+// quickly: programs of integers and booleans only, whatever they compute (reductions and loops
+// included), and programs whose floats are only moved, selected, compared, converted, added or
+// subtracted (no products, quotients, reductions or transcendental functions, and no regions:
+// their types are not on the line this rule reads), without float8 or complex values (a
+// conversion to float8 differed too).
 #pragma once
 
 #include <string>

@@ -35,6 +35,13 @@ TEST(QuickCompile, IntegerArithmeticOfAnyKindCompilesTheSameEitherWay) {
   EXPECT_TRUE(same_bits_however_compiled(program(DType::kS64, [](Builder& b, const Value& x, const Value& y) {
     return b.binary(hlo::BinaryOp::kRemainder, x * y + 3.0, y);
   })));
+  EXPECT_TRUE(same_bits_however_compiled(program(DType::kBool, [](Builder& b, const Value& x, const Value& y) {
+    Value either = b.binary(hlo::BinaryOp::kOr, x, y);  // isin's and any's reduction
+    Value any = b.reduce({either}, {b.constant(0, {DType::kBool, {}})}, {1}, [](Builder& rb, const std::vector<Value>& a) {
+      return std::vector<Value>{rb.binary(hlo::BinaryOp::kOr, a[0], a[1])};
+    })[0];
+    return b.broadcast_in_dim(any, {4, 3}, {0});
+  })));
 }
 
 TEST(QuickCompile, FloatProductsReductionsAndFunctionsMayNot) {
