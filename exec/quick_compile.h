@@ -5,10 +5,11 @@
 // (a bfloat16 bilinear resize did in one pixel of 42). The same op must not give other bits once it
 // is promoted, so by default only programs whose results cannot depend on code generation compile
 // quickly: programs of integers and booleans only, whatever they compute (reductions and loops
-// included), and programs whose floats are only moved, selected, compared, converted, added or
-// subtracted (no products, quotients, reductions or transcendental functions, and no regions:
-// their types are not on the line this rule reads), without float8 or complex values (a
-// conversion to float8 differed too).
+// included), and programs whose floats are only moved, selected, compared, converted, and either
+// added and subtracted or multiplied and divided, not both (no reductions or transcendental
+// functions, and no regions: their types are not on the line this rule reads), without float8,
+// float16, bfloat16 or complex values (a conversion to float8 differed, and a float16 NaN that was
+// only copied).
 #pragma once
 
 #include <string>
