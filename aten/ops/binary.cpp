@@ -208,7 +208,7 @@ Value gcd(LoweringContext& c, const Value& a, const Value& b) {
         Value running = rb.compare(Compare::kNE, x[0], rb.constant(0, x[0].type));
         Value divisor = rb.select(running, x[0], rb.constant(1, x[0].type));
         return Values{rb.select(running, rb.binary(BinaryOp::kRemainder, x[1], divisor), x[0]),
-                 rb.select(running, x[0], x[1])};
+                      rb.select(running, x[0], x[1])};
       });
   return out[1];
 }
@@ -645,7 +645,7 @@ TORCHTPU_LOWERINGS(binary) {
   register_lowering({"polar", "polar.out"}, [](LoweringContext& c) {
     Value r = c.broadcast_to_output(c.input_uncast(0)), theta = c.broadcast_to_output(c.input_uncast(1));
     return Values{c.b.binary(BinaryOp::kComplex, r * c.b.unary(UnaryOp::kCosine, theta),
-                        r * c.b.unary(UnaryOp::kSine, theta))};
+                             r * c.b.unary(UnaryOp::kSine, theta))};
   });
 
   register_with_variants("bitwise_and", {"Tensor", "Scalar"}, bitwise(BinaryOp::kAnd));

@@ -34,7 +34,7 @@ inline Values converge(hlo::Builder& b, Values state, const Value& use, const st
         Math lm{rb};
         Value any_active = lm.reduce(rb.convert(s[n], DType::kS64), all, BinaryOp::kMaximum, 0);
         return Values{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, s[n + 1], rb.constant_int(kMaxIterations, count)),
-                           rb.compare(Compare::kGT, any_active, rb.constant(0, count)))};
+                                rb.compare(Compare::kGT, any_active, rb.constant(0, count)))};
       },
       [&](hlo::Builder& rb, const Values& s) {
         Math lm{rb};

@@ -440,7 +440,7 @@ struct Schur {
         state,
         [&](Builder& rb, const Values& s) {
           return Values{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kGE, s[4], rb.constant_int(0, kIndex)),
-                             rb.compare(Compare::kLE, s[6], rb.constant_int(itmax, kIndex)))};
+                                  rb.compare(Compare::kLE, s[6], rb.constant_int(itmax, kIndex)))};
         },
         [&](Builder& rb, const Values& s) { return Schur{rb, n, dtype}.iteration(s); });
     return {square(out[0]), b.slice(out[1], {0, 0}, {n, n}, {1, 1}), out[2], out[3], is(Compare::kLT, out[4], at(0))};

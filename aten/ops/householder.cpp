@@ -145,7 +145,7 @@ TORCHTPU_LOWERINGS(householder) {
     Value a = c.input_uncast(0);
     int64_t rank = a.type.rank();
     return Values{apply_q(m, a, c.input_uncast(1), eye(c.b, batch_of(a.type), a.type.dims[rank - 2], a.type.dims[rank - 1], a.type.dtype),
-                     true, false)};
+                          true, false)};
   });
   // (reflectors, tau, other, left, transpose) -> op(Q) other or other op(Q)
   register_lowering({"ormqr", "ormqr.out"}, [](LoweringContext& c) {

@@ -503,7 +503,7 @@ TORCHTPU_LOWERINGS(indexing) {
     Value coords = coordinates(c.b, index, dim, rank, self.type.dims[dim]);
     auto all = range(0, rank);
     return Values{c.b.gather(self, coords, {{}, all, all, index.type.rank()},
-                        std::vector<int64_t>(rank, 1), index.type.dims)};
+                             std::vector<int64_t>(rank, 1), index.type.dims)};
   }, [] {
     LoweringOptions o = checked_runtime("index out of range in self");
     o.meta = checked_meta([](const std::vector<c10::IValue>& args) {

@@ -108,15 +108,15 @@ Value jacobi_sweeps(Builder& b, const Value& w, int64_t pairs_dim, const Value& 
       {w, b.constant(0, count), big, tolerance},
       [&](Builder& rb, const Values& a) {
         return Values{rb.binary(BinaryOp::kAnd, rb.compare(Compare::kLT, a[1], rb.constant(kMaxJacobiSweeps, count)),
-                           rb.compare(Compare::kGT, a[2], a[3]))};
+                                rb.compare(Compare::kGT, a[2], a[3]))};
       },
       [&](Builder& rb, const Values& a) {
         Values swept = counted_loop(rb, a[0].type.dims[pairs_dim] - 1, {a[0], rb.constant(0, a[2].type)},
-                               [&](Builder& lb, const Value&, const Values& state) {
-                                 Math lm{lb};
-                                 auto [next, measure] = round(lm, state[0]);
-                                 return Values{next, lb.binary(BinaryOp::kMaximum, state[1], measure)};
-                               });
+                                    [&](Builder& lb, const Value&, const Values& state) {
+                                      Math lm{lb};
+                                      auto [next, measure] = round(lm, state[0]);
+                                      return Values{next, lb.binary(BinaryOp::kMaximum, state[1], measure)};
+                                    });
         return Values{swept[0], a[1] + rb.constant(1, count), swept[1], a[3]};
       })[0];
 }

@@ -75,8 +75,8 @@ std::pair<Value, Value> largest_where(Builder& b, const Value& v, const Value& a
   Value candidates = b.select(among, m, b.constant(-1, m.type));
   int64_t rank = v.type.rank();
   Values r = b.reduce({candidates, b.iota(index_type(v.type.dims), rank - 1)},
-                 {b.constant(-INFINITY, {m.type.dtype, {}}), b.constant(0, index_type({}))}, {rank - 1},
-                 extreme_with_index(true, m.type.dtype));
+                      {b.constant(-INFINITY, {m.type.dtype, {}}), b.constant(0, index_type({}))}, {rank - 1},
+                      extreme_with_index(true, m.type.dtype));
   return {r[0], r[1]};
 }
 

@@ -207,7 +207,7 @@ TORCHTPU_LOWERINGS(lu) {
     Value l = c.b.slice(f.lu, start, l_limit, step);
     Value p = c.arg(1).toBool() ? permutation_matrix(c.b, permutation(c.b, f.pivots, m), c.out(0).dtype) : c.b.constant(0, c.out(0));
     return Values{p, triangle(c.b, l, true, -1) + identity(c.b, l.type),
-             triangle(c.b, c.b.slice(f.lu, start, u_limit, step), false)};
+                  triangle(c.b, c.b.slice(f.lu, start, u_limit, step), false)};
   });
   // linalg_lu_solve(LU, pivots, B, left, adjoint)
   register_lowering({"linalg_lu_solve", "linalg_lu_solve.out"}, [](LoweringContext& c) {
@@ -253,7 +253,7 @@ TORCHTPU_LOWERINGS(lu) {
     Lu f = factor(c.b, as_det_factors_it(c, a), true);
     Value d = product(c.b, diagonal(c.b, f.lu), a.type.rank() - 2);
     return Values{d * permutation_sign(c.b, f.pivots, d.type.dtype), f.lu,
-             one_based(c.b, f.pivots)};
+                  one_based(c.b, f.pivots)};
   });
   // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
   register_lowering({"_linalg_slogdet", "_linalg_slogdet.sign"}, [](LoweringContext& c) {

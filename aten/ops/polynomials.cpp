@@ -103,7 +103,7 @@ Lowering polynomial(const Family& f, bool shifted = false) {
           Value next = f.next(lm, xs, k_float, cur, prev);
           Value active = rb.compare(Compare::kLE, rb.broadcast_in_dim(k, degree.type.dims, {}), degree);
           return Values{k + rb.constant(1, index), a[1], xs, degree,
-                   rb.select(active, cur, prev), rb.select(active, next, cur)};
+                        rb.select(active, cur, prev), rb.select(active, next, cur)};
         });
     Value r = b.select(b.compare(Compare::kEQ, n, b.constant(0, n.type)), one, out[5]);
     if (f.trig) {

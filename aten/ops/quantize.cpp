@@ -96,7 +96,7 @@ TORCHTPU_LOWERINGS(quantize) {
   register_lowering({"_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"}, [](LoweringContext& c) {
     hlo::Builder& b = c.b;
     Values on = fake_quantize(c, broadcast_scalar(c, c.input_uncast(1)), broadcast_scalar(c, c.input_uncast(2)), c.arg(4).toInt(), c.arg(5).toInt(),
-                         DType::kF32);
+                              DType::kF32);
     Value enabled = broadcast_scalar(c, b.compare(Compare::kGE, cast(b, c.input_uncast(3), DType::kF32), b.constant(1, {DType::kF32, c.input_uncast(3).type.dims})));
     Value x = cast(b, c.input_uncast(0), on[0].type.dtype);
     return Values{b.select(enabled, on[0], x), b.select(enabled, on[1], b.constant(1, on[1].type))};

@@ -472,7 +472,7 @@ Values multinomial(LoweringContext& c) {
   Value index = c.b.iota({DType::kS64, {rows, draws, n}}, 2);
   if (replacement || k == 1) {  // one draw without replacement (sampling a token) needs no sort
     Values best = c.b.reduce({keys, index}, {c.b.constant(-INFINITY, {t, {}}), c.b.constant(0, {DType::kS64, {}})}, {2},
-                        extreme_with_index(true, t));
+                             extreme_with_index(true, t));
     return {c.b.reshape(best[1], c.out().dims)};
   }
   Values sorted = c.b.sort({keys, index}, 2, true, [](hlo::Builder& b, const Values& a) { return Values{b.compare(Compare::kGT, a[0], a[1])}; });

@@ -119,7 +119,7 @@ Values mode(LoweringContext& c) {
     return Values{rb.select(take, a[3], a[0]), rb.select(take, a[4], a[1]), rb.select(take, a[5], a[2])};
   };
   Values picked = b.reduce({count, x, index}, {b.constant(-1, {DType::kS64, {}}), b.constant(0, {x.type.dtype, {}}),
-                                          b.constant(-1, {DType::kS64, {}})},
+                                               b.constant(-1, {DType::kS64, {}})},
                       {dim}, better);
   return Values{b.reshape(picked[1], c.out(0).dims), b.reshape(picked[2], c.out(1).dims)};
 }
@@ -162,7 +162,7 @@ TORCHTPU_LOWERINGS(sorting) {
     start[dim] = k - 1;
     limit[dim] = k;
     return Values{c.b.reshape(c.b.slice(values, start, limit, step), c.out(0).dims),
-             c.b.reshape(c.b.slice(indices, start, limit, step), c.out(1).dims)};
+                  c.b.reshape(c.b.slice(indices, start, limit, step), c.out(1).dims)};
   }, with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
     const at::Tensor& x = args[0].toTensor();
     int64_t dim = c10::maybe_wrap_dim(args[2].toInt(), x.dim()), k = args[1].toInt();
