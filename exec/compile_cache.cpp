@@ -76,10 +76,11 @@ bool compile_quickly(const std::string& program) {
   return policy == Policy::kAll || (policy == Policy::kExact && same_bits_however_compiled(program));
 }
 
-// A program nobody waits for (a fused window: its ops run one by one meanwhile) is not compiled in
-// the background once its op or window has had this many keys: each new length of a growing cache
+// A fused window (nobody waits for it: its ops run one by one meanwhile) is not compiled in the
+// background once its first op's line has had this many keys: each new length of a growing cache
 // or sequence makes a new window, which would run once or a few times. Its ops still run, each
-// from its own program; a variant compiled earlier still runs whole.
+// from its own program; a variant compiled earlier still runs whole. (Zero fills, the other
+// programs nobody waits for, are always compiled: without the program, zeros are uploaded.)
 constexpr int64_t kBackgroundVariants = 8;
 
 // How often a quickly compiled program runs before it is compiled again, optimized.
@@ -187,7 +188,7 @@ class Cache {
         shared_(env_or("TORCHTPU_SHARED_CACHE_DIR", ""), tier_options(false)) {}
 
   ExecutablePtr get(const std::string& key, const ProgramText& program, const NameProgram& names, bool wait,
-                    Tier first) {
+                    Tier first, bool skip_many_variants = false) {
     std::unique_lock<std::mutex> lock(mu_);
     stats_.requests++;
     if (ExecutablePtr exe = memory_.find(key)) {
@@ -200,7 +201,7 @@ class Cache {
     int64_t variants = note_recompile(key, name.what, name.identity);
     // Nobody waits for this program, and its op or window keeps changing shape (a growing cache,
     // a new length each step): compiling one more variant in the background would likely be wasted.
-    if (!wait && variants > kBackgroundVariants) {
+    if (!wait && skip_many_variants && variants > kBackgroundVariants) {
       stats_.skipped_background++;
       return nullptr;
     }
@@ -579,8 +580,9 @@ std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, c
 
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
-                                                                        const NameProgram& names) {
-  return cache().get(key, program, names, /*wait=*/false, Tier::kOptimized);
+                                                                        const NameProgram& names,
+                                                                        bool skip_many_variants) {
+  return cache().get(key, program, names, /*wait=*/false, Tier::kOptimized, skip_many_variants);
 }
 
 std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key) { return cache().loaded(key); }

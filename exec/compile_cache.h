@@ -62,11 +62,12 @@ std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, c
 
 // The same without waiting for a compile: null while the program compiles, optimized, on a
 // background thread (started by the first call for `key`); later calls return it once it is ready.
-// Null without compiling once the program's op or window has had more than 8 keys (a new shape
-// each time: the compile would likely be wasted).
+// With `skip_many_variants` (fused windows), null without compiling once the program's op or
+// window has had more than 8 keys: a new shape each time, so the compile would likely be wasted.
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
-                                                                        const NameProgram& names);
+                                                                        const NameProgram& names,
+                                                                        bool skip_many_variants = false);
 
 // The executable for `key` if it is loaded in memory (counted as a hit), else null, counting
 // nothing: the caller then goes the long way (cached_executable).

@@ -381,7 +381,7 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   std::string key = w.key() + donation.key;
   std::shared_ptr<runtime::Executable> exe;
   try {
-    exe = m == Mode::kFused ? cached_executable_or_compile_async(key, text, names)
+    exe = m == Mode::kFused ? cached_executable_or_compile_async(key, text, names, /*skip_many_variants=*/true)
                             : cached_executable(key, text, names);
   } catch (const runtime::PjrtError&) {
     // A window XLA cannot compile runs op by op: an op that cannot compile alone is then named.

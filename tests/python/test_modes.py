@@ -85,6 +85,16 @@ def test_a_window_whose_shape_keeps_changing_stops_compiling_in_the_background()
         assert torchtpu.metrics.as_dict()["windows"] == 1
 
 
+def test_zero_fills_of_many_shapes_from_one_line_still_compile():
+    """An optimizer's state is one zero fill per parameter shape, from one line: those programs are
+    compiled however many shapes there are (without one, the zeros are uploaded from the host)."""
+    skipped = torchtpu.cache.stats()["skipped_background"]
+    with torchtpu.eager_mode("fused"):
+        for n in range(100, 112):
+            torch.zeros(n, device="tpu").cpu()
+    assert torchtpu.cache.stats()["skipped_background"] == skipped
+
+
 def test_a_window_materializes_only_live_values():
     x = torch.randn(64, device="tpu")
     torchtpu.metrics.reset()
