@@ -193,7 +193,7 @@ class Cache {
     stats_.requests++;
     if (ExecutablePtr exe = memory_.find(key)) {
       memory_hits_++;
-      if (!quick_.empty()) note_run(key);
+      if (!quick_.empty()) note_run(exe);
       return exe;
     }
     if (compiling_.count(key)) return nullptr;  // the background worker has it: the caller decides
@@ -234,7 +234,7 @@ class Cache {
     if (exe) {
       stats_.requests++;
       memory_hits_++;
-      if (!quick_.empty()) note_run(key);
+      if (!quick_.empty()) note_run(exe);
     }
     return exe;
   }
@@ -316,8 +316,10 @@ class Cache {
     bool promotion = false;     // a quick program's optimized successor
   };
 
-  // A quickly compiled program in memory: how to compile it optimized, and how often it ran.
+  // A quickly compiled program in memory: how to compile it optimized, and how often it ran. Held
+  // (`exe`) so that its address, quick_'s key, is not reused while the entry lives.
   struct QuickProgram {
+    ExecutablePtr exe;
     Job optimized;
     int64_t runs = 0;
   };
@@ -330,22 +332,20 @@ class Cache {
     quick.pkey = persistent_key(job.text, Tier::kQuick);
     used_.note(quick.pkey);
     job.promotion = true;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      forget_evicted_quick_programs();
-      std::string key = job.key;  // (the right side of = is evaluated first)
-      quick_[key] = QuickProgram{std::move(job), 0};
-    }
-    if (ExecutablePtr exe = load(quick)) return remember(quick.key, exe);
-    return compile_on_a_thread(std::move(quick));
+    ExecutablePtr exe = load(quick);
+    exe = exe ? remember(quick.key, exe) : compile_on_a_thread(std::move(quick));
+    std::lock_guard<std::mutex> lock(mu_);
+    forget_evicted_quick_programs();
+    quick_[exe.get()] = QuickProgram{exe, std::move(job), 0};
+    return exe;
   }
 
-  // One more run of the program at `key` (with mu_ held): a quick one that ran often enough is
-  // queued for its optimized compile.
-  void note_run(const std::string& key) {
-    auto it = quick_.find(key);
+  // One more run of `exe` (with mu_ held): a quick program that ran often enough is queued for its
+  // optimized compile. Keyed by address: a hash of a pointer, not of the key, on every op's path.
+  void note_run(const ExecutablePtr& exe) {
+    auto it = quick_.find(exe.get());
     if (it == quick_.end() || ++it->second.runs < promote_after()) return;
-    compiling_.insert(key);
+    compiling_.insert(it->second.optimized.key);
     stats_.background_pending++;
     queue_.push_back(std::move(it->second.optimized));
     quick_.erase(it);
@@ -357,7 +357,7 @@ class Cache {
   void forget_evicted_quick_programs() {
     if (quick_.size() < 2 * memory_.size() + 64) return;
     for (auto it = quick_.begin(); it != quick_.end();)
-      it = memory_.contains(it->first) ? std::next(it) : quick_.erase(it);
+      it = memory_.contains(it->second.optimized.key) ? std::next(it) : quick_.erase(it);
   }
 
   // Tells a profiler what the cache did for `job` from `start_ns` until now.
@@ -544,7 +544,7 @@ class Cache {
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
   std::unordered_map<std::string, int64_t> variants_;      // identity -> keys it has had
   std::unordered_set<std::string> compiling_;
-  std::unordered_map<std::string, QuickProgram> quick_;  // key -> its promotion, until it is queued
+  std::unordered_map<const runtime::Executable*, QuickProgram> quick_;  // until its promotion is queued
   std::deque<Job> queue_;
   std::condition_variable wakeup_, idle_, compiled_;
   bool worker_started_ = false, worker_busy_ = false;
