@@ -79,7 +79,9 @@ void restore_inputs(const Capture& c) {
 }
 
 // A never-written storage reads as zeros; a program parameter needs them as a buffer.
+// A padded one (exec/padded_view.h) must have exactly its bytes, as the program's parameter has.
 void materialize_unwritten(const std::vector<GraphInput>& inputs) {
+  for (const GraphInput& in : inputs) drop_padding(*in.storage);
   for (const GraphInput& in : inputs)
     if (!in.storage->value()) {
       std::vector<char> zeros(in.storage->nbytes(), 0);

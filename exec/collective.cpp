@@ -84,6 +84,7 @@ graph::ValuePtr materialized(BufferRef& storage, DType dtype, const std::string&
     std::vector<char> zeros(storage.nbytes(), 0);
     upload(storage, zeros.data(), dtype);
   }
+  drop_padding(storage);
   const graph::ValuePtr& v = storage.value();
   if (!v->is_materialized())
     throw ExecutionFailed(what + ": an input's contents were never computed (the op producing them failed)");

@@ -17,6 +17,7 @@
 #include "exec/compile_cache.h"
 #include "exec/metrics.h"
 #include "exec/op_record.h"
+#include "exec/padded_view.h"
 #include "exec/runtime_context.h"
 #include "exec/trace.h"
 #include "graph/pending_graph.h"
@@ -491,6 +492,7 @@ void set_one_program_block(bool inside) { one_program_block() = inside; }
 
 void run(OpCall&& call) {
   TraceCause cause(call.origin.get());
+  attach_geometry(call);
   if (capturing()) {
     capture_node(record_op(std::move(call)));
     counters().captured_ops++;
@@ -589,7 +591,14 @@ void download(const BufferRef& storage, void* dst, const std::string& reason) {
       value->buffer()->ready_event().await();
       start = trace_clock_ns();
     }
-    value->buffer()->copy_to_host(dst, storage.nbytes());
+    size_t held = value->length() * element_size(value->dtype());
+    if (held == storage.nbytes()) {
+      value->buffer()->copy_to_host(dst, held);
+    } else {  // a padded value: its logical bytes come first (exec/padded_view.h)
+      std::vector<char> all(held);
+      value->buffer()->copy_to_host(all.data(), held);
+      std::memcpy(dst, all.data(), storage.nbytes());
+    }
   } catch (const runtime::PjrtError& e) {
     pending_work().wait(storage.device());  // name the failed op if that is what happened
     throw;
@@ -597,6 +606,19 @@ void download(const BufferRef& storage, void* dst, const std::string& reason) {
   if (start) trace_copy(TraceEvent::Kind::kCopyToHost, storage.device(), start, storage.nbytes(), reason);
   counters().bytes_to_host += storage.nbytes();
   raise_first_run_failure();
+}
+
+void drop_padding(BufferRef& storage) {
+  const ValuePtr& v = storage.value();
+  if (!v || v->length() * element_size(v->dtype()) == storage.nbytes()) return;
+  DType dtype = v->dtype();
+  int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
+  View whole{dtype, {length}, {1}, 0};
+  BufferRef exact(storage.device(), storage.nbytes());
+  auto identity = [](hlo::Builder&, const std::vector<hlo::Value>& in) { return std::vector<hlo::Value>{in[0]}; };
+  run({"drop_padding", identity, {{&storage, whole}}, {{&exact, whole}}});
+  flush("a padded storage read whole");  // its reader needs the buffer itself
+  storage.swap(exact.value());
 }
 
 }  // namespace torchtpu::exec

@@ -112,4 +112,8 @@ void upload(BufferRef& storage, const void* data, DType dtype);
 void upload_async(BufferRef& storage, const void* data, DType dtype, std::function<void()> when_read);
 void download(const BufferRef& storage, void* dst, const std::string& reason = "cpu");
 
+// Gives a padded storage (one whose value holds more elements than its bytes: exec/padded_view.h)
+// a value of exactly its bytes, for what reads whole buffers: collectives, compiled graphs.
+void drop_padding(BufferRef& storage);
+
 }  // namespace torchtpu::exec

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,23 @@ namespace torchtpu::exec {
 using Lowering =
     std::function<std::vector<hlo::Value>(hlo::Builder&, const std::vector<hlo::Value>& inputs)>;
 
+// What the padded positions of an operand read as: the identity of the op's reduction (0 for a
+// sum or a matmul, 1 for a product, the lowest value for a max or a softmax).
+enum class Fill { kZero, kOne, kLowest, kHighest };
+
+// An operand whose sizes vary between calls (docs/design.md, "Shapes that change"): the program
+// sees it as a box of bucket sizes and reads its exact geometry at run time, so one program
+// serves every size the box holds (exec/padded_view.h).
+struct Padding {
+  std::vector<int64_t> box;  // per view dimension, at least its exact size
+  Fill fill = Fill::kZero;
+  int64_t at = -1;  // where its geometry starts in the call's geometry input (set by the executor)
+};
+
 struct Operand {
   BufferRef* storage;
   View view;
+  std::optional<Padding> padding;
 };
 
 struct OpCall {
@@ -34,6 +49,12 @@ struct OpCall {
   std::vector<Operand> outputs;
   std::shared_ptr<const graph::Origin> origin;  // for errors and metrics; may be null
   bool zero_bytes = false;  // it writes all-zero bytes (a zero fill): see graph::Node::zero_bytes
+  // The lowering also gets each input's exact sizes (an s64[rank] value per input, after the
+  // inputs): a padded op whose result depends on them (cat's offsets, attention's key length).
+  bool sizes_to_lowering = false;
+  // Set by the executor when an operand is padded: the s64 storage holding the padded operands'
+  // exact geometry, read by the program as its last input.
+  std::shared_ptr<BufferRef> geometry;
 };
 
 }  // namespace torchtpu::exec

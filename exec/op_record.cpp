@@ -7,6 +7,7 @@
 
 #include "exec/compile_cache.h"
 #include "exec/executor.h"
+#include "exec/padded_view.h"
 #include "exec/view_program.h"
 #include "graph/key_text.h"
 
@@ -42,20 +43,32 @@ struct SlotPlan {
     }
     for (const Operand& out : call.outputs) {
       bool whole = overwrites_all(out);
+      size_t before = slots.size();
       output_slot.push_back(slot_for(out, whole));
       Slot& s = slots[output_slot.back()];
       if (!whole) s.read = true;
       s.written = true;
+      // A padded result written whole keeps the box's elements: its capacity (exec/padded_view.h).
+      if (whole && out.padding && slots.size() > before) s.flat_length = box_elements(*out.padding);
     }
+  }
+
+  static int64_t box_elements(const Padding& p) {
+    int64_t n = 1;
+    for (int64_t d : p.box) n *= d;
+    return n;
   }
 
   size_t slot_for(const Operand& o, bool full_overwrite) {
     for (size_t i = 0; i < slots.size(); ++i)
       if (slots[i].storage == o.storage) return i;
     // A storage being replaced whole takes the writer's dtype; otherwise keep what it holds.
+    // A padded value may hold more elements than the storage's bytes (its capacity).
     const graph::ValuePtr& v = o.storage->value();
-    DType dtype = v && !full_overwrite ? v->dtype() : o.view.dtype;
-    slots.push_back({o.storage, dtype, static_cast<int64_t>(o.storage->nbytes() / element_size(dtype))});
+    bool keep = v && !full_overwrite;
+    DType dtype = keep ? v->dtype() : o.view.dtype;
+    int64_t length = keep ? v->length() : static_cast<int64_t>(o.storage->nbytes() / element_size(dtype));
+    slots.push_back({o.storage, dtype, length});
     return slots.size() - 1;
   }
 
@@ -64,8 +77,10 @@ struct SlotPlan {
     for (const Operand& o : call.inputs) room += kOperandRoom + o.view.key_room();
     for (const Operand& o : call.outputs) room += kOperandRoom + o.view.key_room();
     std::string key;
+    if (call.sizes_to_lowering) room += 7;
     key.reserve(call.key.size() + room);  // one allocation: the writers below stay inside it
     key = call.key;
+    if (call.sizes_to_lowering) key += "|sizes";
     {
       graph::KeyWriter w(key, slots.size() * kSlotRoom);
       for (const Slot& s : slots) {
@@ -87,9 +102,17 @@ struct SlotPlan {
       w << '|' << kind;
       w.number(static_cast<int64_t>(slot));
     }
-    o.view.append_key(key);
+    if (o.padding) append_padded_key(key, o.view, *o.padding);
+    else o.view.append_key(key);
   }
 };
+
+// An input's exact sizes as an s64[rank] value: from the geometry when padded, else constants.
+hlo::Value exact_sizes(hlo::Builder& b, const std::optional<hlo::Value>& geometry, const Operand& o) {
+  if (o.padding) return padded_sizes(b, *geometry, o.view, *o.padding);
+  int64_t rank = static_cast<int64_t>(o.view.sizes.size());
+  return b.constant_bytes(o.view.sizes.data(), {DType::kS64, {rank}});
+}
 
 // The node's program fragment: flat values of the read slots in, flat values of the written
 // slots out. Owns everything it needs (the call's operands, moved in: their views), since it may
@@ -99,22 +122,38 @@ struct Fragment {
   std::vector<Slot> slots;
   std::vector<size_t> input_slot, output_slot;
   std::vector<Operand> inputs, outputs;
+  bool has_geometry;  // the last input is the padded operands' geometry (exec/padded_view.h)
+  bool sizes_to_lowering;
 
   std::vector<hlo::Value> operator()(hlo::Builder& b, const std::vector<hlo::Value>& reads) const {
     std::vector<hlo::Value> flat(slots.size());
     for (size_t i = 0, next = 0; i < slots.size(); ++i)
       if (slots[i].read) flat[i] = reads.at(next++);
+    size_t n = inputs.size() - (has_geometry ? 1 : 0);
+    std::optional<hlo::Value> geometry;
+    if (has_geometry) geometry = read_view(b, flat[input_slot[n]], inputs[n].view);
     std::vector<hlo::Value> values;
-    values.reserve(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) values.push_back(read_view(b, flat[input_slot[i]], inputs[i].view));
+    values.reserve(sizes_to_lowering ? 2 * n : n);
+    for (size_t i = 0; i < n; ++i) {
+      const Operand& in = inputs[i];
+      const hlo::Value& from = flat[input_slot[i]];
+      values.push_back(in.padding ? read_padded(b, from, *geometry, in.view, *in.padding) : read_view(b, from, in.view));
+    }
+    if (sizes_to_lowering)
+      for (size_t i = 0; i < n; ++i) values.push_back(exact_sizes(b, geometry, inputs[i]));
     std::vector<hlo::Value> results = lower(b, values);
     if (results.size() != outputs.size())
       throw std::logic_error("a lowering returned " + std::to_string(results.size()) + " results for " +
                              std::to_string(outputs.size()) + " outputs");
     for (size_t i = 0; i < results.size(); ++i) {
       const Slot& s = slots[output_slot[i]];
+      const Operand& out = outputs[i];
       hlo::Value& target = flat[output_slot[i]];
-      target = s.read ? write_view(b, target, outputs[i].view, results[i]) : b.reshape(results[i], {s.flat_length});
+      if (out.padding)
+        target = write_padded(b, s.read ? std::optional<hlo::Value>(target) : std::nullopt, s.flat_length, *geometry,
+                              out.view, *out.padding, results[i]);
+      else
+        target = s.read ? write_view(b, target, out.view, results[i]) : b.reshape(results[i], {s.flat_length});
     }
     std::vector<hlo::Value> written;
     for (size_t i = 0; i < slots.size(); ++i)
@@ -187,8 +226,9 @@ graph::NodePtr record_op(OpCall&& call) {
     if (s.read) node->inputs.push_back(current_value(*s.storage, s.flat_dtype));
   swap_in_results(plan, device, unsettled_checks(node->inputs), node->outputs);
   for (Slot& s : plan.slots) s.storage = nullptr;  // the fragment must not reach storages later
-  node->emit = Fragment{std::move(call.lower), std::move(plan.slots), std::move(plan.input_slot),
-                        std::move(plan.output_slot), std::move(call.inputs), std::move(call.outputs)};
+  node->emit = Fragment{std::move(call.lower),     std::move(plan.slots),   std::move(plan.input_slot),
+                        std::move(plan.output_slot), std::move(call.inputs),  std::move(call.outputs),
+                        call.geometry != nullptr,    call.sizes_to_lowering};
   return node;
 }
 

@@ -1,0 +1,190 @@
+#include "exec/padded_view.h"
+
+#include <limits>
+#include <list>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "exec/executor.h"
+#include "graph/key_text.h"
+#include "hlo/operators.h"
+
+namespace torchtpu::exec {
+namespace {
+
+using hlo::Builder;
+using hlo::TensorType;
+using hlo::Value;
+
+// Geometry vectors recently uploaded: a decoding step's ops share one per cache length, and a
+// new length passes through without accumulating (as aten/scalar_cache.cpp keeps Scalars).
+class RecentGeometry {
+ public:
+  std::shared_ptr<BufferRef> get(int device, const std::vector<int64_t>& geometry) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Key key{device, geometry};
+    if (auto it = index_.find(key); it != index_.end()) {
+      order_.splice(order_.begin(), order_, it->second);
+      return it->second->second;
+    }
+    auto ref = std::make_shared<BufferRef>(device, geometry.size() * sizeof(int64_t));
+    upload(*ref, geometry.data(), DType::kS64);
+    ref->value()->mark_scalar();  // like a Scalar: never merged with an equal one in a window
+    order_.emplace_front(key, ref);
+    index_[key] = order_.begin();
+    if (order_.size() > kCapacity) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return ref;
+  }
+
+ private:
+  using Key = std::pair<int, std::vector<int64_t>>;
+  static constexpr size_t kCapacity = 256;
+  std::mutex mu_;
+  std::list<std::pair<Key, std::shared_ptr<BufferRef>>> order_;
+  std::map<Key, decltype(order_)::iterator> index_;
+};
+
+RecentGeometry& recent_geometry() {
+  static auto* r = new RecentGeometry;  // never destroyed: see executor.cpp
+  return *r;
+}
+
+// geometry[k] as a 0-d s64 value.
+Value entry(Builder& b, const Value& geometry, int64_t k) {
+  return b.reshape(b.slice(geometry, {k}, {k + 1}, {1}), {});
+}
+
+Value splat(Builder& b, const Value& scalar, const std::vector<int64_t>& dims) {
+  return b.broadcast_in_dim(scalar, dims, {});
+}
+
+Value fill_value(Builder& b, Fill fill, DType dtype, const std::vector<int64_t>& dims) {
+  TensorType type{dtype, dims};
+  if (fill == Fill::kZero) return b.constant(0, type);
+  if (fill == Fill::kOne) return b.constant(1, type);
+  bool lowest = fill == Fill::kLowest;
+  if (dtype == DType::kBool) return b.constant(lowest ? 0 : 1, type);
+  if (is_floating(dtype)) {
+    double inf = std::numeric_limits<double>::infinity();
+    return b.constant(lowest ? -inf : inf, type);
+  }
+  if (is_complex(dtype)) throw std::invalid_argument("complex values have no order to pad with");
+  // Integers: the type's own bounds.
+  int bits = static_cast<int>(element_size(dtype) * 8);
+  bool is_unsigned = dtype == DType::kU8 || dtype == DType::kU16 || dtype == DType::kU32 || dtype == DType::kU64;
+  if (is_unsigned) {
+    if (lowest) return b.constant(0, type);
+    return b.constant_int(bits == 64 ? -1 : static_cast<int64_t>((uint64_t{1} << bits) - 1), type);
+  }
+  int64_t max = bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1;
+  return b.constant_int(lowest ? -max - 1 : max, type);
+}
+
+// Over the box: the flat index of each position (offset + sum of index * stride) and whether
+// the position lies inside the view's exact sizes.
+std::pair<Value, Value> box_positions(Builder& b, const Value& geometry, const Padding& p) {
+  const std::vector<int64_t>& box = p.box;
+  int64_t rank = static_cast<int64_t>(box.size());
+  TensorType index_type{DType::kS64, box};
+  Value index = splat(b, entry(b, geometry, p.at + 2 * rank), box);
+  Value inside = b.constant(1, {DType::kBool, box});
+  for (int64_t d = 0; d < rank; ++d) {
+    Value along = b.iota(index_type, d);
+    index = index + along * splat(b, entry(b, geometry, p.at + rank + d), box);
+    Value in_size = b.compare(hlo::Compare::kLT, along, splat(b, entry(b, geometry, p.at + d), box));
+    inside = b.binary(hlo::BinaryOp::kAnd, inside, in_size);
+  }
+  return {index, inside};
+}
+
+int64_t numel(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+void check_box(const View& view, const Padding& p) {
+  if (p.box.size() != view.sizes.size() || p.at < 0)
+    throw std::logic_error("a padded operand's box does not match its view");
+  for (size_t d = 0; d < p.box.size(); ++d)
+    if (p.box[d] < view.sizes[d]) throw std::logic_error("a padded operand is larger than its box");
+}
+
+}  // namespace
+
+void attach_geometry(OpCall& call) {
+  std::vector<int64_t> geometry;
+  int device = -1;
+  auto number = [&](Operand& o) {
+    if (!o.padding) return;
+    o.padding->at = static_cast<int64_t>(geometry.size());
+    geometry.insert(geometry.end(), o.view.sizes.begin(), o.view.sizes.end());
+    geometry.insert(geometry.end(), o.view.strides.begin(), o.view.strides.end());
+    geometry.push_back(o.view.offset);
+    check_box(o.view, *o.padding);
+    device = o.storage->device();
+  };
+  for (Operand& o : call.inputs) number(o);
+  for (Operand& o : call.outputs) number(o);
+  if (geometry.empty()) return;
+  call.geometry = recent_geometry().get(device, geometry);
+  int64_t length = static_cast<int64_t>(geometry.size());
+  call.inputs.push_back({call.geometry.get(), View{DType::kS64, {length}, {1}, 0}, std::nullopt});
+}
+
+Value read_padded(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p) {
+  if (flat.type.dtype != view.dtype) throw std::logic_error("a padded view must have its storage's element type");
+  auto [index, inside] = box_positions(b, geometry, p);
+  int64_t n = numel(p.box);
+  Value safe = b.select(inside, index, b.constant(0, index.type));
+  Value gathered = b.gather(flat, b.reshape(safe, {n, 1}), {{}, {0}, {0}, 1}, {1}, {n});
+  return b.select(inside, b.reshape(gathered, p.box), fill_value(b, p.fill, view.dtype, p.box));
+}
+
+Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length, const Value& geometry,
+                   const View& view, const Padding& p, const Value& box) {
+  int64_t rank = static_cast<int64_t>(p.box.size());
+  if (flat) {  // a scatter through the exact view; positions outside it aim past the end, and XLA skips those
+    auto [index, inside] = box_positions(b, geometry, p);
+    Value aimed = b.select(inside, index, b.constant(static_cast<double>(length), index.type));
+    int64_t n = numel(p.box);
+    auto replace = [](Builder&, const std::vector<Value>& a) { return std::vector<Value>{a[1]}; };
+    return b.scatter(*flat, b.reshape(aimed, {n, 1}), b.reshape(box, {n}), {{}, {0}, {0}, 1}, replace);
+  }
+  // The whole storage: flat element j is the box element at j's row-major position in the exact
+  // sizes; elements past the logical ones are zeros.
+  TensorType index_type{DType::kS64, {length}};
+  Value j = b.iota(index_type, 0);
+  Value inner = b.constant(1, index_type);
+  std::vector<Value> coordinates(rank);
+  for (int64_t d = rank; d-- > 0;) {
+    Value size = splat(b, entry(b, geometry, p.at + d), {length});
+    coordinates[d] = b.reshape(b.binary(hlo::BinaryOp::kRemainder, j / inner, size), {length, 1});
+    inner = inner * size;
+  }
+  std::vector<int64_t> all(rank), ones(rank, 1);
+  for (int64_t d = 0; d < rank; ++d) all[d] = d;
+  Value at = rank == 1 ? coordinates[0] : b.concatenate(coordinates, 1);
+  Value gathered = b.gather(box, at, {{}, all, all, 1}, ones, {length});
+  Value logical = b.compare(hlo::Compare::kLT, j, inner);
+  return b.select(logical, gathered, b.constant(0, {view.dtype, {length}}));
+}
+
+Value padded_sizes(Builder& b, const Value& geometry, const View& view, const Padding& p) {
+  int64_t rank = static_cast<int64_t>(view.sizes.size());
+  return b.slice(geometry, {p.at}, {p.at + rank}, {1});
+}
+
+void append_padded_key(std::string& key, const View& view, const Padding& p) {
+  constexpr size_t kNumber = graph::KeyWriter::kNumberRoom;
+  graph::KeyWriter w(key, dtype_name(view.dtype).size() + 8 + p.box.size() * (kNumber + 1));
+  w << dtype_name(view.dtype) << "pad" << static_cast<char>('0' + static_cast<int>(p.fill)) << '[';
+  for (int64_t d : p.box) w.number(d) << ',';
+  w << ']';
+}
+
+}  // namespace torchtpu::exec
