@@ -3,6 +3,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
@@ -26,6 +27,7 @@
 #include "aten/origin.h"
 #include "aten/scalar_cache.h"
 #include "aten/tensor_operand.h"
+#include "aten/varying_sizes.h"
 #include "exec/capture.h"
 #include "exec/executor.h"
 #include "graph/key_text.h"
@@ -132,6 +134,7 @@ struct Inputs {
   std::vector<size_t> count;  // operands contributed by each argument
   std::vector<std::shared_ptr<exec::BufferRef>> scalars;  // keeps scalar storages alive
   std::string key;
+  std::vector<int64_t> varying;  // the sizes that vary, when the operands are padded
 };
 
 // A Scalar reaches the program as a runtime 0-d input (a cached device copy of its value).
@@ -535,12 +538,15 @@ struct LoweringCall {
   std::vector<bool> wanted;
   hlo::Builder::Precision precision;
   bool device_check;  // the program ends with the device-check flag (LoweringOptions::device_check)
+  bool sizes;         // each input's exact sizes follow the inputs (PaddingRule::needs_sizes)
 
   std::vector<hlo::Value> operator()(hlo::Builder& b, const std::vector<hlo::Value>& flat) const {
-    std::vector<std::vector<hlo::Value>> values(count.size());
-    size_t next = 0;
+    std::vector<std::vector<hlo::Value>> values(count.size()), exact_sizes(sizes ? count.size() : 0);
+    size_t next = 0, inputs = 0;
+    for (size_t n : count) inputs += n;
     for (size_t i = 0; i < count.size(); ++i)
       for (size_t k = 0; k < count[i]; ++k) {
+        if (sizes) exact_sizes[i].push_back(flat.at(inputs + next));
         // CPU converts wider operands (a Scalar) to a complex32 result's type first (0.3 to 0.30005).
         DType t = flat[next].type.dtype;
         bool rounded = !out_types.empty() && out_types[0].dtype == DType::kC32 &&
@@ -550,6 +556,7 @@ struct LoweringCall {
       }
     LoweringContext ctx(b, std::move(values), args, computed_types(out_types));
     ctx.set_precision(precision);
+    if (sizes) ctx.set_exact_sizes(std::move(exact_sizes));
     std::vector<hlo::Value> results = entry->fn(ctx);
     TORCH_INTERNAL_ASSERT(results.size() == out_types.size(), *name, ": lowering returned ", results.size(),
                           " values for ", out_types.size(), " outputs");
@@ -565,12 +572,14 @@ struct LoweringCall {
 std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std::vector<c10::IValue>& args,
                                                   const MetaResult& meta, const Destinations& d,
                                                   const std::vector<exec::Operand>& outputs, std::vector<size_t> count,
-                                                  hlo::Builder::Precision precision, bool device_check) {
+                                                  hlo::Builder::Precision precision, bool device_check,
+                                                  bool sizes) {
   std::shared_ptr<const LoweringCall> shared = std::atomic_load(&meta.lowering);
-  if (shared && shared->precision == precision && shared->device_check == device_check) return shared;
+  if (shared && shared->precision == precision && shared->device_check == device_check && shared->sizes == sizes)
+    return shared;
   auto call = std::make_shared<LoweringCall>(
       LoweringCall{plan.entry, &plan.name, std::move(count), lowering_args(args, meta), {}, d.wanted, precision,
-                   device_check});
+                   device_check, sizes});
   // A result the caller does not want (a backward's output_mask) still gets a type: the first
   // wanted result's dtype, so that out(0)-based arithmetic keeps the op's precision.
   DType unwanted_dtype = outputs.empty() ? DType::kF32 : outputs.front().view.dtype;
@@ -581,16 +590,165 @@ std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std:
       continue;
     }
     const exec::Operand& o = outputs[next_dest++];
-    call->out_types.push_back({o.view.dtype, o.view.sizes});
+    call->out_types.push_back({o.view.dtype, o.padding ? o.padding->box : o.view.sizes});
   }
   std::atomic_store(&meta.lowering, std::shared_ptr<const LoweringCall>(call));
   return call;
 }
 
+// Bounded dynamism (docs/design.md, "Shapes that change"): an op with a padding rule whose sizes
+// vary runs on boxes of bucket sizes. Each tensor argument's box pads the dimensions whose size
+// varies (and that the rule lets vary); PyTorch's meta kernel on boxes gives the results' boxes
+// and the lowering's view of the call, cached per box like any metadata.
+
+std::vector<int64_t> box_of(const PaddingRule& rule, size_t arg, c10::IntArrayRef sizes,
+                            const std::vector<int64_t>& varying) {
+  std::vector<int64_t> box(sizes.begin(), sizes.end());
+  for (size_t d = 0; d < box.size(); ++d)
+    if (std::binary_search(varying.begin(), varying.end(), box[d]) &&
+        (!rule.paddable || rule.paddable(arg, static_cast<int64_t>(d))))
+      box[d] = bucket(box[d]);
+  return box;
+}
+
+// The op's metadata with its tpu tensors replaced by contiguous meta tensors of their boxes;
+// null when PyTorch refuses the boxes (sizes that must match did not pad alike).
+std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
+                                               const std::vector<c10::IValue>& args,
+                                               const std::vector<int64_t>& varying) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
+  const PaddingRule& rule = *plan.entry->options.padding;
+  auto result = std::make_shared<MetaResult>();
+  for (size_t i = 0; i < args.size(); ++i)
+    result->args.push_back(map_tensors(plan.args[i], args[i], [&](const at::Tensor& t) {
+      if (!t.defined() || !on_tpu(t)) return t;
+      return at::empty(box_of(rule, i, t.sizes(), varying), t.options().device(c10::kMeta));
+    }));
+  std::string key = meta_key(plan, result->args);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  result->returns = result->args;
+  try {
+    if (plan.entry->options.meta)
+      result->returns = plan.entry->options.meta(op.schema(), result->args);
+    else
+      op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
+  } catch (...) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= (1 << 14)) cache.clear();
+  return cache.emplace(key, result).first->second;
+}
+
+// The meta tensors of `meta` in the order destinations() lists the op's results.
+std::vector<at::Tensor> destination_metas(const OpPlan& plan, const MetaResult& meta) {
+  std::vector<at::Tensor> metas;
+  for (size_t i : plan.written_args) for_each_tensor(meta.args[i], [&](const at::Tensor& t) { metas.push_back(t); });
+  for (size_t r = 0; r < plan.aliased_returns.size(); ++r) {
+    if (plan.aliased_returns[r]) continue;
+    const c10::IValue& m = meta.returns[r];
+    if (m.isTensor() && m.toTensor().defined()) metas.push_back(m.toTensor());
+    else if (m.isList() && !m.isNone())
+      for (const at::Tensor& t : m.toTensorList().vec())
+        if (t.defined()) metas.push_back(t);
+  }
+  return metas;
+}
+
+// Whether `box` can hold `sizes` (a result's exact sizes): same rank, no dimension smaller.
+bool holds(const std::vector<int64_t>& box, const std::vector<int64_t>& sizes) {
+  if (box.size() != sizes.size()) return false;
+  for (size_t d = 0; d < box.size(); ++d)
+    if (box[d] < sizes[d]) return false;
+  return true;
+}
+
+// Whether a dimension of tensor argument `arg` that the rule lets vary has a varying size.
+bool pads_any(const PaddingRule& rule, size_t arg, const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] > 1 && std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
+        (!rule.paddable || rule.paddable(arg, static_cast<int64_t>(d))))
+      return true;
+  return false;
+}
+
+bool any_varying(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
+  return std::any_of(sizes.begin(), sizes.end(), [&](int64_t n) { return std::binary_search(varying.begin(), varying.end(), n); });
+}
+
+// An operand read or written padded must hold elements of its own type (no reinterpreting view).
+bool same_type(const exec::Operand& o) {
+  const graph::ValuePtr& v = o.storage->value();
+  return !v || v->dtype() == o.view.dtype;
+}
+
+// Gives the operands of a call whose sizes vary their padding; returns the metadata of the boxes,
+// or null, changing nothing, where the call runs at its exact sizes.
+std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, const OpPlan& plan,
+                                               const std::vector<c10::IValue>& args, const graph::Origin* origin,
+                                               Inputs& in, std::vector<exec::Operand>& outputs) {
+  std::vector<std::vector<int64_t>> output_sizes;
+  for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
+  std::vector<int64_t> varying = varying_sizes(origin, in.operands, output_sizes);
+  if (varying.empty()) return nullptr;
+  const PaddingRule& rule = *plan.entry->options.padding;
+  std::vector<std::optional<std::vector<int64_t>>> input_boxes;
+  bool padded = false;
+  for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
+    for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
+      const exec::Operand& o = in.operands[k];
+      bool pads = arg < args.size() && pads_any(rule, arg, o.view.sizes, varying);
+      std::vector<int64_t> box = pads ? box_of(rule, arg, o.view.sizes, varying) : o.view.sizes;
+      if (pads && !same_type(o)) return nullptr;
+      input_boxes.push_back(pads ? std::optional<std::vector<int64_t>>(box) : std::nullopt);
+      padded |= pads;
+    }
+  if (!padded) return nullptr;
+  std::shared_ptr<const MetaResult> box_meta = box_metadata(op, plan, args, varying);
+  if (!box_meta) return nullptr;
+  std::vector<at::Tensor> metas = destination_metas(plan, *box_meta);
+  if (metas.size() != outputs.size()) return nullptr;
+  std::vector<std::vector<int64_t>> output_boxes;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    std::vector<int64_t> box(metas[k].sizes().begin(), metas[k].sizes().end());
+    if (!holds(box, outputs[k].view.sizes) || !same_type(outputs[k])) return nullptr;
+    output_boxes.push_back(std::move(box));
+  }
+  for (size_t k = 0; k < input_boxes.size(); ++k)
+    if (input_boxes[k]) in.operands[k].padding = exec::Padding{std::move(*input_boxes[k]), rule.fill};
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (output_boxes[k] != outputs[k].view.sizes || any_varying(outputs[k].view.sizes, varying))
+      outputs[k].padding = exec::Padding{std::move(output_boxes[k])};
+  in.varying = std::move(varying);
+  return box_meta;
+}
+
+// The sizes each padded result varies in: the call's varying sizes it has, and those of its
+// dimensions its box pads.
+std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> varying_results(
+    const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying) {
+  std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> marks;
+  for (const exec::Operand& o : outputs) {
+    if (!o.padding) continue;
+    std::vector<int64_t> sizes;
+    for (size_t d = 0; d < o.view.sizes.size(); ++d) {
+      int64_t n = o.view.sizes[d];
+      if (n > 1 && (o.padding->box[d] != n || std::binary_search(varying.begin(), varying.end(), n))) sizes.push_back(n);
+    }
+    std::sort(sizes.begin(), sizes.end());
+    marks.emplace_back(o.storage, std::move(sizes));
+  }
+  return marks;
+}
+
 // One program: inputs read through their views, the lowering, results cast and broadcast into
 // the destinations (plus the device-check flag, for ops that have one).
-void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const MetaResult& meta,
-                 const Destinations& d, int device) {
+void run_program(const c10::OperatorHandle& op, const OpPlan& plan, const std::vector<c10::IValue>& args,
+                 const MetaResult& meta, const Destinations& d, int device) {
   const LoweringEntry& entry = *plan.entry;
   const std::string& name = plan.name;
   // Empty results are all there is to compute (and XLA rejects some ops on empty operands, such
@@ -617,8 +775,11 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
   std::vector<exec::Operand> outputs;
   outputs.reserve(d.tensors.size() + 1);
   for (const at::Tensor& t : d.tensors) outputs.push_back(operand(t));
-  std::shared_ptr<const LoweringCall> call =
-      lowering_call(plan, args, meta, d, outputs, std::move(in.count), precision, device_check);
+  std::shared_ptr<const MetaResult> box_meta;
+  if (o.padding && padding_enabled()) box_meta = pad_operands(op, plan, args, origin.get(), in, outputs);
+  bool sizes = box_meta && o.padding->needs_sizes;
+  std::shared_ptr<const LoweringCall> call = lowering_call(plan, args, box_meta ? *box_meta : meta, d, outputs,
+                                                           std::move(in.count), precision, device_check, sizes);
   exec::Lowering lower = [call = std::move(call)](hlo::Builder& b, const std::vector<hlo::Value>& flat) {
     return (*call)(b, flat);
   };
@@ -631,7 +792,13 @@ void run_program(const OpPlan& plan, const std::vector<c10::IValue>& args, const
   if (ok)
     for (const exec::Operand& out : outputs)
       if (out.storage != ok.get()) checked.push_back(out.storage);
-  run_on_device({std::move(in.key), std::move(lower), std::move(in.operands), std::move(outputs), origin});
+  std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> varying;  // what padded results vary in
+  if (box_meta) varying = varying_results(outputs, in.varying);
+  exec::OpCall program{std::move(in.key), std::move(lower), std::move(in.operands), std::move(outputs), origin};
+  program.sizes_to_lowering = sizes;
+  run_on_device(std::move(program));
+  for (auto& [storage, sizes_of_it] : varying)
+    if (storage->padded()) storage->set_varying_sizes(std::move(sizes_of_it));
   if (ok) {
     std::vector<graph::ValuePtr> results;
     for (exec::BufferRef* storage : checked) results.push_back(storage->value());
@@ -702,7 +869,7 @@ void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   Destinations d = destinations(plan, args, *meta);
   try {
-    run_program(plan, args, *meta, d, device);
+    run_program(op, plan, args, *meta, d, device);
   } catch (const c10::Error&) {  // a dtype the lowering cannot compile (logcumsumexp of int8): CPU's refusal
     raise_cpu_error(op, plan, args);
     throw;
@@ -743,6 +910,12 @@ void set_matmul_precision_override(std::optional<hlo::Builder::Precision> p) { p
 hlo::Value LoweringContext::input(size_t i) const { return input_as(i, compute_dtype()); }
 
 hlo::Value LoweringContext::input_as(size_t i, DType dtype) const { return cast(b, input_uncast(i), dtype); }
+
+hlo::Value LoweringContext::exact_size(size_t i, int64_t dim, size_t k) const {
+  const hlo::Value& sizes = sizes_.at(i).at(k);
+  int64_t d = dim < 0 ? dim + sizes.type.dims.at(0) : dim;
+  return b.reshape(b.slice(sizes, {d}, {d + 1}, {1}), {});
+}
 
 DType LoweringContext::promoted(size_t i, size_t j) const {
   const c10::IValue& a = args_.at(i);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/op_call.h"
 #include "hlo/builder.h"
 #include "hlo/operators.h"
 
@@ -73,6 +74,13 @@ class LoweringContext {
   }
   hlo::Value device_ok() const { return device_ok_ ? *device_ok_ : b.constant(1, {DType::kBool, {}}); }
 
+  // Padded calls (LoweringOptions::padding): inputs and outputs are boxes of bucket sizes whose
+  // padded positions hold the rule's fill. With PaddingRule::needs_sizes, the exact size of
+  // dimension `dim` of tensor argument `i` (element `k` of a list), as a 0-d s64 value.
+  bool padded() const { return !sizes_.empty(); }
+  hlo::Value exact_size(size_t i, int64_t dim, size_t k = 0) const;
+  void set_exact_sizes(std::vector<std::vector<hlo::Value>> sizes) { sizes_ = std::move(sizes); }
+
   const hlo::TensorType& out(size_t i = 0) const { return outputs_.at(i); }
   size_t num_outputs() const { return outputs_.size(); }
   DType compute_dtype() const { return outputs_.at(0).dtype; }
@@ -87,6 +95,7 @@ class LoweringContext {
   const std::vector<c10::IValue>& args_;
   std::vector<hlo::TensorType> outputs_;
   std::optional<hlo::Value> device_ok_;
+  std::vector<std::vector<hlo::Value>> sizes_;  // per argument, s64[rank] per tensor
   hlo::Builder::Precision precision_ = hlo::Builder::Precision::kHighest;
 };
 
@@ -120,6 +129,19 @@ using MetaFn = std::function<std::vector<c10::IValue>(const c10::FunctionSchema&
 // such as a transposed convolution's backward); counted like any other fallback.
 using CpuWhen = std::function<bool(const std::vector<c10::IValue>& args)>;
 
+// An op that runs padded when sizes vary (docs/design.md, "Shapes that change"): one program per
+// bucket instead of one per size. Its lowering sees boxes: padded positions of each input read as
+// `fill` (the identity of what the op reduces over them), and results are stored only at their
+// exact sizes, so garbage it computes in the padding is never seen. `paddable` says which
+// dimensions of tensor argument `arg` may be padded (all when unset: element-wise ops); a lowering
+// whose result depends on exact sizes (cat's offsets, attention's key length) sets `needs_sizes`
+// and reads them with LoweringContext::exact_size.
+struct PaddingRule {
+  exec::Fill fill = exec::Fill::kZero;
+  std::function<bool(size_t arg, int64_t dim)> paddable;
+  bool needs_sizes = false;
+};
+
 struct LoweringOptions {
   StaticScalars static_scalars;
   MetaFn meta;
@@ -150,6 +172,8 @@ struct LoweringOptions {
   // Some PyTorch release of the supported window lacks the op (cholesky: gone in 2.14), so install
   // skips the name there instead of rejecting it as a typo.
   bool not_in_every_release = false;
+  // Runs padded where sizes vary; unset: always at exact sizes (a program per size).
+  std::optional<PaddingRule> padding;
 };
 
 // Option factories for the common cases.
@@ -174,6 +198,11 @@ inline LoweringOptions checked_runtime(const char* message) {
   LoweringOptions o = checked(message);
   o.device_check_runtime_error = true;
   o.no_aliasing = true;
+  return o;
+}
+// `o` for an op that runs padded under `rule` (LoweringOptions::padding).
+inline LoweringOptions padded(LoweringOptions o, PaddingRule rule = {}) {
+  o.padding = std::move(rule);
   return o;
 }
 // `o` for an op some PyTorch release of the window lacks (LoweringOptions::not_in_every_release).

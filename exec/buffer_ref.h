@@ -8,8 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "exec/device_memory.h"
+#include "exec/metrics.h"
 #include "graph/device_value.h"
 
 namespace torchtpu::exec {
@@ -24,6 +26,7 @@ class BufferRef {
   BufferRef& operator=(const BufferRef&) = delete;
   ~BufferRef() {
     tag_ = 0;
+    counters().padded_bytes -= padding_bytes();
     free_device_bytes(device_, static_cast<int64_t>(nbytes_));
     if (value_) value_->release();
   }
@@ -41,10 +44,32 @@ class BufferRef {
   const graph::ValuePtr& value() const { return value_; }
 
   void swap(graph::ValuePtr value) {
+    counters().padded_bytes -= padding_bytes();
     if (value_) value_->release();
     value->hold();
     value_ = std::move(value);
+    if (!padded()) varying_sizes_.clear();
+    counters().padded_bytes += padding_bytes();
   }
+
+  // Whether the value holds more elements than the storage's bytes: a padded op's result, kept
+  // at its box's size (exec/padded_view.h).
+  bool padded() const {
+    return value_ && static_cast<size_t>(value_->length()) * element_size(value_->dtype()) > nbytes_;
+  }
+  // The sizes of the padded tensor that vary between calls (set by the op that wrote it), so that
+  // the ops reading it run padded too.
+  const std::vector<int64_t>& varying_sizes() const { return varying_sizes_; }
+  void set_varying_sizes(std::vector<int64_t> sizes) { varying_sizes_ = std::move(sizes); }
+
+ private:
+  int64_t padding_bytes() const {
+    if (!value_) return 0;
+    int64_t held = static_cast<int64_t>(value_->length() * element_size(value_->dtype()));
+    return held > static_cast<int64_t>(nbytes_) ? held - static_cast<int64_t>(nbytes_) : 0;
+  }
+
+ public:
 
  private:
   static constexpr uint64_t kTag = 0x7470752d62756672;  // "tpu-bufr"
@@ -52,6 +77,7 @@ class BufferRef {
   int device_;
   size_t nbytes_;
   graph::ValuePtr value_;
+  std::vector<int64_t> varying_sizes_;
 };
 
 }  // namespace torchtpu::exec

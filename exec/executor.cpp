@@ -492,7 +492,7 @@ void set_one_program_block(bool inside) { one_program_block() = inside; }
 
 void run(OpCall&& call) {
   TraceCause cause(call.origin.get());
-  attach_geometry(call);
+  if (attach_geometry(call)) counters().padded_ops++;
   if (capturing()) {
     capture_node(record_op(std::move(call)));
     counters().captured_ops++;

@@ -111,7 +111,8 @@ std::map<std::string, int64_t> counters_snapshot() {
           {"collectives", c.collectives},       {"compiles", c.compiles},
           {"compile_ns", c.compile_ns},         {"max_compile_ns", c.max_compile_ns},
           {"bytes_to_device", c.bytes_to_device}, {"async_bytes_to_device", c.async_bytes_to_device},
-          {"bytes_to_host", c.bytes_to_host}};
+          {"bytes_to_host", c.bytes_to_host}, {"padded_ops", c.padded_ops},
+          {"padded_bytes", c.padded_bytes}};
 }
 
 void reset_counters() {
@@ -119,7 +120,8 @@ void reset_counters() {
   for (auto* field : {&c.executions, &c.debug_ops, &c.strict_ops, &c.fused_ops, &c.lazy_ops, &c.windows,
                       &c.window_ops, &c.max_window_ops, &c.op_by_op_windows, &c.captured_ops,
                       &c.compiled_graph_runs, &c.donated_buffers, &c.collectives, &c.compiles, &c.compile_ns,
-                      &c.max_compile_ns, &c.bytes_to_device, &c.async_bytes_to_device, &c.bytes_to_host})
+                      &c.max_compile_ns, &c.bytes_to_device, &c.async_bytes_to_device, &c.bytes_to_host,
+                      &c.padded_ops})  // padded_bytes is what is held now, not a count
     field->store(0);
   std::lock_guard<std::mutex> lock(tables().mu);
   Tables& t = tables();

@@ -26,6 +26,8 @@ struct Counters {
   std::atomic<int64_t> bytes_to_device{0};
   std::atomic<int64_t> async_bytes_to_device{0};  // of those, copied after the call returned
   std::atomic<int64_t> bytes_to_host{0};
+  std::atomic<int64_t> padded_ops{0};    // ops run on padded operands (exec/padded_view.h)
+  std::atomic<int64_t> padded_bytes{0};  // device bytes held beyond tensors' own by padded storages
 };
 
 Counters& counters();

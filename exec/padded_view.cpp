@@ -116,7 +116,7 @@ void check_box(const View& view, const Padding& p) {
 
 }  // namespace
 
-void attach_geometry(OpCall& call) {
+bool attach_geometry(OpCall& call) {
   std::vector<int64_t> geometry;
   int device = -1;
   auto number = [&](Operand& o) {
@@ -130,10 +130,11 @@ void attach_geometry(OpCall& call) {
   };
   for (Operand& o : call.inputs) number(o);
   for (Operand& o : call.outputs) number(o);
-  if (geometry.empty()) return;
+  if (geometry.empty()) return false;
   call.geometry = recent_geometry().get(device, geometry);
   int64_t length = static_cast<int64_t>(geometry.size());
   call.inputs.push_back({call.geometry.get(), View{DType::kS64, {length}, {1}, 0}, std::nullopt});
+  return true;
 }
 
 Value read_padded(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p) {

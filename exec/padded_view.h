@@ -18,8 +18,8 @@
 namespace torchtpu::exec {
 
 // Numbers the padded operands' geometry (Padding::at), uploads it and appends it to the call's
-// inputs (OpCall::geometry). Does nothing when no operand is padded.
-void attach_geometry(OpCall& call);
+// inputs (OpCall::geometry). Returns false, doing nothing, when no operand is padded.
+bool attach_geometry(OpCall& call);
 
 // The view's elements in its padding's box, padded positions reading as the fill; `flat` (1-D)
 // holds elements of the view's dtype and `geometry` is the call's geometry input.

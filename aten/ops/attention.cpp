@@ -63,6 +63,11 @@ Attention scores(LoweringContext& c, Math& m, size_t bias_arg, bool causal, size
     Value row = c.b.iota({DType::kS64, dims}, 2), column = c.b.iota({DType::kS64, dims}, 3);
     s = c.b.select(c.b.compare(Compare::kLE, column, row), s, m.k(-INFINITY, s));
   }
+  if (c.padded()) {  // padded keys (a KV cache stored in a bucket) are masked out
+    Value column = c.b.iota({DType::kS64, dims}, 3);
+    Value keys = c.b.broadcast_in_dim(c.exact_size(q_arg + 1, 2), dims, {});
+    s = c.b.select(c.b.compare(Compare::kLT, column, keys), s, m.k(-INFINITY, s));
+  }
   return {q, k, s, root};
 }
 
@@ -124,11 +129,19 @@ std::vector<c10::IValue> attention_backward_meta(const c10::FunctionSchema&, con
   return grads;
 }
 
+// Padded calls pad only the query and key lengths (dimension 2 of query, key, value, the output
+// and its gradient, and the bias's last two): the head dimension sets the scale.
+PaddingRule padded_lengths(size_t bias_arg) {
+  return {exec::Fill::kZero, [bias_arg](size_t arg, int64_t dim) { return dim == 2 || (arg == bias_arg && dim == 3); },
+          /*needs_sizes=*/true};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(attention) {
-  register_lowering({"_scaled_dot_product_fused_attention_overrideable"}, attention_forward, matmul_op());
-  LoweringOptions backward = matmul_op();
+  register_lowering({"_scaled_dot_product_fused_attention_overrideable"}, attention_forward,
+                    padded(matmul_op(), padded_lengths(3)));
+  LoweringOptions backward = padded(matmul_op(), padded_lengths(4));
   backward.meta = attention_backward_meta;
   register_lowering({"_scaled_dot_product_fused_attention_overrideable_backward"}, attention_backward, backward);
 }

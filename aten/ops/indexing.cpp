@@ -465,13 +465,29 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"masked_scatter", "masked_scatter_", "masked_scatter.out"}, masked_scatter);
   register_lowering({"cat", "cat.out"}, [](LoweringContext& c) {
     std::vector<Value> parts;
+    std::vector<size_t> elements;  // which list element each part is
     int64_t rank = c.out().rank();
     int64_t dim = wrap_dim(c.arg(1).toInt(), rank);
-    for (const Value& v : c.list(0))
-      if (!(v.type.rank() == 1 && v.type.dims[0] == 0 && rank != 1))  // legacy: skip empty 1-D
+    for (size_t k = 0; k < c.list(0).size(); ++k) {
+      const Value& v = c.list(0)[k];
+      if (!(v.type.rank() == 1 && v.type.dims[0] == 0 && rank != 1)) {  // legacy: skip empty 1-D
         parts.push_back(cast(c.b, v, c.out().dtype));
+        elements.push_back(k);
+      }
+    }
     if (parts.empty() || c.out().element_count() == 0) return Values{c.b.constant(0, c.out())};
-    return Values{c.b.concatenate(parts, dim)};
+    if (!c.padded()) return Values{c.b.concatenate(parts, dim)};
+    // Padded parts go at the exact offsets, in order: each part's padding is overwritten by the
+    // parts after it, and the last one's lies past the result's exact end.
+    Value out = c.b.constant(0, c.out());
+    Value zero = c.scalar(0, DType::kS64), offset = zero;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      std::vector<Value> start(rank, zero);
+      start[dim] = offset;
+      out = c.b.dynamic_update_slice(out, parts[p], start);
+      offset = offset + c.exact_size(0, dim, elements[p]);
+    }
+    return Values{out};
   }, [] {
     LoweringOptions o = with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
       const auto& tensors = args[0].toListRef();
@@ -480,6 +496,7 @@ TORCHTPU_LOWERINGS(indexing) {
                     ") cannot be concatenated");
     }));
     o.no_aliasing = true;
+    o.padding = PaddingRule{exec::Fill::kZero, nullptr, /*needs_sizes=*/true};
     return o;
   }());
   register_lowering({"index_select", "index_select.out"}, [](LoweringContext& c) {

@@ -1,0 +1,111 @@
+"""Bounded dynamism in eager mode (docs/design.md, "Shapes that change"): ops with a padding rule
+whose sizes vary from call to call run padded to buckets, one program per bucket, their results
+stored with a bucket's capacity. Every result is compared with CPU PyTorch."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+pytestmark = pytest.mark.skipif(os.environ.get("TORCHTPU_BUCKETS") in ("off", "0"),
+                                reason="padding turned off for this run")
+
+
+def _counters():
+    return torchtpu.metrics.counters()
+
+
+def _decode(device, steps, start=5, heads=2, dim=8, grad=False, seed=0):
+    """A KV cache grown by cat along dim 2 and attended to each step, as Hugging Face's
+    DynamicCache does: returns each step's attention output and the final cache."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(1, heads, start, dim, generator=g).to(device)
+    v = torch.randn(1, heads, start, dim, generator=g).to(device)
+    outs = []
+    for _ in range(steps):
+        q = torch.randn(1, heads, 1, dim, generator=g).to(device)
+        new_k = torch.randn(1, heads, 1, dim, generator=g).to(device)
+        new_v = torch.randn(1, heads, 1, dim, generator=g).to(device)
+        k = torch.cat([k, new_k], dim=2)
+        v = torch.cat([v, new_v], dim=2)
+        outs.append(F.scaled_dot_product_attention(q, k, v))
+    return outs, k, v
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_growing_kv_cache_matches_cpu_and_stops_compiling_inside_a_bucket(mode):
+    with torchtpu.modes.eager_mode(mode):
+        cpu_outs, cpu_k, _ = _decode("cpu", 40)
+        before = _counters()
+        tpu_outs, tpu_k, _ = _decode("tpu", 40)
+        assert tpu_k.shape == cpu_k.shape == (1, 2, 45, 8)
+        for step, (c, t) in enumerate(zip(cpu_outs, tpu_outs)):
+            torch.testing.assert_close(t.cpu(), c, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(tpu_k.cpu(), cpu_k)
+        assert _counters()["padded_ops"] > before["padded_ops"]
+        # Lengths 34..45 are in the bucket of 64: a second run there compiles nothing new.
+        _decode("tpu", 40, seed=1)
+        compiles = _counters()["compiles"]
+        outs, _, _ = _decode("tpu", 40, seed=2)
+        torch.testing.assert_close(outs[-1].cpu(), _decode("cpu", 40, seed=2)[0][-1])
+    assert _counters()["compiles"] == compiles
+
+
+def test_a_padded_tensor_looks_exact_everywhere():
+    outs, k, v = _decode("tpu", 6)
+    _, cpu_k, _ = _decode("cpu", 6)
+    assert k.shape == (1, 2, 11, 8) and k.stride() == cpu_k.stride()
+    assert torchtpu.metrics.counters()["padded_bytes"] > 0
+    assert repr(k[0, 0, -1]) == repr(cpu_k[0, 0, -1].to("tpu"))
+    # Views, in-place writes and ops with no padding rule read it at its exact size.
+    torch.testing.assert_close(k[:, :, 3:].sum(dim=2).cpu(), cpu_k[:, :, 3:].sum(dim=2))
+    k2, c2 = k.clone(), cpu_k.clone()
+    k2[:, :, -2:] += 1
+    c2[:, :, -2:] += 1
+    torch.testing.assert_close(k2.cpu(), c2)
+    torch.testing.assert_close(torch.cat([k, k], dim=1).cpu(), torch.cat([cpu_k, cpu_k], dim=1))
+    # A compiled graph reads it whole, at its exact bytes.
+    compiled = torch.compile(lambda x: x * 2, backend="tpu")
+    torch.testing.assert_close(compiled(k).cpu(), cpu_k * 2)
+
+
+def test_gradients_flow_through_padded_attention():
+    def run(device):
+        g = torch.Generator().manual_seed(3)
+        cache = torch.randn(1, 2, 4, 8, generator=g).to(device)
+        q = torch.randn(1, 2, 3, 8, generator=g).to(device).requires_grad_()
+        total = 0
+        for _ in range(12):
+            cache = torch.cat([cache, torch.randn(1, 2, 1, 8, generator=g).to(device)], dim=2)
+            total = total + F.scaled_dot_product_attention(q, cache, cache).sum()
+        total.backward()
+        return total.detach(), q.grad
+
+    (cpu_total, cpu_grad), (tpu_total, tpu_grad) = run("cpu"), run("tpu")
+    torch.testing.assert_close(tpu_total.cpu(), cpu_total)
+    torch.testing.assert_close(tpu_grad.cpu(), cpu_grad)
+
+
+def _padded_ops_in_subprocess(env):
+    code = ("import torch, torchtpu\n"
+            "x = torch.zeros(1, 3, device='tpu')\n"
+            "for _ in range(12): x = torch.cat([x, torch.ones(1, 3, device='tpu')])\n"
+            "assert x.cpu().sum().item() == 36\n"
+            "print(torchtpu.metrics.counters()['padded_ops'])\n")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
+
+
+def test_buckets_can_be_turned_off_or_listed():
+    assert _padded_ops_in_subprocess({"TORCHTPU_BUCKETS": "off"}) == 0
+    assert _padded_ops_in_subprocess({"TORCHTPU_BUCKETS": "16,32"}) > 0
+    out = subprocess.run([sys.executable, "-c", "import torch, torchtpu; torch.cat([torch.ones(2, device='tpu')] * 2)"],
+                         env={**os.environ, "TORCHTPU_BUCKETS": "big"}, capture_output=True, text=True, timeout=300)
+    assert "TORCHTPU_BUCKETS=big" in out.stderr
