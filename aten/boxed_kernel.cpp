@@ -134,7 +134,7 @@ struct Inputs {
   std::vector<size_t> count;  // operands contributed by each argument
   std::vector<std::shared_ptr<exec::BufferRef>> scalars;  // keeps scalar storages alive
   std::string key;
-  std::vector<int64_t> varying;  // the sizes that vary, when the operands are padded
+  std::vector<std::vector<int64_t>> varying;  // the sizes each padded result varies in
 };
 
 // A Scalar reaches the program as a runtime 0-d input (a cached device copy of its value).
@@ -601,13 +601,15 @@ std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std:
 // varies (and that the rule lets vary); PyTorch's meta kernel on boxes gives the results' boxes
 // and the lowering's view of the call, cached per box like any metadata.
 
-std::vector<int64_t> box_of(const PaddingRule& rule, size_t arg, c10::IntArrayRef sizes,
-                            const std::vector<int64_t>& varying) {
+// `probe` > 0 gives boxes that much larger: which result sizes follow them (aten::cat's does, a
+// reduction's does not) says which of a result's sizes vary.
+std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
+                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying, int64_t probe = 0) {
   std::vector<int64_t> box(sizes.begin(), sizes.end());
   for (size_t d = 0; d < box.size(); ++d)
     if (std::binary_search(varying.begin(), varying.end(), box[d]) &&
-        (!rule.paddable || rule.paddable(arg, static_cast<int64_t>(d))))
-      box[d] = bucket(box[d]);
+        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
+      box[d] = bucket(box[d]) + probe;
   return box;
 }
 
@@ -615,7 +617,7 @@ std::vector<int64_t> box_of(const PaddingRule& rule, size_t arg, c10::IntArrayRe
 // null when PyTorch refuses the boxes (sizes that must match did not pad alike).
 std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
                                                const std::vector<c10::IValue>& args,
-                                               const std::vector<int64_t>& varying) {
+                                               const std::vector<int64_t>& varying, int64_t probe = 0) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
   const PaddingRule& rule = *plan.entry->options.padding;
@@ -623,7 +625,7 @@ std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, co
   for (size_t i = 0; i < args.size(); ++i)
     result->args.push_back(map_tensors(plan.args[i], args[i], [&](const at::Tensor& t) {
       if (!t.defined() || !on_tpu(t)) return t;
-      return at::empty(box_of(rule, i, t.sizes(), varying), t.options().device(c10::kMeta));
+      return at::empty(box_of(rule, args, i, t.sizes(), varying, probe), t.options().device(c10::kMeta));
     }));
   std::string key = meta_key(plan, result->args);
   {
@@ -668,10 +670,11 @@ bool holds(const std::vector<int64_t>& box, const std::vector<int64_t>& sizes) {
 }
 
 // Whether a dimension of tensor argument `arg` that the rule lets vary has a varying size.
-bool pads_any(const PaddingRule& rule, size_t arg, const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
+bool pads_any(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
+              const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
   for (size_t d = 0; d < sizes.size(); ++d)
     if (sizes[d] > 1 && std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
-        (!rule.paddable || rule.paddable(arg, static_cast<int64_t>(d))))
+        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
       return true;
   return false;
 }
@@ -694,15 +697,19 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   std::vector<std::vector<int64_t>> output_sizes;
   for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
   std::vector<int64_t> varying = varying_sizes(origin, in.operands, output_sizes);
-  if (varying.empty()) return nullptr;
+  bool padded_input = std::any_of(in.operands.begin(), in.operands.end(),
+                                  [](const exec::Operand& o) { return o.storage->varies(); });
+  if (varying.empty() && !padded_input) return nullptr;
   const PaddingRule& rule = *plan.entry->options.padding;
   std::vector<std::optional<std::vector<int64_t>>> input_boxes;
   bool padded = false;
   for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
       const exec::Operand& o = in.operands[k];
-      bool pads = arg < args.size() && pads_any(rule, arg, o.view.sizes, varying);
-      std::vector<int64_t> box = pads ? box_of(rule, arg, o.view.sizes, varying) : o.view.sizes;
+      // A padded storage is read padded even at exact sizes: its view's offset and strides, which
+      // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time.
+      bool pads = arg < args.size() && (pads_any(rule, args, arg, o.view.sizes, varying) || o.storage->varies());
+      std::vector<int64_t> box = pads ? box_of(rule, args, arg, o.view.sizes, varying) : o.view.sizes;
       if (pads && !same_type(o)) return nullptr;
       input_boxes.push_back(pads ? std::optional<std::vector<int64_t>>(box) : std::nullopt);
       padded |= pads;
@@ -712,36 +719,42 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   if (!box_meta) return nullptr;
   std::vector<at::Tensor> metas = destination_metas(plan, *box_meta);
   if (metas.size() != outputs.size()) return nullptr;
-  std::vector<std::vector<int64_t>> output_boxes;
+  // A result dimension varies where the probe's boxes move it (else, failing that, where it is
+  // padded or has a varying size).
+  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/1);
+  std::vector<at::Tensor> probes = probe_meta ? destination_metas(plan, *probe_meta) : std::vector<at::Tensor>{};
+  std::vector<std::vector<int64_t>> output_boxes, output_varying(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     std::vector<int64_t> box(metas[k].sizes().begin(), metas[k].sizes().end());
-    if (!holds(box, outputs[k].view.sizes) || !same_type(outputs[k])) return nullptr;
+    const std::vector<int64_t>& sizes = outputs[k].view.sizes;
+    if (!holds(box, sizes) || !same_type(outputs[k])) return nullptr;
+    bool probed = probes.size() == metas.size() && probes[k].dim() == metas[k].dim();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      bool varies = probed ? probes[k].size(d) != box[d]
+                           : box[d] != sizes[d] || std::binary_search(varying.begin(), varying.end(), sizes[d]);
+      if (varies && sizes[d] > 1) output_varying[k].push_back(sizes[d]);
+    }
+    std::sort(output_varying[k].begin(), output_varying[k].end());
     output_boxes.push_back(std::move(box));
   }
   for (size_t k = 0; k < input_boxes.size(); ++k)
     if (input_boxes[k]) in.operands[k].padding = exec::Padding{std::move(*input_boxes[k]), rule.fill};
+  in.varying.clear();
   for (size_t k = 0; k < outputs.size(); ++k)
-    if (output_boxes[k] != outputs[k].view.sizes || any_varying(outputs[k].view.sizes, varying))
+    if (output_boxes[k] != outputs[k].view.sizes || !output_varying[k].empty()) {
       outputs[k].padding = exec::Padding{std::move(output_boxes[k])};
-  in.varying = std::move(varying);
+      in.varying.push_back(std::move(output_varying[k]));
+    }
   return box_meta;
 }
 
-// The sizes each padded result varies in: the call's varying sizes it has, and those of its
-// dimensions its box pads.
+// The storages of the padded results, with the sizes each varies in (pad_operands' list).
 std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> varying_results(
-    const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying) {
+    const std::vector<exec::Operand>& outputs, std::vector<std::vector<int64_t>>& varying) {
   std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> marks;
-  for (const exec::Operand& o : outputs) {
-    if (!o.padding) continue;
-    std::vector<int64_t> sizes;
-    for (size_t d = 0; d < o.view.sizes.size(); ++d) {
-      int64_t n = o.view.sizes[d];
-      if (n > 1 && (o.padding->box[d] != n || std::binary_search(varying.begin(), varying.end(), n))) sizes.push_back(n);
-    }
-    std::sort(sizes.begin(), sizes.end());
-    marks.emplace_back(o.storage, std::move(sizes));
-  }
+  size_t next = 0;
+  for (const exec::Operand& o : outputs)
+    if (o.padding) marks.emplace_back(o.storage, std::move(varying.at(next++)));
   return marks;
 }
 
@@ -797,8 +810,7 @@ void run_program(const c10::OperatorHandle& op, const OpPlan& plan, const std::v
   exec::OpCall program{std::move(in.key), std::move(lower), std::move(in.operands), std::move(outputs), origin};
   program.sizes_to_lowering = sizes;
   run_on_device(std::move(program));
-  for (auto& [storage, sizes_of_it] : varying)
-    if (storage->padded()) storage->set_varying_sizes(std::move(sizes_of_it));
+  for (auto& [storage, sizes_of_it] : varying) storage->set_varying_sizes(std::move(sizes_of_it));
   if (ok) {
     std::vector<graph::ValuePtr> results;
     for (exec::BufferRef* storage : checked) results.push_back(storage->value());

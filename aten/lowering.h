@@ -133,12 +133,13 @@ using CpuWhen = std::function<bool(const std::vector<c10::IValue>& args)>;
 // bucket instead of one per size. Its lowering sees boxes: padded positions of each input read as
 // `fill` (the identity of what the op reduces over them), and results are stored only at their
 // exact sizes, so garbage it computes in the padding is never seen. `paddable` says which
-// dimensions of tensor argument `arg` may be padded (all when unset: element-wise ops); a lowering
+// dimensions of tensor argument `arg` may be padded, given the call's arguments (all when unset:
+// element-wise ops); a lowering
 // whose result depends on exact sizes (cat's offsets, attention's key length) sets `needs_sizes`
 // and reads them with LoweringContext::exact_size.
 struct PaddingRule {
   exec::Fill fill = exec::Fill::kZero;
-  std::function<bool(size_t arg, int64_t dim)> paddable;
+  std::function<bool(const std::vector<c10::IValue>& args, size_t arg, int64_t dim)> paddable;
   bool needs_sizes = false;
 };
 
@@ -205,6 +206,19 @@ inline LoweringOptions padded(LoweringOptions o, PaddingRule rule = {}) {
   o.padding = std::move(rule);
   return o;
 }
+// Pads only the dimensions of the tensor arguments `args`: the others are read at exact sizes.
+PaddingRule padding_of_args(std::vector<size_t> args, exec::Fill fill = exec::Fill::kZero);
+
+// Inside its scope, ops registered without a padding rule get `rule`: a file of element-wise ops
+// opens its TORCHTPU_LOWERINGS block with `PaddedFamily elementwise;`.
+class PaddedFamily {
+ public:
+  explicit PaddedFamily(PaddingRule rule = {});
+  ~PaddedFamily();
+  PaddedFamily(const PaddedFamily&) = delete;
+  PaddedFamily& operator=(const PaddedFamily&) = delete;
+};
+
 // `o` for an op some PyTorch release of the window lacks (LoweringOptions::not_in_every_release).
 inline LoweringOptions in_some_releases(LoweringOptions o) {
   o.not_in_every_release = true;

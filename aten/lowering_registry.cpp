@@ -22,12 +22,18 @@ std::unordered_map<std::string, Registration>& registrations() {
   return r;
 }
 
-void add_to_registry(const std::string& op, const Lowering& fn, const LoweringOptions& options, bool guessed) {
+std::optional<PaddingRule>& family_padding() {
+  static std::optional<PaddingRule> rule;  // registration runs once, on one thread
+  return rule;
+}
+
+void add_to_registry(const std::string& op, const Lowering& fn, LoweringOptions options, bool guessed) {
   std::string name = "aten::" + op;
   Registration& r = registrations()[name];
   r.count++;
   r.guessed = r.guessed && guessed;
-  registry()[name] = {fn, options};
+  if (!options.padding) options.padding = family_padding();
+  registry()[name] = {fn, std::move(options)};
 }
 
 std::vector<std::function<void()>>& derivers() {
@@ -68,6 +74,15 @@ const LoweringEntry* find_lowering(const std::string& op) {
   auto it = registry().find("aten::" + op);
   return it == registry().end() ? nullptr : &it->second;
 }
+
+PaddingRule padding_of_args(std::vector<size_t> args, exec::Fill fill) {
+  return {fill, [args](const std::vector<c10::IValue>&, size_t arg, int64_t) {
+            return std::find(args.begin(), args.end(), arg) != args.end();
+          }};
+}
+
+PaddedFamily::PaddedFamily(PaddingRule rule) { family_padding() = std::move(rule); }
+PaddedFamily::~PaddedFamily() { family_padding().reset(); }
 
 void register_derived_lowerings(std::function<void()> derive) { derivers().push_back(std::move(derive)); }
 

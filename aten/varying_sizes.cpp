@@ -55,34 +55,53 @@ void add(std::vector<int64_t>& sizes, int64_t n) {
   if (n > 1 && std::find(sizes.begin(), sizes.end(), n) == sizes.end()) sizes.push_back(n);
 }
 
-// What the first call at each line looked like; a later call's sizes that differ vary.
-class FirstCalls {
+// What each line's calls have looked like: the shapes seen lately and the places (tensor,
+// dimension) where a size has changed. A call with new shapes varies, from an earlier call of the
+// same structure, in the sizes that differ; once a place has varied at a line it varies in every
+// later call there (as Dynamo's automatic dynamic shapes), so that four layers' caches growing at
+// one line all run padded, not only the first to reach a new length. A line called with a few
+// fixed shapes (one helper used by two layers) pads the places where they differ too: a line
+// does not say which tensor is which.
+class SeenShapes {
  public:
   void compare(const graph::Origin* origin, const Shapes& now, std::vector<int64_t>& varying) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, first] = first_.emplace(origin, now);
-    if (first) {
-      if (first_.size() > kCapacity) first_.clear();  // lines keep coming: start over
-      return;
+    if (lines_.size() > kLines) lines_.clear();  // lines keep coming: start over
+    Line& line = lines_[origin];
+    if (std::find(line.seen.begin(), line.seen.end(), now) == line.seen.end()) {
+      for (const Shapes& then : line.seen) mark_differences(then, now, line.places);
+      if (line.seen.size() == kShapesPerLine) line.seen.erase(line.seen.begin());
+      line.seen.push_back(now);
     }
-    const Shapes& then = it->second;
-    if (then.size() != now.size()) return;
-    for (size_t t = 0; t < now.size(); ++t) {
-      if (then[t].size() != now[t].size()) return;
-      for (size_t d = 0; d < now[t].size(); ++d)
-        if (then[t][d] != now[t][d]) add(varying, now[t][d]);
-    }
+    for (const auto& [t, d] : line.places)
+      if (t < now.size() && d < now[t].size()) add(varying, now[t][d]);
   }
 
  private:
-  static constexpr size_t kCapacity = 1 << 16;
+  using Place = std::pair<size_t, size_t>;
+  struct Line {
+    std::vector<Shapes> seen;
+    std::vector<Place> places;
+  };
+
+  static void mark_differences(const Shapes& then, const Shapes& now, std::vector<Place>& places) {
+    if (then.size() != now.size()) return;
+    for (size_t t = 0; t < now.size(); ++t)
+      if (then[t].size() != now[t].size()) return;
+    for (size_t t = 0; t < now.size(); ++t)
+      for (size_t d = 0; d < now[t].size(); ++d)
+        if (then[t][d] != now[t][d] && std::find(places.begin(), places.end(), Place{t, d}) == places.end())
+          places.emplace_back(t, d);
+  }
+
+  static constexpr size_t kLines = 1 << 16, kShapesPerLine = 8;
   std::mutex mu_;
-  std::unordered_map<const graph::Origin*, Shapes> first_;  // origins are interned per line and op
+  std::unordered_map<const graph::Origin*, Line> lines_;  // origins are interned per line and op
 };
 
-FirstCalls& first_calls() {
-  static auto* f = new FirstCalls;  // never destroyed, like the origins it is keyed by
-  return *f;
+SeenShapes& seen_shapes() {
+  static auto* s = new SeenShapes;  // never destroyed, like the origins it is keyed by
+  return *s;
 }
 
 }  // namespace
@@ -105,10 +124,43 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
                                    const Shapes& output_sizes) {
   std::vector<int64_t> varying;
   for (const exec::Operand& o : inputs)
-    if (o.storage->padded())
-      for (int64_t n : o.storage->varying_sizes()) add(varying, n);
-  if (origin && !origin->location.empty()) first_calls().compare(origin, shapes_of(inputs, output_sizes), varying);
+    for (int64_t n : o.storage->varying_sizes()) add(varying, n);
+  if (origin && !origin->location.empty()) seen_shapes().compare(origin, shapes_of(inputs, output_sizes), varying);
   std::sort(varying.begin(), varying.end());
+  return varying;
+}
+
+std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
+  std::vector<int64_t> box = sizes;
+  for (int64_t& n : box)
+    if (std::binary_search(varying.begin(), varying.end(), n)) n = bucket(n);
+  return box;
+}
+
+std::vector<int64_t> pad_elementwise(const graph::Origin* origin, std::vector<exec::Operand>& inputs,
+                     std::vector<exec::Operand>& outputs) {
+  if (!padding_enabled()) return {};
+  Shapes output_sizes;
+  for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
+  std::vector<int64_t> varying = varying_sizes(origin, inputs, output_sizes);
+  auto pads = [&](const exec::Operand& o) {
+    if (o.view.sizes.empty()) return false;
+    bool varies = std::any_of(o.view.sizes.begin(), o.view.sizes.end(),
+                              [&](int64_t n) { return std::binary_search(varying.begin(), varying.end(), n); });
+    return varies || o.storage->varies();
+  };
+  auto same_type = [](const exec::Operand& o) { return !o.storage->value() || o.storage->value()->dtype() == o.view.dtype; };
+  bool any = false;
+  for (auto* operands : {&inputs, &outputs})
+    for (const exec::Operand& o : *operands) {
+      if (!pads(o)) continue;
+      if (!same_type(o)) return {};
+      any = true;
+    }
+  if (!any) return {};
+  for (auto* operands : {&inputs, &outputs})
+    for (exec::Operand& o : *operands)
+      if (pads(o)) o.padding = exec::Padding{box_of(o.view.sizes, varying)};
   return varying;
 }
 

@@ -23,4 +23,13 @@ int64_t bucket(int64_t n);
 std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vector<exec::Operand>& inputs,
                                    const std::vector<std::vector<int64_t>>& output_sizes);
 
+// `sizes` with each varying size padded to its bucket.
+std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
+
+// Pads the operands of an element-wise call made outside the lowering registry (a copy between
+// tpu tensors) where its sizes vary or its storages are padded; false, changing nothing, where it
+// runs at exact sizes. Returns the sizes that vary (empty: none), to mark the results with.
+std::vector<int64_t> pad_elementwise(const graph::Origin* origin, std::vector<exec::Operand>& inputs,
+                     std::vector<exec::Operand>& outputs);
+
 }  // namespace torchtpu::aten

@@ -48,18 +48,14 @@ class BufferRef {
     if (value_) value_->release();
     value->hold();
     value_ = std::move(value);
-    if (!padded()) varying_sizes_.clear();
+    varying_sizes_.clear();  // the writer of a padded value marks it after the swap
     counters().padded_bytes += padding_bytes();
   }
 
-  // Whether the value holds more elements than the storage's bytes: a padded op's result, kept
-  // at its box's size (exec/padded_view.h).
-  bool padded() const {
-    return value_ && static_cast<size_t>(value_->length()) * element_size(value_->dtype()) > nbytes_;
-  }
-  // The sizes of the padded tensor that vary between calls (set by the op that wrote it), so that
-  // the ops reading it run padded too.
+  // The sizes of the padded tensor that vary between calls (set by the op that wrote it, which
+  // may have needed no room beyond its bytes), so that the ops reading it run padded too.
   const std::vector<int64_t>& varying_sizes() const { return varying_sizes_; }
+  bool varies() const { return !varying_sizes_.empty(); }
   void set_varying_sizes(std::vector<int64_t> sizes) { varying_sizes_ = std::move(sizes); }
 
  private:

@@ -563,6 +563,14 @@ void upload(BufferRef& storage, const void* data, DType dtype) {
   storage.swap(std::move(value));
 }
 
+void upload_padded(BufferRef& storage, const void* data, DType dtype, int64_t capacity) {
+  std::vector<char> padded(capacity * element_size(dtype), 0);
+  std::memcpy(padded.data(), data, std::min(padded.size(), storage.nbytes()));
+  auto value = std::make_shared<graph::DeviceValue>(storage.device(), dtype, capacity);
+  materialize_from_host(*value, padded.data());
+  storage.swap(std::move(value));
+}
+
 void upload_async(BufferRef& storage, const void* data, DType dtype, std::function<void()> when_read) {
   int64_t length = static_cast<int64_t>(storage.nbytes() / element_size(dtype));
   auto value = std::make_shared<graph::DeviceValue>(storage.device(), dtype, length);

@@ -106,6 +106,8 @@ class NonFiniteValue : public std::runtime_error {
 // the work that produces them (counted as a host sync for `reason`). A never-written storage reads
 // as zeros.
 void upload(BufferRef& storage, const void* data, DType dtype);
+// upload() into a padded buffer of `capacity` elements (exec/padded_view.h): the data, then zeros.
+void upload_padded(BufferRef& storage, const void* data, DType dtype, int64_t capacity);
 // upload() that returns before the device has read `data` (a non_blocking copy from pinned host
 // memory): the caller keeps `data` unchanged and allocated until `when_read` is called, from a
 // PJRT thread. synchronize() waits for the read too (`when_read` may run just after it returns).

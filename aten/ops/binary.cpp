@@ -509,6 +509,7 @@ Values next_after(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(binary) {
+  PaddedFamily elementwise;  // every op here runs padded where sizes vary
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return Values{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
   }, with_meta(add_meta()));
@@ -713,7 +714,8 @@ TORCHTPU_LOWERINGS(binary) {
     real_scalar(2)(args);
   })));
   register_lowering({"isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Tensor_Scalar", "isin.Tensor_Scalar_out",
-                     "isin.Scalar_Tensor", "isin.Scalar_Tensor_out"}, isin);
+                     "isin.Scalar_Tensor", "isin.Scalar_Tensor_out"}, isin,
+                    padded({}, padding_of_args({0})));  // the elements, not what they are looked up in
   register_with_variants("addcmul", {""}, add_scaled(BinaryOp::kMultiply), with_meta(checked_meta(real_scalar(3))));
   register_with_variants("addcdiv", {""}, add_scaled(BinaryOp::kDivide), with_meta(checked_meta(real_scalar(3))));
 }

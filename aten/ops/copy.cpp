@@ -8,6 +8,7 @@
 #include "aten/origin.h"
 #include "aten/pinned_memory.h"
 #include "aten/tensor_operand.h"
+#include "aten/varying_sizes.h"
 #include "exec/executor.h"
 
 namespace torchtpu::aten {
@@ -32,27 +33,53 @@ hlo::Value apply_bits(hlo::Builder& b, hlo::Value v, bool conj, bool neg) {
 
 // Writes `src` (a tpu tensor broadcastable to dst) into the tpu view `dst`, converting dtype and
 // resolving conjugate/negative bits on both sides.
+// Padded where sizes vary (aten/varying_sizes.h), as an element-wise op is.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
-  std::vector<int64_t> sizes = dst.sizes().vec();
   DType to = to_dtype(dst.scalar_type());
   bool src_conj = src.is_conj(), src_neg = src.is_neg(), dst_conj = dst.is_conj(), dst_neg = dst.is_neg();
   std::string key = std::string("copy|") + (src_conj ? "c" : "") + (src_neg ? "n" : "") + "|" +
                     (dst_conj ? "c" : "") + (dst_neg ? "n" : "");
+  std::vector<exec::Operand> inputs{operand(src)}, outputs{operand(dst)};
+  auto origin = origin_of("aten::copy_");
+  std::vector<int64_t> varying = pad_elementwise(origin.get(), inputs, outputs);
+  std::vector<int64_t> sizes = outputs[0].padding ? outputs[0].padding->box : dst.sizes().vec();
+  exec::BufferRef& written = *outputs[0].storage;
+  bool padded = outputs[0].padding.has_value();
   run_on_device({key,
                  [=](hlo::Builder& b, const std::vector<hlo::Value>& in) {
                    hlo::Value v = cast(b, apply_bits(b, widened(b, in[0]), src_conj, src_neg), computed_as(to));
                    return std::vector<hlo::Value>{cast(b, broadcast_to(b, apply_bits(b, v, dst_conj, dst_neg), sizes), to)};
                  },
-                 {operand(src)}, {operand(dst)}, origin_of("aten::copy_")});
+                 std::move(inputs), std::move(outputs), origin});
+  if (padded) written.set_varying_sizes(std::move(varying));
 }
 
 bool has_bits(const at::Tensor& t) { return t.is_conj() || t.is_neg(); }
 
 // A contiguous tpu tensor on `device` holding the host tensor `cpu` (already in the wanted dtype).
+// Where the sizes of integer tensors copied from one line vary (token ids, attention masks,
+// labels), a contiguous host tensor is copied into `storage` padded on the host to a bucket's
+// capacity, so that the ops reading it run padded too. Returns false, copying nothing, where they
+// do not. Floating-point copies are left exact: `model.to("tpu")` copies every parameter from one
+// line, and parameters stored padded would make every op that reads them slower.
+bool upload_padded_if_varying(const at::Tensor& host, exec::BufferRef& storage) {
+  if (!padding_enabled() || host.dim() == 0 || !c10::isIntegralType(host.scalar_type(), /*includeBool=*/true))
+    return false;
+  std::vector<int64_t> sizes = host.sizes().vec();
+  std::vector<int64_t> varying = varying_sizes(origin_of("aten::copy_").get(), {}, {sizes});
+  if (varying.empty()) return false;
+  int64_t capacity = 1;
+  for (int64_t n : box_of(sizes, varying)) capacity *= n;
+  exec::upload_padded(storage, host.data_ptr(), to_dtype(host.scalar_type()), capacity);
+  storage.set_varying_sizes(std::move(varying));
+  return true;
+}
+
 at::Tensor upload_contiguous(const at::Tensor& cpu, c10::Device device) {
   at::Tensor host = cpu.contiguous();
   at::Tensor out = at::empty(host.sizes(), host.options().device(device));
-  if (host.numel() > 0) exec::upload(buffer_ref(out), host.data_ptr(), to_dtype(host.scalar_type()));
+  if (host.numel() > 0 && !upload_padded_if_varying(host, buffer_ref(out)))
+    exec::upload(buffer_ref(out), host.data_ptr(), to_dtype(host.scalar_type()));
   return out;
 }
 
@@ -87,6 +114,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 // the device has read it, as CUDA's does; the pinned block stays allocated until then.
 void upload_whole(const at::Tensor& host, const at::Tensor& dst, bool non_blocking) {
   DType dtype = to_dtype(host.scalar_type());
+  if (upload_padded_if_varying(host, buffer_ref(dst))) return;  // copied on the host already
   if (non_blocking && is_pinned_host_address(host.data_ptr()))
     exec::upload_async(buffer_ref(dst), host.data_ptr(), dtype, hold_pinned_block(host.data_ptr()));
   else

@@ -205,6 +205,7 @@ void check_indices(const at::Tensor& self, const c10::IValue& indices) {
 LoweringOptions index_select_options() {
   LoweringOptions o = checked("index out of range in self");
   o.no_aliasing = true;
+  o.padding = padding_of_args({2});  // padded indices read as 0, a row that exists
   o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     int64_t n = args[2].toTensor().numel();
     const at::Tensor& self = args[0].toTensor();
@@ -597,7 +598,7 @@ TORCHTPU_LOWERINGS(indexing) {
   register_lowering({"cumsum", "cumsum_", "cumsum.out"}, [](LoweringContext& c) {
     Value x = c.input_as(0, accumulator(c.compute_dtype()));
     return Values{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kAdd, 0)};
-  });
+  }, padded({}));  // a prefix sum never reads the padding past a position
   register_lowering({"cumprod", "cumprod_", "cumprod.out"}, [](LoweringContext& c) {
     Value x = c.input_as(0, accumulator(c.compute_dtype()));
     return Values{cumulative(c.b, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), BinaryOp::kMultiply, 1)};

@@ -122,13 +122,13 @@ TORCHTPU_LOWERINGS(linalg) {
                     with_meta(linear_combination_meta));
   register_lowering({"tril", "tril_", "tril.out"}, [](LoweringContext& c) {
     return Values{triangle(c.b, c.input(0), true, c.arg(1).toInt())};
-  });
+  }, padded({}));  // positions count from the start, where padding leaves them
   register_lowering({"triu", "triu_", "triu.out"}, [](LoweringContext& c) {
     return Values{triangle(c.b, c.input(0), false, c.arg(1).toInt())};
-  });
+  }, padded({}));
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
-  }, same_dtype_matmul(0));
+  }, padded(same_dtype_matmul(0)));  // zeros in the padding add nothing to a product
   register_lowering({"_int_mm", "_int_mm.out"}, [](LoweringContext& c) {  // int8 operands, summed exactly in int32
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
   });
@@ -154,7 +154,7 @@ TORCHTPU_LOWERINGS(linalg) {
   }, matmul_op());
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 1, 1)};
-  }, same_dtype_matmul(0, true));
+  }, padded(same_dtype_matmul(0, true)));
   register_lowering({"dot", "dot.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
   }, same_dtype_matmul(0));
@@ -169,7 +169,7 @@ TORCHTPU_LOWERINGS(linalg) {
   // addmm(self, mat1, mat2, *, beta, alpha)
   register_lowering({"addmm", "addmm_", "addmm.out"}, [](LoweringContext& c) {
     return Values{affine(c, matmul(c, c.input(1), c.input(2), 0, 0), 0, 3, 4)};
-  }, same_dtype_matmul(1));
+  }, padded(same_dtype_matmul(1)));
   register_lowering({"baddbmm", "baddbmm_", "baddbmm.out"}, [](LoweringContext& c) {
     return Values{affine(c, matmul(c, c.input(1), c.input(2), 1, 1), 0, 3, 4)};
   }, same_dtype_matmul(1, true));

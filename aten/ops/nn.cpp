@@ -315,12 +315,12 @@ TORCHTPU_LOWERINGS(nn) {
     Math m{c.b};
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), false, c.out().dtype)};
-  });
+  }, padded({}, {exec::Fill::kLowest}));
   register_lowering({"_log_softmax", "_log_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), true, c.out().dtype)};
-  });
+  }, padded({}, {exec::Fill::kLowest}));
   register_lowering({"_softmax_backward_data", "_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, output, dim, input_dtype)
     DType acc = accumulator(c.out().dtype);

@@ -319,6 +319,10 @@ TORCHTPU_LOWERINGS(normalization) {
     auto stat = [&](const at::Tensor& t) { return at::empty(t.sizes(), t.options().dtype(mixed ? at::kFloat : x.scalar_type())); };
     return std::vector<c10::IValue>{y, stat(mean), stat(rstd)};
   };
+  // Rows are independent: the input's leading dimensions may be padded, never the normalized ones.
+  layer_norm_dtypes.padding = PaddingRule{exec::Fill::kZero, [](const std::vector<c10::IValue>& args, size_t arg, int64_t dim) {
+    return arg == 0 && dim < args[0].toTensor().dim() - static_cast<int64_t>(args[1].toIntList().size());
+  }};
   register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm, layer_norm_dtypes);
   register_lowering({"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward);
   register_lowering({"_weight_norm_interface", "_weight_norm_interface.out"}, weight_norm);

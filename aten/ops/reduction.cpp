@@ -479,10 +479,12 @@ TORCHTPU_LOWERINGS(reduction) {
     Value diagonal = c.b.compare(Compare::kEQ, c.b.iota(index, 0), c.b.iota(index, 1));
     return Values{finish(c, reduce(c, c.b.select(diagonal, x, c.full(0, x)), {0, 1}, BinaryOp::kAdd, 0))};
   });
-  register_lowering({"any", "any.all_out"}, boolean_reduce(BinaryOp::kOr, kAll));
-  register_lowering({"any.dim", "any.out", "any.dims", "any.dims_out"}, boolean_reduce(BinaryOp::kOr, 1));
-  register_lowering({"all", "all.all_out"}, boolean_reduce(BinaryOp::kAnd, kAll));
-  register_lowering({"all.dim", "all.out", "all.dims", "all.dims_out"}, boolean_reduce(BinaryOp::kAnd, 1));
+  // Padding reads as what leaves the answer unchanged: false for any, true for all.
+  LoweringOptions any_padded = padded({}, {exec::Fill::kZero}), all_padded = padded({}, {exec::Fill::kOne});
+  register_lowering({"any", "any.all_out"}, boolean_reduce(BinaryOp::kOr, kAll), any_padded);
+  register_lowering({"any.dim", "any.out", "any.dims", "any.dims_out"}, boolean_reduce(BinaryOp::kOr, 1), any_padded);
+  register_lowering({"all", "all.all_out"}, boolean_reduce(BinaryOp::kAnd, kAll), all_padded);
+  register_lowering({"all.dim", "all.out", "all.dims", "all.dims_out"}, boolean_reduce(BinaryOp::kAnd, 1), all_padded);
   register_lowering({"logsumexp", "logsumexp.out"}, [](LoweringContext& c) {
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     auto dims = reduced_dims(c, 1, x.type.rank());

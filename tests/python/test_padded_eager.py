@@ -91,6 +91,35 @@ def test_gradients_flow_through_padded_attention():
     torch.testing.assert_close(tpu_grad.cpu(), cpu_grad)
 
 
+def _block(ids, emb, w):
+    """A small decoder step on token ids: every op family that has a padding rule."""
+    x = F.layer_norm(F.embedding(ids, emb), (emb.shape[1],))
+    h = torch.tanh(x @ w) * 0.5 + x
+    scores = h @ h.transpose(-1, -2)
+    causal = torch.ones_like(scores, dtype=torch.bool).triu(1)
+    p = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
+    positions = torch.cumsum(torch.ones_like(ids), dim=1) - 1
+    return p @ h, positions, (ids > 25).any(dim=1), (ids >= 0).all()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_decoder_block_at_varying_lengths_matches_cpu(batch):
+    g = torch.Generator().manual_seed(0)
+    emb, w = torch.randn(50, 16, generator=g), torch.randn(16, 16, generator=g) / 4
+    emb_tpu, w_tpu = emb.to("tpu"), w.to("tpu")
+    compiled = {}
+    for length in [9, 10, 12, 13, 11, 16, 14, 20, 27]:
+        ids = torch.randint(0, 50, (batch, length), generator=g)
+        before = _counters()["compiles"]
+        got = _block(ids.to("tpu"), emb_tpu, w_tpu)
+        for k, (t, c) in enumerate(zip(got, _block(ids, emb, w))):
+            assert t.shape == c.shape
+            torch.testing.assert_close(t.cpu(), c, msg=lambda m: f"length {length}, output {k}: {m}")
+        compiled[length] = _counters()["compiles"] - before
+    if batch == 1:  # (batch 2 folds [2, L] into 2 * L rows for its matmuls: those run at exact sizes)
+        assert compiled[11] == compiled[14] == compiled[27] == 0, compiled
+
+
 def _padded_ops_in_subprocess(env):
     code = ("import torch, torchtpu\n"
             "x = torch.zeros(1, 3, device='tpu')\n"
