@@ -694,13 +694,17 @@ bool same_type(const exec::Operand& o) {
 std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, const OpPlan& plan,
                                                const std::vector<c10::IValue>& args, const graph::Origin* origin,
                                                Inputs& in, std::vector<exec::Operand>& outputs) {
+  const PaddingRule& rule = *plan.entry->options.padding;
+  if (rule.applies && !rule.applies(args)) return nullptr;
+  auto empty = [](const exec::Operand& o) { return o.view.numel() == 0 || o.storage->nbytes() == 0; };
+  if (std::any_of(in.operands.begin(), in.operands.end(), empty) || std::any_of(outputs.begin(), outputs.end(), empty))
+    return nullptr;  // nothing to gather from, or into
   std::vector<std::vector<int64_t>> output_sizes;
   for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
-  std::vector<int64_t> varying = varying_sizes(origin, in.operands, output_sizes);
+  std::vector<int64_t> varying = varying_sizes(rule.seeds ? origin : nullptr, in.operands, output_sizes);
   bool padded_input = std::any_of(in.operands.begin(), in.operands.end(),
                                   [](const exec::Operand& o) { return o.storage->varies(); });
   if (varying.empty() && !padded_input) return nullptr;
-  const PaddingRule& rule = *plan.entry->options.padding;
   std::vector<std::optional<std::vector<int64_t>>> input_boxes;
   bool padded = false;
   for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
@@ -743,7 +747,7 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   for (size_t k = 0; k < outputs.size(); ++k)
     if (output_boxes[k] != outputs[k].view.sizes || !output_varying[k].empty()) {
       outputs[k].padding = exec::Padding{std::move(output_boxes[k])};
-      in.varying.push_back(std::move(output_varying[k]));
+      in.varying.push_back(marks(outputs[k].view.sizes, output_varying[k]));
     }
   return box_meta;
 }

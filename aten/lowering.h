@@ -141,6 +141,13 @@ struct PaddingRule {
   exec::Fill fill = exec::Fill::kZero;
   std::function<bool(const std::vector<c10::IValue>& args, size_t arg, int64_t dim)> paddable;
   bool needs_sizes = false;
+  // The calls the rule applies to (all when unset); the others run at exact sizes.
+  std::function<bool(const std::vector<c10::IValue>& args)> applies;
+  // Sizes that change between calls at one line start padding there (aten/varying_sizes.h): ops
+  // that grow a tensor from itself (cat: a KV cache, generated ids). Other ops pad only what
+  // reads padded tensors: a line that handles many tensors (an optimizer's state for each
+  // parameter) is not a size that varies.
+  bool seeds = false;
 };
 
 struct LoweringOptions {

@@ -99,6 +99,34 @@ class SeenShapes {
   std::unordered_map<const graph::Origin*, Line> lines_;  // origins are interned per line and op
 };
 
+// The sizes that varied in the last calls that had any: a fill shaped like a padded tensor
+// (torch.ones_like of a growing mask) reads nothing that says it varies, but its sizes do.
+class RecentSizes {
+ public:
+  void remember(const std::vector<int64_t>& sizes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t n : sizes) {
+      if (std::find(recent_.begin(), recent_.end(), n) != recent_.end()) continue;
+      if (recent_.size() == kCapacity) recent_.erase(recent_.begin());
+      recent_.push_back(n);
+    }
+  }
+  bool contains(int64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::find(recent_.begin(), recent_.end(), n) != recent_.end();
+  }
+
+ private:
+  static constexpr size_t kCapacity = 16;
+  std::mutex mu_;
+  std::vector<int64_t> recent_;
+};
+
+RecentSizes& recent_sizes() {
+  static auto* r = new RecentSizes;  // never destroyed: see executor.cpp
+  return *r;
+}
+
 SeenShapes& seen_shapes() {
   static auto* s = new SeenShapes;  // never destroyed, like the origins it is keyed by
   return *s;
@@ -107,6 +135,8 @@ SeenShapes& seen_shapes() {
 }  // namespace
 
 bool padding_enabled() { return config().enabled; }
+
+bool recently_varying(int64_t n) { return n > 1 && recent_sizes().contains(n); }
 
 int64_t bucket(int64_t n) {
   if (n <= 1) return n;
@@ -120,13 +150,42 @@ int64_t bucket(int64_t n) {
   return b;
 }
 
+std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
+  std::vector<int64_t> marked;
+  for (size_t first = 0; first < sizes.size(); ++first) {
+    int64_t product = 1;
+    bool varies = false;
+    for (size_t last = first; last < sizes.size(); ++last) {
+      product *= sizes[last];
+      varies |= std::find(varying.begin(), varying.end(), sizes[last]) != varying.end();
+      if (varies) add(marked, product);
+    }
+  }
+  std::sort(marked.begin(), marked.end());
+  return marked;
+}
+
 std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vector<exec::Operand>& inputs,
                                    const Shapes& output_sizes) {
   std::vector<int64_t> varying;
-  for (const exec::Operand& o : inputs)
-    for (int64_t n : o.storage->varying_sizes()) add(varying, n);
+  for (const exec::Operand& o : inputs) {
+    const std::vector<int64_t>& marked = o.storage->varying_sizes();
+    if (marked.empty()) continue;
+    for (int64_t n : marked) add(varying, n);
+    // A view that splits a marked size ([B*L, N] seen as [B, L, N]) varies in the split parts.
+    const std::vector<int64_t>& sizes = o.view.sizes;
+    for (size_t first = 0; first < sizes.size(); ++first) {
+      int64_t product = sizes[first];
+      for (size_t last = first + 1; last < sizes.size(); ++last) {
+        product *= sizes[last];
+        if (!std::binary_search(marked.begin(), marked.end(), product)) continue;
+        for (size_t d = first; d <= last; ++d) add(varying, sizes[d]);
+      }
+    }
+  }
   if (origin && !origin->location.empty()) seen_shapes().compare(origin, shapes_of(inputs, output_sizes), varying);
   std::sort(varying.begin(), varying.end());
+  if (!varying.empty()) recent_sizes().remember(varying);
   return varying;
 }
 
@@ -137,12 +196,16 @@ std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector
   return box;
 }
 
-std::vector<int64_t> pad_elementwise(const graph::Origin* origin, std::vector<exec::Operand>& inputs,
-                     std::vector<exec::Operand>& outputs) {
+std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::vector<exec::Operand>& outputs) {
   if (!padding_enabled()) return {};
-  Shapes output_sizes;
-  for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
-  std::vector<int64_t> varying = varying_sizes(origin, inputs, output_sizes);
+  auto empty = [](const exec::Operand& o) { return o.view.numel() == 0 || o.storage->nbytes() == 0; };
+  if (std::any_of(inputs.begin(), inputs.end(), empty) || std::any_of(outputs.begin(), outputs.end(), empty))
+    return {};  // nothing to gather from, or into
+  std::vector<int64_t> varying = varying_sizes(nullptr, inputs, {});
+  for (const exec::Operand& o : outputs)
+    for (int64_t n : o.view.sizes)
+      if (recently_varying(n)) add(varying, n);
+  std::sort(varying.begin(), varying.end());
   auto pads = [&](const exec::Operand& o) {
     if (o.view.sizes.empty()) return false;
     bool varies = std::any_of(o.view.sizes.begin(), o.view.sizes.end(),
@@ -161,7 +224,7 @@ std::vector<int64_t> pad_elementwise(const graph::Origin* origin, std::vector<ex
   for (auto* operands : {&inputs, &outputs})
     for (exec::Operand& o : *operands)
       if (pads(o)) o.padding = exec::Padding{box_of(o.view.sizes, varying)};
-  return varying;
+  return marks(outputs.at(0).view.sizes, varying);
 }
 
 }  // namespace torchtpu::aten

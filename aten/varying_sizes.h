@@ -10,6 +10,9 @@
 
 namespace torchtpu::aten {
 
+// Whether `n` is a size that varied in a recent call (a fill shaped like a padded tensor pads).
+bool recently_varying(int64_t n);
+
 // Whether ops with a padding rule run padded: TORCHTPU_BUCKETS=off turns it off.
 bool padding_enabled();
 
@@ -18,18 +21,23 @@ bool padding_enabled();
 int64_t bucket(int64_t n);
 
 // The sizes that vary in a call: those the padded input storages vary in (marked by the op that
-// wrote them), and, at a user's line (`origin`), those that differ from the first call made there
-// (the line's tensors have the same number of dimensions). Sorted; never 0 or 1.
+// wrote them), and, given the user's line (`origin`) of an op that seeds padding, those that have
+// differed between calls there. Sorted; never 0 or 1.
 std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vector<exec::Operand>& inputs,
                                    const std::vector<std::vector<int64_t>>& output_sizes);
+
+// What a padded result of `sizes` is marked with (BufferRef::varying_sizes) when `varying` vary:
+// those sizes, and the product of every run of adjacent dimensions holding one, so that a view
+// merging them ([B, L, D] seen as [B*L, D] by a matmul) varies too.
+std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
 // `sizes` with each varying size padded to its bucket.
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
 // Pads the operands of an element-wise call made outside the lowering registry (a copy between
-// tpu tensors) where its sizes vary or its storages are padded; false, changing nothing, where it
-// runs at exact sizes. Returns the sizes that vary (empty: none), to mark the results with.
-std::vector<int64_t> pad_elementwise(const graph::Origin* origin, std::vector<exec::Operand>& inputs,
-                     std::vector<exec::Operand>& outputs);
+// tpu tensors, a fill) where its storages are padded or its results' sizes are ones that vary now
+// (recently_varying); where it runs at exact sizes, it changes nothing. Returns what to mark the
+// (first) result with: empty where nothing varies.
+std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::vector<exec::Operand>& outputs);
 
 }  // namespace torchtpu::aten

@@ -377,6 +377,10 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   TraceCause cause(nodes.front()->origin.get());
   std::string what = describe(nodes);
   Donation donation = one_program_block() ? donation_of(w) : Donation{};
+  // A compiled graph's first run (compiled while it ran) may still read what the window would
+  // donate: the optimizer step after a compiled step's first backward. Waiting for it here keeps
+  // which buffers are donated, and so the program, the same from the first step on.
+  if (!donation.aliases.empty() && first_runs_in_flight() > 0) wait_for_first_runs();
   auto text = [&] { return w.program_text(donation.aliases); };
   auto names = [&] { return ProgramNames{what, identity_of(nodes)}; };
   std::string key = w.key() + donation.key;

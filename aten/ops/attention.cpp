@@ -130,10 +130,10 @@ std::vector<c10::IValue> attention_backward_meta(const c10::FunctionSchema&, con
 }
 
 // Padded calls pad only the query and key lengths (dimension 2 of query, key, value, the output
-// and its gradient, and the bias's last two): the head dimension sets the scale.
+// and its gradient, and the bias's last two, whatever its rank): the head dimension sets the scale.
 PaddingRule padded_lengths(size_t bias_arg) {
-  auto lengths = [bias_arg](const std::vector<c10::IValue>&, size_t arg, int64_t dim) {
-    return dim == 2 || (arg == bias_arg && dim == 3);
+  auto lengths = [bias_arg](const std::vector<c10::IValue>& args, size_t arg, int64_t dim) {
+    return arg == bias_arg ? dim >= args[arg].toTensor().dim() - 2 : dim == 2;
   };
   return {exec::Fill::kZero, lengths, /*needs_sizes=*/true};
 }

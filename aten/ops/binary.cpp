@@ -510,23 +510,31 @@ Values next_after(LoweringContext& c) {
 
 TORCHTPU_LOWERINGS(binary) {
   PaddedFamily elementwise;  // every op here runs padded where sizes vary
+  // ... but add, sub and rsub of 16-bit floats: their rounding follows CPU's loop over the exact
+  // layout (add_scaled_by_alpha).
+  PaddingRule not_in_16_bits;
+  not_in_16_bits.applies = [](const std::vector<c10::IValue>& args) {
+    return std::none_of(args.begin(), args.end(), [](const c10::IValue& a) {
+      return a.isTensor() && at::isReducedFloatingType(a.toTensor().scalar_type());
+    });
+  };
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return Values{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
-  }, with_meta(add_meta()));
+  }, padded(with_meta(add_meta()), not_in_16_bits));
   // torch._VF._add_relu (what fusing passes make of add + relu); PyTorch has add's meta only
   register_with_variants("_add_relu", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     Value sum = add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1);
     return Values{c.b.binary(BinaryOp::kMaximum, sum, c.b.constant(0, sum.type))};
-  }, with_meta([](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  }, padded(with_meta([](const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
     std::string add = schema.name() == "aten::_add_relu_" ? "aten::add_" : "aten::add";
     return add_meta()(c10::FunctionSchema(add, schema.overload_name(), schema.arguments(), schema.returns()), args);
-  }));
+  }), not_in_16_bits));
   register_with_variants("sub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return Values{add_scaled_by_alpha(c, BinaryOp::kSubtract, 0, 1)};
-  }, with_meta(add_meta(no_bool_subtraction)));
+  }, padded(with_meta(add_meta(no_bool_subtraction)), not_in_16_bits));
   register_with_variants("rsub", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     return Values{add_scaled_by_alpha(c, BinaryOp::kSubtract, 1, 0)};
-  }, with_meta(add_meta(no_bool_subtraction)));
+  }, padded(with_meta(add_meta(no_bool_subtraction)), not_in_16_bits));
   register_with_variants("mul", {"Tensor", "Scalar"}, [](LoweringContext& c) {
     // float8 products are formed in float32 (exactly) and rounded by the conversion to the output,
     // PyTorch's rounding, saturating float8_e4m3fn where PyTorch does (XLA's own float8 multiply

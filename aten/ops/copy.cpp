@@ -41,7 +41,7 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
                     (dst_conj ? "c" : "") + (dst_neg ? "n" : "");
   std::vector<exec::Operand> inputs{operand(src)}, outputs{operand(dst)};
   auto origin = origin_of("aten::copy_");
-  std::vector<int64_t> varying = pad_elementwise(origin.get(), inputs, outputs);
+  std::vector<int64_t> varying = pad_elementwise(inputs, outputs);
   std::vector<int64_t> sizes = outputs[0].padding ? outputs[0].padding->box : dst.sizes().vec();
   exec::BufferRef& written = *outputs[0].storage;
   bool padded = outputs[0].padding.has_value();
@@ -71,7 +71,7 @@ bool upload_padded_if_varying(const at::Tensor& host, exec::BufferRef& storage) 
   int64_t capacity = 1;
   for (int64_t n : box_of(sizes, varying)) capacity *= n;
   exec::upload_padded(storage, host.data_ptr(), to_dtype(host.scalar_type()), capacity);
-  storage.set_varying_sizes(std::move(varying));
+  storage.set_varying_sizes(marks(sizes, varying));
   return true;
 }
 

@@ -60,7 +60,7 @@ bool zero_bytes(const c10::Scalar& value) {
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   std::vector<exec::Operand> inputs, outputs{operand(self)};
   std::shared_ptr<const graph::Origin> origin = origin_of("aten::fill_");
-  std::vector<int64_t> varying = pad_elementwise(origin.get(), inputs, outputs);
+  std::vector<int64_t> varying = pad_elementwise(inputs, outputs);
   const exec::Operand& out = outputs[0];
   hlo::TensorType type{computed_as(out.view.dtype), out.padding ? out.padding->box : out.view.sizes};
   exec::Lowering lower;

@@ -498,6 +498,7 @@ TORCHTPU_LOWERINGS(indexing) {
     }));
     o.no_aliasing = true;
     o.padding = PaddingRule{exec::Fill::kZero, nullptr, /*needs_sizes=*/true};
+    o.padding->seeds = true;
     return o;
   }());
   register_lowering({"index_select", "index_select.out"}, [](LoweringContext& c) {

@@ -413,26 +413,31 @@ TORCHTPU_LOWERINGS(reduction) {
     Value bits = c.b.bitcast_convert(cast(c.b, x, wide), DType::kU64);
     return Values{c.b.reshape(reduce(c, bits, reduced_dims(c, 1, x.type.rank()), BinaryOp::kXor, 0), c.out().dims)};
   });
-  register_lowering({"sum", "sum.out"}, sum_lowering(kAll));
-  register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1));
+  // Padding reads as what changes no result: 0 for a sum, 1 for a product, the lowest value for a
+  // max (a tie with it picks the earlier, real index), the highest for a min.
+  using exec::Fill;
+  register_lowering({"sum", "sum.out"}, sum_lowering(kAll), padded({}, {Fill::kZero}));
+  register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1), padded({}, {Fill::kZero}));
   register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));
   register_lowering({"mean.dim", "mean.out"}, mean_lowering(1));
   register_lowering({"prod", "prod.out"}, [](LoweringContext& c) {
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{finish(c, reduce(c, x, reduced_dims(c, kAll, x.type.rank()), BinaryOp::kMultiply, 1))};
-  });
+  }, padded({}, {Fill::kOne}));
   register_lowering({"prod.dim_int", "prod.int_out"}, [](LoweringContext& c) {
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{finish(c, reduce(c, x, reduced_dims(c, 1, x.type.rank()), BinaryOp::kMultiply, 1))};
-  });
-  register_lowering({"amax", "amax.out"}, extreme(true, 1), with_meta(nonempty_reduction("amax", 1, false)));
-  register_lowering({"amin", "amin.out"}, extreme(false, 1), with_meta(nonempty_reduction("amin", 1, false)));
-  register_lowering({"max", "max.unary_out"}, extreme(true, kAll), with_meta(nonempty_reduction("max", kAll, false)));
-  register_lowering({"min", "min.unary_out"}, extreme(false, kAll), with_meta(nonempty_reduction("min", kAll, false)));
-  register_lowering({"max.dim", "max.dim_max"}, extreme_with_index(true), with_meta(nonempty_reduction("max", 1, true)));
-  register_lowering({"min.dim", "min.dim_min"}, extreme_with_index(false), with_meta(nonempty_reduction("min", 1, true)));
-  register_lowering({"argmax", "argmax.out"}, arg_lowering(true), with_meta(nonempty_reduction("argmax", 1, true)));
-  register_lowering({"argmin", "argmin.out"}, arg_lowering(false), with_meta(nonempty_reduction("argmin", 1, true)));
+  }, padded({}, {Fill::kOne}));
+  auto a_max = [](LoweringOptions o) { return padded(std::move(o), {Fill::kLowest}); };
+  auto a_min = [](LoweringOptions o) { return padded(std::move(o), {Fill::kHighest}); };
+  register_lowering({"amax", "amax.out"}, extreme(true, 1), a_max(with_meta(nonempty_reduction("amax", 1, false))));
+  register_lowering({"amin", "amin.out"}, extreme(false, 1), a_min(with_meta(nonempty_reduction("amin", 1, false))));
+  register_lowering({"max", "max.unary_out"}, extreme(true, kAll), a_max(with_meta(nonempty_reduction("max", kAll, false))));
+  register_lowering({"min", "min.unary_out"}, extreme(false, kAll), a_min(with_meta(nonempty_reduction("min", kAll, false))));
+  register_lowering({"max.dim", "max.dim_max"}, extreme_with_index(true), a_max(with_meta(nonempty_reduction("max", 1, true))));
+  register_lowering({"min.dim", "min.dim_min"}, extreme_with_index(false), a_min(with_meta(nonempty_reduction("min", 1, true))));
+  register_lowering({"argmax", "argmax.out"}, arg_lowering(true), a_max(with_meta(nonempty_reduction("argmax", 1, true))));
+  register_lowering({"argmin", "argmin.out"}, arg_lowering(false), a_min(with_meta(nonempty_reduction("argmin", 1, true))));
   register_lowering({"var.correction", "var.correction_out"}, [](LoweringContext& c) {
     Value x = c.input_uncast(0);
     return Values{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};
