@@ -99,34 +99,6 @@ class SeenShapes {
   std::unordered_map<const graph::Origin*, Line> lines_;  // origins are interned per line and op
 };
 
-// The sizes that varied in the last calls that had any: a fill shaped like a padded tensor
-// (torch.ones_like of a growing mask) reads nothing that says it varies, but its sizes do.
-class RecentSizes {
- public:
-  void remember(const std::vector<int64_t>& sizes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int64_t n : sizes) {
-      if (std::find(recent_.begin(), recent_.end(), n) != recent_.end()) continue;
-      if (recent_.size() == kCapacity) recent_.erase(recent_.begin());
-      recent_.push_back(n);
-    }
-  }
-  bool contains(int64_t n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::find(recent_.begin(), recent_.end(), n) != recent_.end();
-  }
-
- private:
-  static constexpr size_t kCapacity = 16;
-  std::mutex mu_;
-  std::vector<int64_t> recent_;
-};
-
-RecentSizes& recent_sizes() {
-  static auto* r = new RecentSizes;  // never destroyed: see executor.cpp
-  return *r;
-}
-
 SeenShapes& seen_shapes() {
   static auto* s = new SeenShapes;  // never destroyed, like the origins it is keyed by
   return *s;
@@ -135,8 +107,6 @@ SeenShapes& seen_shapes() {
 }  // namespace
 
 bool padding_enabled() { return config().enabled; }
-
-bool recently_varying(int64_t n) { return n > 1 && recent_sizes().contains(n); }
 
 int64_t bucket(int64_t n) {
   if (n <= 1) return n;
@@ -185,7 +155,6 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
   }
   if (origin && !origin->location.empty()) seen_shapes().compare(origin, shapes_of(inputs, output_sizes), varying);
   std::sort(varying.begin(), varying.end());
-  if (!varying.empty()) recent_sizes().remember(varying);
   return varying;
 }
 
@@ -202,10 +171,6 @@ std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::ve
   if (std::any_of(inputs.begin(), inputs.end(), empty) || std::any_of(outputs.begin(), outputs.end(), empty))
     return {};  // nothing to gather from, or into
   std::vector<int64_t> varying = varying_sizes(nullptr, inputs, {});
-  for (const exec::Operand& o : outputs)
-    for (int64_t n : o.view.sizes)
-      if (recently_varying(n)) add(varying, n);
-  std::sort(varying.begin(), varying.end());
   auto pads = [&](const exec::Operand& o) {
     if (o.view.sizes.empty()) return false;
     bool varies = std::any_of(o.view.sizes.begin(), o.view.sizes.end(),

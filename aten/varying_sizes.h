@@ -10,9 +10,6 @@
 
 namespace torchtpu::aten {
 
-// Whether `n` is a size that varied in a recent call (a fill shaped like a padded tensor pads).
-bool recently_varying(int64_t n);
-
 // Whether ops with a padding rule run padded: TORCHTPU_BUCKETS=off turns it off.
 bool padding_enabled();
 
@@ -35,9 +32,8 @@ std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
 // Pads the operands of an element-wise call made outside the lowering registry (a copy between
-// tpu tensors, a fill) where its storages are padded or its results' sizes are ones that vary now
-// (recently_varying); where it runs at exact sizes, it changes nothing. Returns what to mark the
-// (first) result with: empty where nothing varies.
+// tpu tensors) where its storages are padded; where it runs at exact sizes, it changes nothing.
+// Returns what to mark the (first) result with: empty where nothing varies.
 std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::vector<exec::Operand>& outputs);
 
 }  // namespace torchtpu::aten

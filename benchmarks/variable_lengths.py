@@ -1,6 +1,6 @@
 """Training on batches of varying sequence length: what recompiling costs, side by side.
 
-    python benchmarks/variable_lengths.py [--steps 12] [--runtimes ...] [--json FILE]
+    python benchmarks/variable_lengths.py [--steps 12] [--fixed-length N] [--runtimes ...] [--json FILE]
 
 A GPT-style decoder (benchmarks/models.py) trains with SGD on batches whose sequence length is
 drawn from 33..64 (the same seeded draw for every runtime); the loss function (model and loss)
@@ -12,7 +12,11 @@ is compiled once and called on every batch. Each runtime runs in its own process
 - torchtpu-exact: ``torch.compile(loss_of, backend="tpu", dynamic=False)``: one program per length;
 - torchtpu-buckets: ``torch.compile(loss_of, backend="tpu")``: automatic dynamic shapes, padded to
   buckets (powers of two): one program per bucket;
-- torchtpu-fused: fused eager mode (its windows compile per new shape).
+- torchtpu-strict, torchtpu-fused: eager modes, whose ops run padded to buckets where sizes vary
+  (docs/modes.md, "Shapes that change").
+
+``--fixed-length N`` trains every step at length N instead: the floor a varying-length run is
+measured against.
 
 Reported per runtime: the whole run (compiles included), the median step of the last half of
 the steps, the number of XLA compiles (``torchtpu.metrics``), and the losses' largest relative
@@ -28,17 +32,17 @@ import time
 import fresh_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RUNTIMES = ["torch-cpu", "inductor-cpu", "torchtpu-exact", "torchtpu-buckets", "torchtpu-fused"]
+RUNTIMES = ["torch-cpu", "inductor-cpu", "torchtpu-exact", "torchtpu-buckets", "torchtpu-strict", "torchtpu-fused"]
 SIZES = dict(vocab=512, d_model=128, heads=4, layers=2, seq=64, batch=8)
 
 
-def lengths(steps):
+def lengths(steps, fixed=None):
     import random
     rng = random.Random(0)
-    return [rng.randint(33, 64) for _ in range(steps)]
+    return [fixed or rng.randint(33, 64) for _ in range(steps)]
 
 
-def child(runtime, steps):
+def child(runtime, steps, fixed=None):
     import torch
     sys.path.insert(0, HERE)
     import models
@@ -61,7 +65,7 @@ def child(runtime, steps):
     g = torch.Generator().manual_seed(1)
     losses, times = [], []
     start = time.perf_counter()
-    for n in lengths(steps):
+    for n in lengths(steps, fixed):
         x = torch.randint(0, SIZES["vocab"], (SIZES["batch"], n), generator=g).to(device)
         y = torch.randint(0, SIZES["vocab"], (SIZES["batch"], n), generator=g).to(device)
         t = time.perf_counter()
@@ -95,13 +99,17 @@ def table(results, steps):
 
 
 def main():
-    args = fresh_process.command_line(__doc__, RUNTIMES, lambda ap: ap.add_argument("--steps", type=int, default=12))
+    def options(ap):
+        ap.add_argument("--steps", type=int, default=12)
+        ap.add_argument("--fixed-length", type=int, default=None)
+
+    args = fresh_process.command_line(__doc__, RUNTIMES, options)
     if args.child:
-        print(json.dumps(child(args.child, args.steps)))
+        print(json.dumps(child(args.child, args.steps, args.fixed_length)))
         return
-    results = fresh_process.run_all(__file__, args.runtimes, ["--steps", str(args.steps)],
-                                    lambda r: f"{r['total_s']:.1f} s")
-    print(f"lengths: {lengths(args.steps)}")
+    forwarded = ["--steps", str(args.steps)] + (["--fixed-length", str(args.fixed_length)] if args.fixed_length else [])
+    results = fresh_process.run_all(__file__, args.runtimes, forwarded, lambda r: f"{r['total_s']:.1f} s")
+    print(f"lengths: {lengths(args.steps, args.fixed_length)}")
     print(table(results, args.steps))
     fresh_process.save(results, args.json)
 

@@ -18,7 +18,6 @@
 #include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
 #include "aten/tensor_operand.h"
-#include "aten/varying_sizes.h"
 #include "exec/executor.h"
 
 namespace torchtpu::aten {
@@ -55,14 +54,9 @@ bool zero_bytes(const c10::Scalar& value) {
   return v.real() == 0 && v.imag() == 0 && !std::signbit(v.real()) && !std::signbit(v.imag());
 }
 
-// A fill whose sizes vary at its line (torch.ones_like of a growing mask) is padded like an
-// element-wise op (aten/varying_sizes.h).
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
-  std::vector<exec::Operand> inputs, outputs{operand(self)};
-  std::shared_ptr<const graph::Origin> origin = origin_of("aten::fill_");
-  std::vector<int64_t> varying = pad_elementwise(inputs, outputs);
-  const exec::Operand& out = outputs[0];
-  hlo::TensorType type{computed_as(out.view.dtype), out.padding ? out.padding->box : out.view.sizes};
+  exec::Operand out = operand(self);
+  hlo::TensorType type{computed_as(out.view.dtype), out.view.sizes};
   exec::Lowering lower;
   std::string key;
   // CPU's overflow check: 200 does not fit int8; -9 fits uint8 by wrapping. Its one-element fill
@@ -96,11 +90,9 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
     lower = [lower, stored = out.view.dtype](hlo::Builder& b, const std::vector<hlo::Value>& in) {
       return std::vector<hlo::Value>{b.convert(lower(b, in).at(0), stored)};
     };
-  bool padded = out.padding.has_value();
-  exec::OpCall call{key, lower, {}, std::move(outputs), origin};
+  exec::OpCall call{key, lower, {}, {out}, origin_of("aten::fill_")};
   call.zero_bytes = zero_bytes(value);
   run_on_device(std::move(call));
-  if (padded) buffer_ref(self).set_varying_sizes(std::move(varying));
   return self;
 }
 

@@ -96,9 +96,11 @@ def _block(ids, emb, w):
     x = F.layer_norm(F.embedding(ids, emb), (emb.shape[1],))
     h = torch.tanh(x @ w) * 0.5 + x
     scores = h @ h.transpose(-1, -2)
-    causal = torch.ones_like(scores, dtype=torch.bool).triu(1)
+    # Masks from the data, not torch.ones_like: a fill reads nothing padded, so it runs at its
+    # exact size (docs/design.md, "Shapes that change").
+    causal = (scores == scores).triu(1)
     p = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
-    positions = torch.cumsum(torch.ones_like(ids), dim=1) - 1
+    positions = torch.cumsum((ids >= 0).long(), dim=1) - 1
     return p @ h, positions, (ids > 25).any(dim=1), (ids >= 0).all()
 
 
