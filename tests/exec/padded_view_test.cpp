@@ -14,17 +14,8 @@ namespace {
 using hlo::Builder;
 using hlo::Value;
 using testing::contents;
+using testing::contiguous;
 using testing::storage_of;
-
-View contiguous(std::vector<int64_t> sizes, int64_t offset = 0) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t st = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = st;
-    st *= sizes[i];
-  }
-  return {DType::kF32, sizes, strides, offset};
-}
 
 std::vector<float> iota_data(int64_t n, float from = 0) {
   std::vector<float> v(n);
