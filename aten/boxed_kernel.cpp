@@ -679,75 +679,102 @@ bool pads_any(const PaddingRule& rule, const std::vector<c10::IValue>& args, siz
   return false;
 }
 
-bool any_varying(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
-  return std::any_of(sizes.begin(), sizes.end(), [&](int64_t n) { return std::binary_search(varying.begin(), varying.end(), n); });
-}
-
 // An operand read or written padded must hold elements of its own type (no reinterpreting view).
 bool same_type(const exec::Operand& o) {
   const graph::ValuePtr& v = o.storage->value();
   return !v || v->dtype() == o.view.dtype;
 }
 
-// Gives the operands of a call whose sizes vary their padding; returns the metadata of the boxes,
-// or null, changing nothing, where the call runs at its exact sizes.
-std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, const OpPlan& plan,
-                                               const std::vector<c10::IValue>& args, const graph::Origin* origin,
-                                               Inputs& in, std::vector<exec::Operand>& outputs) {
-  const PaddingRule& rule = *plan.entry->options.padding;
-  if (rule.applies && !rule.applies(args)) return nullptr;
+using Box = std::vector<int64_t>;
+
+// The sizes that vary in a call the rule applies to: empty where it runs at exact sizes (nothing
+// varies and nothing padded is read, or an operand is empty: nothing to gather from or into).
+std::vector<int64_t> call_varying(const PaddingRule& rule, const std::vector<c10::IValue>& args,
+                                  const graph::Origin* origin, const Inputs& in, const std::vector<exec::Operand>& outputs,
+                                  bool& reads_padded) {
+  if (rule.applies && !rule.applies(args)) return {};
   auto empty = [](const exec::Operand& o) { return o.view.numel() == 0 || o.storage->nbytes() == 0; };
   if (std::any_of(in.operands.begin(), in.operands.end(), empty) || std::any_of(outputs.begin(), outputs.end(), empty))
-    return nullptr;  // nothing to gather from, or into
+    return {};
   std::vector<std::vector<int64_t>> output_sizes;
   for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
-  std::vector<int64_t> varying = varying_sizes(rule.seeds ? origin : nullptr, in.operands, output_sizes);
-  bool padded_input = std::any_of(in.operands.begin(), in.operands.end(),
-                                  [](const exec::Operand& o) { return o.storage->varies(); });
-  if (varying.empty() && !padded_input) return nullptr;
-  std::vector<std::optional<std::vector<int64_t>>> input_boxes;
-  bool padded = false;
+  reads_padded = std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) { return o.storage->varies(); });
+  return varying_sizes(rule.seeds ? origin : nullptr, in.operands, output_sizes);
+}
+
+// Each input's box, or nothing where it is read at its exact view; nothing at all where an input
+// to pad is a view of another type (a padded read gathers elements of its own type).
+std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& rule, const std::vector<c10::IValue>& args,
+                                                           const Inputs& in, const std::vector<int64_t>& varying) {
+  std::vector<std::optional<Box>> boxes;
   for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
       const exec::Operand& o = in.operands[k];
       // A padded storage is read padded even at exact sizes: its view's offset and strides, which
       // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time.
       bool pads = arg < args.size() && (pads_any(rule, args, arg, o.view.sizes, varying) || o.storage->varies());
-      std::vector<int64_t> box = pads ? box_of(rule, args, arg, o.view.sizes, varying) : o.view.sizes;
-      if (pads && !same_type(o)) return nullptr;
-      input_boxes.push_back(pads ? std::optional<std::vector<int64_t>>(box) : std::nullopt);
-      padded |= pads;
+      if (pads && !same_type(o)) return std::nullopt;
+      boxes.push_back(pads ? std::optional<Box>(box_of(rule, args, arg, o.view.sizes, varying)) : std::nullopt);
     }
-  if (!padded) return nullptr;
-  std::shared_ptr<const MetaResult> box_meta = box_metadata(op, plan, args, varying);
-  if (!box_meta) return nullptr;
-  std::vector<at::Tensor> metas = destination_metas(plan, *box_meta);
-  if (metas.size() != outputs.size()) return nullptr;
-  // A result dimension varies where the probe's boxes move it (else, failing that, where it is
-  // padded or has a varying size).
+  return boxes;
+}
+
+// The results' boxes (the meta kernel's on the inputs' boxes) and the sizes each varies in: where
+// the probe's larger boxes move a dimension (else where it is padded or has a varying size).
+// Nothing where a box cannot hold its result or a result is a view of another type.
+struct ResultBoxes {
+  std::vector<Box> boxes;
+  std::vector<std::vector<int64_t>> varying;
+};
+std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpPlan& plan,
+                                        const std::vector<c10::IValue>& args, const MetaResult& box_meta,
+                                        const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying) {
+  std::vector<at::Tensor> metas = destination_metas(plan, box_meta);
+  if (metas.size() != outputs.size()) return std::nullopt;
   std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/1);
   std::vector<at::Tensor> probes = probe_meta ? destination_metas(plan, *probe_meta) : std::vector<at::Tensor>{};
-  std::vector<std::vector<int64_t>> output_boxes, output_varying(outputs.size());
+  ResultBoxes r;
+  r.varying.resize(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
-    std::vector<int64_t> box(metas[k].sizes().begin(), metas[k].sizes().end());
+    Box box(metas[k].sizes().begin(), metas[k].sizes().end());
     const std::vector<int64_t>& sizes = outputs[k].view.sizes;
-    if (!holds(box, sizes) || !same_type(outputs[k])) return nullptr;
+    if (!holds(box, sizes) || !same_type(outputs[k])) return std::nullopt;
     bool probed = probes.size() == metas.size() && probes[k].dim() == metas[k].dim();
     for (size_t d = 0; d < sizes.size(); ++d) {
       bool varies = probed ? probes[k].size(d) != box[d]
                            : box[d] != sizes[d] || std::binary_search(varying.begin(), varying.end(), sizes[d]);
-      if (varies && sizes[d] > 1) output_varying[k].push_back(sizes[d]);
+      if (varies && sizes[d] > 1) r.varying[k].push_back(sizes[d]);
     }
-    std::sort(output_varying[k].begin(), output_varying[k].end());
-    output_boxes.push_back(std::move(box));
+    std::sort(r.varying[k].begin(), r.varying[k].end());
+    r.boxes.push_back(std::move(box));
   }
-  for (size_t k = 0; k < input_boxes.size(); ++k)
-    if (input_boxes[k]) in.operands[k].padding = exec::Padding{std::move(*input_boxes[k]), rule.fill};
+  return r;
+}
+
+// Gives the operands of a call whose sizes vary their padding, and `in.varying` what each padded
+// result varies in; returns the metadata of the boxes, or null, changing nothing, where the call
+// runs at its exact sizes.
+std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, const OpPlan& plan,
+                                               const std::vector<c10::IValue>& args, const graph::Origin* origin,
+                                               Inputs& in, std::vector<exec::Operand>& outputs) {
+  const PaddingRule& rule = *plan.entry->options.padding;
+  bool reads_padded = false;
+  std::vector<int64_t> varying = call_varying(rule, args, origin, in, outputs, reads_padded);
+  if (varying.empty() && !reads_padded) return nullptr;
+  std::optional<std::vector<std::optional<Box>>> inputs = input_boxes(rule, args, in, varying);
+  if (!inputs || std::none_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); }))
+    return nullptr;
+  std::shared_ptr<const MetaResult> box_meta = box_metadata(op, plan, args, varying);
+  if (!box_meta) return nullptr;
+  std::optional<ResultBoxes> results = result_boxes(op, plan, args, *box_meta, outputs, varying);
+  if (!results) return nullptr;
+  for (size_t k = 0; k < inputs->size(); ++k)
+    if ((*inputs)[k]) in.operands[k].padding = exec::Padding{std::move(*(*inputs)[k]), rule.fill};
   in.varying.clear();
   for (size_t k = 0; k < outputs.size(); ++k)
-    if (output_boxes[k] != outputs[k].view.sizes || !output_varying[k].empty()) {
-      outputs[k].padding = exec::Padding{std::move(output_boxes[k])};
-      in.varying.push_back(marks(outputs[k].view.sizes, output_varying[k]));
+    if (results->boxes[k] != outputs[k].view.sizes || !results->varying[k].empty()) {
+      outputs[k].padding = exec::Padding{std::move(results->boxes[k])};
+      in.varying.push_back(marks(outputs[k].view.sizes, results->varying[k]));
     }
   return box_meta;
 }

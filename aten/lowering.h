@@ -139,10 +139,10 @@ using CpuWhen = std::function<bool(const std::vector<c10::IValue>& args)>;
 // and reads them with LoweringContext::exact_size.
 struct PaddingRule {
   exec::Fill fill = exec::Fill::kZero;
-  std::function<bool(const std::vector<c10::IValue>& args, size_t arg, int64_t dim)> paddable;
+  std::function<bool(const std::vector<c10::IValue>& args, size_t arg, int64_t dim)> paddable = nullptr;
   bool needs_sizes = false;
   // The calls the rule applies to (all when unset); the others run at exact sizes.
-  std::function<bool(const std::vector<c10::IValue>& args)> applies;
+  std::function<bool(const std::vector<c10::IValue>& args)> applies = nullptr;
   // Sizes that change between calls at one line start padding there (aten/varying_sizes.h): ops
   // that grow a tensor from itself (cat: a KV cache, generated ids). Other ops pad only what
   // reads padded tensors: a line that handles many tensors (an optimizer's state for each
@@ -181,7 +181,7 @@ struct LoweringOptions {
   // skips the name there instead of rejecting it as a typo.
   bool not_in_every_release = false;
   // Runs padded where sizes vary; unset: always at exact sizes (a program per size).
-  std::optional<PaddingRule> padding;
+  std::optional<PaddingRule> padding = std::nullopt;
 };
 
 // Option factories for the common cases.

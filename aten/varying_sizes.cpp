@@ -40,7 +40,7 @@ const Config& config() {
   return c;
 }
 
-// The sizes of every tensor a line's first call read and wrote, in order.
+// The sizes of every tensor a call reads and writes, in order.
 using Shapes = std::vector<std::vector<int64_t>>;
 
 Shapes shapes_of(const std::vector<exec::Operand>& inputs, const Shapes& outputs) {

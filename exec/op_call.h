@@ -36,7 +36,7 @@ struct Padding {
 struct Operand {
   BufferRef* storage;
   View view;
-  std::optional<Padding> padding;
+  std::optional<Padding> padding = std::nullopt;
 };
 
 struct OpCall {
@@ -54,7 +54,7 @@ struct OpCall {
   bool sizes_to_lowering = false;
   // Set by the executor when an operand is padded: the s64 storage holding the padded operands'
   // exact geometry, read by the program as its last input.
-  std::shared_ptr<BufferRef> geometry;
+  std::shared_ptr<BufferRef> geometry = nullptr;
 };
 
 }  // namespace torchtpu::exec

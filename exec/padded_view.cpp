@@ -68,8 +68,8 @@ Value fill_value(Builder& b, Fill fill, DType dtype, const std::vector<int64_t>&
   if (fill == Fill::kOne) return b.constant(1, type);
   bool lowest = fill == Fill::kLowest;
   if (dtype == DType::kBool) return b.constant(lowest ? 0 : 1, type);
-  if (is_floating(dtype)) {
-    double inf = std::numeric_limits<double>::infinity();
+  if (is_floating(dtype)) {  // float8_e4m3fn has no infinity: its largest finite value
+    double inf = dtype == DType::kF8E4M3FN ? 448 : std::numeric_limits<double>::infinity();
     return b.constant(lowest ? -inf : inf, type);
   }
   if (is_complex(dtype)) throw std::invalid_argument("complex values have no order to pad with");
