@@ -679,27 +679,25 @@ bool pads_any(const PaddingRule& rule, const std::vector<c10::IValue>& args, siz
   return false;
 }
 
-// An operand read or written padded must hold elements of its own type (no reinterpreting view).
-bool same_type(const exec::Operand& o) {
-  const graph::ValuePtr& v = o.storage->value();
-  return !v || v->dtype() == o.view.dtype;
-}
-
 using Box = std::vector<int64_t>;
 
-// The sizes that vary in a call the rule applies to: empty where it runs at exact sizes (nothing
-// varies and nothing padded is read, or an operand is empty: nothing to gather from or into).
-std::vector<int64_t> call_varying(const PaddingRule& rule, const std::vector<c10::IValue>& args,
-                                  const graph::Origin* origin, const Inputs& in, const std::vector<exec::Operand>& outputs,
-                                  bool& reads_padded) {
-  if (rule.applies && !rule.applies(args)) return {};
-  auto empty = [](const exec::Operand& o) { return o.view.numel() == 0 || o.storage->nbytes() == 0; };
-  if (std::any_of(in.operands.begin(), in.operands.end(), empty) || std::any_of(outputs.begin(), outputs.end(), empty))
-    return {};
+// The sizes that vary in a call the rule applies to; nothing where it runs at exact sizes (no
+// input is padded and the op seeds no padding, nothing varies, or an operand is empty).
+std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const std::vector<c10::IValue>& args,
+                                                 const graph::Origin* origin, const Inputs& in,
+                                                 const std::vector<exec::Operand>& outputs) {
+  bool reads_padded =
+      std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) { return o.storage->varies(); });
+  if (!reads_padded && !rule.seeds) return std::nullopt;  // every op of a static workload leaves here
+  if (rule.applies && !rule.applies(args)) return std::nullopt;
+  if (std::any_of(in.operands.begin(), in.operands.end(), empty_operand) ||
+      std::any_of(outputs.begin(), outputs.end(), empty_operand))
+    return std::nullopt;
   std::vector<std::vector<int64_t>> output_sizes;
   for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
-  reads_padded = std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) { return o.storage->varies(); });
-  return varying_sizes(rule.seeds ? origin : nullptr, in.operands, output_sizes);
+  std::vector<int64_t> varying = varying_sizes(rule.seeds ? origin : nullptr, in.operands, output_sizes);
+  if (varying.empty() && !reads_padded) return std::nullopt;
+  return varying;
 }
 
 // Each input's box, or nothing where it is read at its exact view; nothing at all where an input
@@ -713,7 +711,7 @@ std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& ru
       // A padded storage is read padded even at exact sizes: its view's offset and strides, which
       // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time.
       bool pads = arg < args.size() && (pads_any(rule, args, arg, o.view.sizes, varying) || o.storage->varies());
-      if (pads && !same_type(o)) return std::nullopt;
+      if (pads && !holds_own_type(o)) return std::nullopt;
       boxes.push_back(pads ? std::optional<Box>(box_of(rule, args, arg, o.view.sizes, varying)) : std::nullopt);
     }
   return boxes;
@@ -738,7 +736,7 @@ std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpP
   for (size_t k = 0; k < outputs.size(); ++k) {
     Box box(metas[k].sizes().begin(), metas[k].sizes().end());
     const std::vector<int64_t>& sizes = outputs[k].view.sizes;
-    if (!holds(box, sizes) || !same_type(outputs[k])) return std::nullopt;
+    if (!holds(box, sizes) || !holds_own_type(outputs[k])) return std::nullopt;
     bool probed = probes.size() == metas.size() && probes[k].dim() == metas[k].dim();
     for (size_t d = 0; d < sizes.size(); ++d) {
       bool varies = probed ? probes[k].size(d) != box[d]
@@ -758,9 +756,9 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
                                                const std::vector<c10::IValue>& args, const graph::Origin* origin,
                                                Inputs& in, std::vector<exec::Operand>& outputs) {
   const PaddingRule& rule = *plan.entry->options.padding;
-  bool reads_padded = false;
-  std::vector<int64_t> varying = call_varying(rule, args, origin, in, outputs, reads_padded);
-  if (varying.empty() && !reads_padded) return nullptr;
+  std::optional<std::vector<int64_t>> called_varying = call_varying(rule, args, origin, in, outputs);
+  if (!called_varying) return nullptr;
+  const std::vector<int64_t>& varying = *called_varying;
   std::optional<std::vector<std::optional<Box>>> inputs = input_boxes(rule, args, in, varying);
   if (!inputs || std::none_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); }))
     return nullptr;

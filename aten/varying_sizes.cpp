@@ -165,11 +165,17 @@ std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector
   return box;
 }
 
+bool empty_operand(const exec::Operand& o) { return o.view.numel() == 0 || o.storage->nbytes() == 0; }
+
+bool holds_own_type(const exec::Operand& o) { return !o.storage->value() || o.storage->value()->dtype() == o.view.dtype; }
+
 std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::vector<exec::Operand>& outputs) {
-  if (!padding_enabled()) return {};
-  auto empty = [](const exec::Operand& o) { return o.view.numel() == 0 || o.storage->nbytes() == 0; };
-  if (std::any_of(inputs.begin(), inputs.end(), empty) || std::any_of(outputs.begin(), outputs.end(), empty))
-    return {};  // nothing to gather from, or into
+  auto varies = [](const exec::Operand& o) { return o.storage->varies(); };
+  if (!padding_enabled() || (std::none_of(inputs.begin(), inputs.end(), varies) &&
+                             std::none_of(outputs.begin(), outputs.end(), varies)))
+    return {};  // every copy of a static workload leaves here
+  if (std::any_of(inputs.begin(), inputs.end(), empty_operand) || std::any_of(outputs.begin(), outputs.end(), empty_operand))
+    return {};
   std::vector<int64_t> varying = varying_sizes(nullptr, inputs, {});
   auto pads = [&](const exec::Operand& o) {
     if (o.view.sizes.empty()) return false;
@@ -177,12 +183,11 @@ std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::ve
                               [&](int64_t n) { return std::binary_search(varying.begin(), varying.end(), n); });
     return varies || o.storage->varies();
   };
-  auto same_type = [](const exec::Operand& o) { return !o.storage->value() || o.storage->value()->dtype() == o.view.dtype; };
   bool any = false;
   for (auto* operands : {&inputs, &outputs})
     for (const exec::Operand& o : *operands) {
       if (!pads(o)) continue;
-      if (!same_type(o)) return {};
+      if (!holds_own_type(o)) return {};
       any = true;
     }
   if (!any) return {};

@@ -28,6 +28,11 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
 // merging them ([B, L, D] seen as [B*L, D] by a matmul) varies too.
 std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
+// Operands padding leaves at exact sizes: empty ones (nothing to gather from or into), and views
+// of a storage holding another element type (a padded read gathers elements of its own type).
+bool empty_operand(const exec::Operand& o);
+bool holds_own_type(const exec::Operand& o);
+
 // `sizes` with each varying size padded to its bucket.
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
