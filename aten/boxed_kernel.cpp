@@ -634,7 +634,9 @@ std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, co
   }
   result->returns = result->args;
   try {
-    if (plan.entry->options.meta)
+    if (rule.box_meta)
+      result->returns = rule.box_meta(op.schema(), result->args);
+    else if (plan.entry->options.meta)
       result->returns = plan.entry->options.meta(op.schema(), result->args);
     else
       op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
@@ -749,6 +751,35 @@ std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpP
   return r;
 }
 
+// Removes the operands of out= arguments, which a padded call only writes: read, their exact-size
+// storages would make a program per size (arange's).
+void drop_out_arguments(const c10::FunctionSchema& schema, Inputs& in) {
+  std::vector<exec::Operand> kept;
+  kept.reserve(in.operands.size());
+  for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg) {
+    bool out = arg < schema.arguments().size() && schema.arguments()[arg].is_out();
+    for (size_t n = 0; n < in.count[arg]; ++n, ++k)
+      if (!out) kept.push_back(std::move(in.operands[k]));
+    if (out) in.count[arg] = 0;
+  }
+  in.operands = std::move(kept);
+}
+
+// `marked` with the call's varying sizes that divide one of them: a result [B*L, N] of inputs
+// varying in L keeps L, so that a view splitting B*L into [B, H, L, D] (even transposed) finds it.
+std::vector<int64_t> with_factors(std::vector<int64_t> marked, const std::vector<int64_t>& varying) {
+  size_t own = marked.size();
+  for (int64_t n : varying)
+    for (size_t i = 0; i < own; ++i)
+      if (marked[i] % n == 0 && !std::binary_search(marked.begin(), marked.begin() + own, n)) {
+        marked.push_back(n);
+        break;
+      }
+  std::sort(marked.begin(), marked.end());
+  marked.erase(std::unique(marked.begin(), marked.end()), marked.end());
+  return marked;
+}
+
 // Gives the operands of a call whose sizes vary their padding, and `in.varying` what each padded
 // result varies in; returns the metadata of the boxes, or null, changing nothing, where the call
 // runs at its exact sizes.
@@ -760,19 +791,25 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   if (!called_varying) return nullptr;
   const std::vector<int64_t>& varying = *called_varying;
   std::optional<std::vector<std::optional<Box>>> inputs = input_boxes(rule, args, in, varying);
-  if (!inputs || std::none_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); }))
-    return nullptr;
+  if (!inputs) return nullptr;
+  bool pads_input = std::any_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); });
+  if (!pads_input && !rule.seeds) return nullptr;
   std::shared_ptr<const MetaResult> box_meta = box_metadata(op, plan, args, varying);
   if (!box_meta) return nullptr;
   std::optional<ResultBoxes> results = result_boxes(op, plan, args, *box_meta, outputs, varying);
   if (!results) return nullptr;
+  auto pads = [&](size_t k) { return results->boxes[k] != outputs[k].view.sizes || !results->varying[k].empty(); };
+  bool pads_output = false;
+  for (size_t k = 0; k < outputs.size(); ++k) pads_output |= pads(k);
+  if (!pads_input && !pads_output) return nullptr;  // a seeding op (arange) whose sizes did not vary
   for (size_t k = 0; k < inputs->size(); ++k)
     if ((*inputs)[k]) in.operands[k].padding = exec::Padding{std::move(*(*inputs)[k]), rule.fill};
+  drop_out_arguments(op.schema(), in);
   in.varying.clear();
   for (size_t k = 0; k < outputs.size(); ++k)
-    if (results->boxes[k] != outputs[k].view.sizes || !results->varying[k].empty()) {
+    if (pads(k)) {
       outputs[k].padding = exec::Padding{std::move(results->boxes[k])};
-      in.varying.push_back(marks(outputs[k].view.sizes, results->varying[k]));
+      in.varying.push_back(with_factors(marks(outputs[k].view.sizes, results->varying[k]), varying));
     }
   return box_meta;
 }
@@ -819,6 +856,9 @@ void run_program(const c10::OperatorHandle& op, const OpPlan& plan, const std::v
   for (const at::Tensor& t : d.tensors) outputs.push_back(operand(t));
   std::shared_ptr<const MetaResult> box_meta;
   if (o.padding && padding_enabled()) box_meta = pad_operands(op, plan, args, origin.get(), in, outputs);
+  if (!box_meta && padding_enabled() &&
+      std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& x) { return x.storage->varies(); }))
+    exec::record_unpadded(name);
   bool sizes = box_meta && o.padding->needs_sizes;
   std::shared_ptr<const LoweringCall> call = lowering_call(plan, args, box_meta ? *box_meta : meta, d, outputs,
                                                            std::move(in.count), precision, device_check, sizes);
@@ -956,6 +996,17 @@ hlo::Value LoweringContext::exact_size(size_t i, int64_t dim, size_t k) const {
   const hlo::Value& sizes = sizes_.at(i).at(k);
   int64_t d = dim < 0 ? dim + sizes.type.dims.at(0) : dim;
   return b.reshape(b.slice(sizes, {d}, {d + 1}, {1}), {});
+}
+
+hlo::Value LoweringContext::inside(size_t i, size_t k) const {
+  const hlo::Value& x = values_.at(i).at(k);
+  hlo::TensorType index{DType::kS64, x.type.dims};
+  hlo::Value mask = b.constant(1, {DType::kBool, x.type.dims});
+  for (int64_t d = 0; d < x.type.rank(); ++d) {
+    hlo::Value size = b.broadcast_in_dim(exact_size(i, d, k), x.type.dims, {});
+    mask = b.binary(hlo::BinaryOp::kAnd, mask, b.compare(hlo::Compare::kLT, b.iota(index, d), size));
+  }
+  return mask;
 }
 
 DType LoweringContext::promoted(size_t i, size_t j) const {

@@ -79,6 +79,8 @@ class LoweringContext {
   // dimension `dim` of tensor argument `i` (element `k` of a list), as a 0-d s64 value.
   bool padded() const { return !sizes_.empty(); }
   hlo::Value exact_size(size_t i, int64_t dim, size_t k = 0) const;
+  // A bool mask shaped like the box of tensor argument `i`: true inside its exact sizes.
+  hlo::Value inside(size_t i, size_t k = 0) const;
   void set_exact_sizes(std::vector<std::vector<hlo::Value>> sizes) { sizes_ = std::move(sizes); }
 
   const hlo::TensorType& out(size_t i = 0) const { return outputs_.at(i); }
@@ -148,6 +150,9 @@ struct PaddingRule {
   // reads padded tensors: a line that handles many tensors (an optimizer's state for each
   // parameter) is not a size that varies.
   bool seeds = false;
+  // The op's metadata on boxes, where PyTorch's meta kernel would shrink them back to exact
+  // sizes (arange's out= is resized to its length); PyTorch's (or LoweringOptions::meta) if unset.
+  MetaFn box_meta = nullptr;
 };
 
 struct LoweringOptions {

@@ -99,6 +99,7 @@ py::dict metrics() {
   out["recompiles"] = exec::recompiles();
   out["recompile_count"] = exec::recompile_count();
   out["cpu_fallbacks"] = exec::fallback_counts();
+  out["unpadded_ops"] = exec::unpadded_counts();
   out["pending_ops"] = exec::pending_ops();
   return out;
 }

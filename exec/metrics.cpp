@@ -10,6 +10,7 @@ namespace {
 struct Tables {
   std::mutex mu;
   std::map<std::string, int64_t> fallbacks;
+  std::map<std::string, int64_t> unpadded;
   std::map<std::string, int64_t> syncs;
   std::map<std::string, int64_t> cuts;
   std::vector<std::string> recompiles;
@@ -37,6 +38,16 @@ void record_fallback(const std::string& op) {
 std::map<std::string, int64_t> fallback_counts() {
   std::lock_guard<std::mutex> lock(tables().mu);
   return tables().fallbacks;
+}
+
+void record_unpadded(const std::string& op) {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  tables().unpadded[op]++;
+}
+
+std::map<std::string, int64_t> unpadded_counts() {
+  std::lock_guard<std::mutex> lock(tables().mu);
+  return tables().unpadded;
 }
 
 void record_compile(int64_t ns) {
@@ -126,6 +137,7 @@ void reset_counters() {
   std::lock_guard<std::mutex> lock(tables().mu);
   Tables& t = tables();
   t.fallbacks.clear();
+  t.unpadded.clear();
   t.syncs.clear();
   t.cuts.clear();
   t.recompiles.clear();

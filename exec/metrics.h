@@ -55,4 +55,9 @@ std::map<int64_t, int64_t> window_sizes();
 void record_fallback(const std::string& op);
 std::map<std::string, int64_t> fallback_counts();
 
+// Ops that read a padded storage at exact sizes (no padding rule, or one that does not cover the
+// call), with how often: each compiles per exact size, the gaps of bounded dynamism.
+void record_unpadded(const std::string& op);
+std::map<std::string, int64_t> unpadded_counts();
+
 }  // namespace torchtpu::exec

@@ -24,8 +24,9 @@ struct Slot {
   bool written = false;  // the program produces new contents
 };
 
+// A padded result may be written whole through a transposed view too (exec/padded_view.h).
 bool overwrites_all(const Operand& o) {
-  return o.view.is_contiguous() && o.view.offset == 0 &&
+  return (o.view.is_contiguous() || (o.padding && o.view.is_dense())) && o.view.offset == 0 &&
          static_cast<size_t>(o.view.numel()) * element_size(o.view.dtype) == o.storage->nbytes();
 }
 

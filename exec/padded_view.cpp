@@ -1,5 +1,6 @@
 #include "exec/padded_view.h"
 
+#include <algorithm>
 #include <limits>
 #include <list>
 #include <map>
@@ -156,13 +157,15 @@ Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length,
     auto replace = [](Builder&, const std::vector<Value>& a) { return std::vector<Value>{a[1]}; };
     return b.scatter(*flat, b.reshape(aimed, {n, 1}), b.reshape(box, {n}), {{}, {0}, {0}, 1}, replace);
   }
-  // The whole storage: flat element j is the box element at j's row-major position in the exact
-  // sizes; elements past the logical ones are zeros.
+  // The whole storage: flat element j is the box element at j's position in the exact sizes,
+  // laid out in the view's storage order; elements past the logical ones are zeros.
   TensorType index_type{DType::kS64, {length}};
   Value j = b.iota(index_type, 0);
   Value inner = b.constant(1, index_type);
   std::vector<Value> coordinates(rank);
-  for (int64_t d = rank; d-- > 0;) {
+  std::vector<int64_t> order = view.storage_order();
+  for (int64_t i = rank; i-- > 0;) {
+    int64_t d = order[i];
     Value size = splat(b, entry(b, geometry, p.at + d), {length});
     coordinates[d] = b.reshape(b.binary(hlo::BinaryOp::kRemainder, j / inner, size), {length, 1});
     inner = inner * size;
@@ -186,6 +189,12 @@ void append_padded_key(std::string& key, const View& view, const Padding& p) {
   w << dtype_name(view.dtype) << "pad" << static_cast<char>('0' + static_cast<int>(p.fill)) << '[';
   for (int64_t d : p.box) w.number(d) << ',';
   w << ']';
+  std::vector<int64_t> order = view.storage_order();  // a whole write follows it
+  if (!std::is_sorted(order.begin(), order.end())) {
+    graph::KeyWriter o(key, 2 + order.size() * (kNumber + 1));
+    o << '<';
+    for (int64_t d : order) o.number(d) << ',';
+  }
 }
 
 }  // namespace torchtpu::exec

@@ -1,5 +1,7 @@
 #include "exec/view.h"
 
+#include <algorithm>
+
 #include "graph/key_text.h"
 
 namespace torchtpu::exec {
@@ -15,6 +17,27 @@ bool View::is_contiguous() const {
   for (size_t i = sizes.size(); i-- > 0;) {
     if (sizes[i] != 1 && strides[i] != expected) return false;
     expected *= sizes[i];
+  }
+  return true;
+}
+
+std::vector<int64_t> View::storage_order() const {
+  std::vector<int64_t> order(sizes.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    if ((sizes[a] == 1) != (sizes[b] == 1)) return sizes[b] == 1;
+    return sizes[a] != 1 && strides[a] > strides[b];
+  });
+  return order;
+}
+
+bool View::is_dense() const {
+  int64_t expected = 1;
+  std::vector<int64_t> order = storage_order();
+  for (size_t i = order.size(); i-- > 0;) {
+    int64_t d = order[i];
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
   }
   return true;
 }

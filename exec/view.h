@@ -18,6 +18,11 @@ struct View {
   int64_t numel() const;
   // Row-major dense strides for `sizes` (size-1 dimensions may have any stride).
   bool is_contiguous() const;
+  // The dimensions from outermost to innermost in memory (by stride; size-1 dimensions last).
+  std::vector<int64_t> storage_order() const;
+  // Its elements fill numel() consecutive places in some order of the dimensions (a transpose
+  // of a contiguous tensor is dense).
+  bool is_dense() const;
   // Appends a compact description to a cache key, of at most key_room() characters.
   void append_key(std::string& key) const;
   size_t key_room() const;

@@ -228,7 +228,14 @@ TORCHTPU_LOWERINGS(embedding) {
                     embedding_bag_backward);
   register_lowering({"_embedding_bag_per_sample_weights_backward",
                      "_embedding_bag_per_sample_weights_backward.out"}, per_sample_weights_backward);
-  register_lowering({"embedding_dense_backward", "embedding_dense_backward.out"}, embedding_dense_backward);
+  // (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq): padded positions add a
+  // zero gradient to row 0; counting them (scale_grad_by_freq) would not be exact.
+  PaddingRule padded_positions{exec::Fill::kZero, [](const std::vector<c10::IValue>& args, size_t arg, int64_t dim) {
+    return arg == 1 || (arg == 0 && dim < args[0].toTensor().dim() - 1);
+  }};
+  padded_positions.applies = [](const std::vector<c10::IValue>& args) { return !args[4].toBool(); };
+  register_lowering({"embedding_dense_backward", "embedding_dense_backward.out"}, embedding_dense_backward,
+                    padded({}, padded_positions));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

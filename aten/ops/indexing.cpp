@@ -671,7 +671,14 @@ TORCHTPU_LOWERINGS(indexing) {
   }, [] {
     LoweringOptions o;
     o.shape_from_scalars = true;
-    return o;
+    // A line whose length changes (positions of a growing sequence) starts padding here: the
+    // iota fills the box, and PyTorch's meta kernel, which would resize `out` back, is skipped.
+    PaddingRule rule;
+    rule.seeds = true;
+    rule.box_meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
+      return std::vector<c10::IValue>{args.back()};
+    };
+    return padded(o, rule);
   }());
   LoweringOptions pad_options;
   pad_options.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {

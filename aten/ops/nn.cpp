@@ -74,6 +74,7 @@ Values nll_loss_forward(LoweringContext& c) {
   int64_t reduction = c.arg(3).toInt(), ignore = c.arg(4).toInt();
   check_targets(c, c.input_uncast(1), x.type.dims[class_dim], ignore);
   Value w = target_weights(c, m, c.input_uncast(1), x.type.dtype, x.type.dims[class_dim], 2, ignore);
+  if (c.padded()) w = c.b.select(c.inside(1), w, m.k(0, w));  // padded targets weigh nothing
   Value picked = m.reduce(c.b.select(class_mask(c, c.input_uncast(1), x.type.dims, class_dim), x, m.k(0, x)),
                           {class_dim}, BinaryOp::kAdd, 0);
   // bfloat16/float16 losses are summed in float32 and rounded once, as CUDA's kernel accumulates
@@ -304,6 +305,16 @@ Values prelu_backward(LoweringContext& c) {
   return {grad_x, cast(c.b, m.sum_to(grad_w, c.out(1).dims), c.out(1).dtype)};
 }
 
+// nll_loss padded: any dimension of the target (and of a per-element gradient), those of `self`
+// (argument `self_arg`) but its class dimension.
+PaddingRule padded_targets(size_t self_arg, bool needs_sizes) {
+  auto paddable = [self_arg](const std::vector<c10::IValue>& args, size_t arg, int64_t dim) {
+    if (arg != self_arg) return arg <= self_arg + 1;
+    return dim != (args[self_arg].toTensor().dim() == 1 ? 0 : 1);
+  };
+  return {exec::Fill::kZero, paddable, needs_sizes};
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(nn) {
@@ -328,7 +339,7 @@ TORCHTPU_LOWERINGS(nn) {
     if (y.type.rank() == 0) return Values{m.k(0, g)};
     int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
     return Values{y * (g - m.reduce_keep(g * y, {dim}, BinaryOp::kAdd, 0))};
-  });
+  }, padded({}));  // padded gradients read 0: the sums over a row see only its exact part
   register_lowering({"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};
     DType acc = accumulator(c.out().dtype);
@@ -337,12 +348,13 @@ TORCHTPU_LOWERINGS(nn) {
     int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
     Value sum = m.reduce_keep(g, {dim}, BinaryOp::kAdd, 0);
     return Values{g - c.b.unary(UnaryOp::kExponential, y) * sum};
-  });
-  // The class dimension is 1 for any rank, so one lowering serves nll_loss and nll_loss2d.
+  }, padded({}));
+  // The class dimension is 1 for any rank, so one lowering serves nll_loss and nll_loss2d. Padded,
+  // targets past the exact sizes read as class 0 and are given no weight.
   register_lowering({"nll_loss_forward", "nll_loss_forward.output", "nll_loss2d_forward", "nll_loss2d_forward.output"},
-                    nll_loss_forward, checked("Target is out of bounds."));
+                    nll_loss_forward, padded(checked("Target is out of bounds."), padded_targets(0, true)));
   register_lowering({"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward",
-                     "nll_loss2d_backward.grad_input"}, nll_loss_backward);
+                     "nll_loss2d_backward.grad_input"}, nll_loss_backward, padded({}, padded_targets(1, false)));
 
   register_lowering({"mse_loss", "mse_loss.out"}, pointwise_loss([](Math& m, const Value& d, double) {
     return m.square(d);

@@ -324,7 +324,13 @@ TORCHTPU_LOWERINGS(normalization) {
     return arg == 0 && dim < args[0].toTensor().dim() - static_cast<int64_t>(args[1].toIntList().size());
   }};
   register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm, layer_norm_dtypes);
-  register_lowering({"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward);
+  // (grad_out, input, normalized_shape, mean, rstd, ...): padded rows read grad_out 0, so they add
+  // nothing to the weight's and bias's gradients.
+  register_lowering({"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward,
+                    padded({}, {exec::Fill::kZero, [](const std::vector<c10::IValue>& args, size_t arg, int64_t dim) {
+                      int64_t rows = args[1].toTensor().dim() - static_cast<int64_t>(args[2].toIntList().size());
+                      return (arg <= 1 || arg == 3 || arg == 4) && dim < rows;
+                    }}));
   register_lowering({"_weight_norm_interface", "_weight_norm_interface.out"}, weight_norm);
   register_lowering({"_weight_norm_interface_backward", "_weight_norm_interface_backward.out"}, weight_norm_backward);
 }

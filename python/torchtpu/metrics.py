@@ -1,6 +1,6 @@
 """What the backend did: executions per mode, compiles and recompiles, cache hits per tier, CPU
-fallbacks, bytes moved, host syncs by reason, fused windows. ``TORCHTPU_METRICS_ON_EXIT=1`` prints
-:func:`report` when the process exits."""
+fallbacks, ops run at exact sizes on padded tensors, bytes moved, host syncs by reason, fused
+windows. ``TORCHTPU_METRICS_ON_EXIT=1`` prints :func:`report` when the process exits."""
 
 import atexit
 import os
@@ -18,6 +18,7 @@ def as_dict() -> dict:
     out["recompiles"] = list(m["recompiles"])
     out["recompile_count"] = m["recompile_count"]
     out["cpu_fallbacks"] = dict(m["cpu_fallbacks"])
+    out["unpadded_ops"] = dict(m["unpadded_ops"])
     out["pending_ops"] = m["pending_ops"]
     s = cache.stats()
     out["background_compiles_pending"] = s["background_pending"]
@@ -34,6 +35,12 @@ def counters() -> dict:
 def cpu_fallbacks() -> dict:
     """``{op: count}`` of ops that ran on the CPU because they have no tpu lowering yet."""
     return dict(_C._cpu_fallbacks())
+
+
+def unpadded_ops() -> dict:
+    """``{op: count}`` of ops that read a padded tensor at its exact sizes (no padding rule covers
+    them): each compiles once per exact size, where bounded dynamism has a gap."""
+    return dict(_C._metrics()["unpadded_ops"])
 
 
 def reset() -> None:
@@ -71,6 +78,7 @@ def report() -> str:
         f"device->host {m['bytes_to_host']}",
         f"collectives: {m['collectives']}",
         f"CPU fallbacks: {m['cpu_fallbacks'] or 'none'}",
+        f"ops run at exact sizes on padded tensors: {m['unpadded_ops'] or 'none'}",
     ]
     return "\n".join(lines)
 
