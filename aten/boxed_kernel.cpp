@@ -609,7 +609,7 @@ std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IVal
   for (size_t d = 0; d < box.size(); ++d)
     if (std::binary_search(varying.begin(), varying.end(), box[d]) &&
         (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
-      box[d] = bucket(box[d]) + probe;
+      box[d] = box_size(box[d], varying) + probe;
   return box;
 }
 

@@ -104,6 +104,8 @@ SeenShapes& seen_shapes() {
   return *s;
 }
 
+constexpr int64_t kSmallestBucket = 16;
+
 }  // namespace
 
 bool padding_enabled() { return config().enabled; }
@@ -115,7 +117,7 @@ int64_t bucket(int64_t n) {
     auto it = std::lower_bound(listed.begin(), listed.end(), n);
     return it == listed.end() ? n : *it;
   }
-  int64_t b = 8;
+  int64_t b = kSmallestBucket;
   while (b < n) b *= 2;
   return b;
 }
@@ -158,10 +160,21 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
   return varying;
 }
 
+int64_t box_size(int64_t n, const std::vector<int64_t>& varying) {
+  for (auto it = varying.rbegin(); it != varying.rend(); ++it) {  // the longest row that fits
+    int64_t d = *it;
+    if (d >= n || d < kSmallestBucket || n % d != 0) continue;  // a small size (a batch of 2) is no row length
+    int64_t k = n / d;
+    bool merged = k >= kSmallestBucket && std::binary_search(varying.begin(), varying.end(), k);
+    return (merged ? box_size(k, varying) : k) * bucket(d);
+  }
+  return bucket(n);
+}
+
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
   std::vector<int64_t> box = sizes;
   for (int64_t& n : box)
-    if (std::binary_search(varying.begin(), varying.end(), n)) n = bucket(n);
+    if (std::binary_search(varying.begin(), varying.end(), n)) n = box_size(n, varying);
   return box;
 }
 

@@ -13,7 +13,7 @@ namespace torchtpu::aten {
 // Whether ops with a padding rule run padded: TORCHTPU_BUCKETS=off turns it off.
 bool padding_enabled();
 
-// The size a varying size `n` is padded to: the next power of two, at least 8 (TORCHTPU_BUCKETS
+// The size a varying size `n` is padded to: the next power of two, at least 16 (TORCHTPU_BUCKETS
 // as a comma-separated list: the smallest listed size that fits, else `n`). 0 and 1 stay.
 int64_t bucket(int64_t n);
 
@@ -33,7 +33,12 @@ std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<
 bool empty_operand(const exec::Operand& o);
 bool holds_own_type(const exec::Operand& o);
 
-// `sizes` with each varying size padded to its bucket.
+// What a varying size `n` is padded to: a multiple k·d of the largest smaller varying size d >= 16 (the B·L rows
+// of a [B, L, D] tensor seen as a matrix) gets k's box times d's bucket, the rows of the boxes it
+// merges, so that the merged view and the split one pad alike; any other size its bucket.
+int64_t box_size(int64_t n, const std::vector<int64_t>& varying);
+
+// `sizes` with each varying size padded (box_size).
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
 // Pads the operands of an element-wise call made outside the lowering registry (a copy between

@@ -59,14 +59,21 @@ bool has_bits(const at::Tensor& t) { return t.is_conj() || t.is_neg(); }
 // A contiguous tpu tensor on `device` holding the host tensor `cpu` (already in the wanted dtype).
 // Where the sizes of integer tensors copied from one line vary (token ids, attention masks,
 // labels), a contiguous host tensor is copied into `storage` padded on the host to a bucket's
-// capacity, so that the ops reading it run padded too. Returns false, copying nothing, where they
-// do not. Floating-point copies are left exact: `model.to("tpu")` copies every parameter from one
-// line, and parameters stored padded would make every op that reads them slower.
+// capacity, so that the ops reading it run padded too. The last dimension of an integer matrix
+// (the sequence of token ids and masks [batch, length]) is padded from the first copy: the first
+// prompt's programs then serve the next prompt's length. Returns false, copying nothing, where
+// nothing is padded. Floating-point copies are left exact: `model.to("tpu")` copies every
+// parameter from one line, and parameters stored padded would make every op that reads them slower.
 bool upload_padded_if_varying(const at::Tensor& host, exec::BufferRef& storage) {
   if (!padding_enabled() || host.dim() == 0 || !c10::isIntegralType(host.scalar_type(), /*includeBool=*/true))
     return false;
   std::vector<int64_t> sizes = host.sizes().vec();
   std::vector<int64_t> varying = varying_sizes(origin_of("aten::copy_").get(), {}, {sizes});
+  if (sizes.size() >= 2 && sizes.back() > 1 && bucket(sizes.back()) != sizes.back() &&
+      std::find(varying.begin(), varying.end(), sizes.back()) == varying.end()) {
+    varying.push_back(sizes.back());
+    std::sort(varying.begin(), varying.end());
+  }
   if (varying.empty()) return false;
   int64_t capacity = 1;
   for (int64_t n : box_of(sizes, varying)) capacity *= n;

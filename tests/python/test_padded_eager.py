@@ -118,8 +118,70 @@ def test_a_decoder_block_at_varying_lengths_matches_cpu(batch):
             assert t.shape == c.shape
             torch.testing.assert_close(t.cpu(), c, msg=lambda m: f"length {length}, output {k}: {m}")
         compiled[length] = _counters()["compiles"] - before
-    if batch == 1:  # (batch 2 folds [2, L] into 2 * L rows for its matmuls: those run at exact sizes)
-        assert compiled[11] == compiled[14] == compiled[27] == 0, compiled
+    assert compiled[11] == compiled[14] == compiled[27] == 0, compiled
+
+
+class _TinyGPT(torch.nn.Module):
+    """Token and position embeddings, one pre-norm attention block, an LM head."""
+
+    def __init__(self, vocab=40, d=16, heads=2, seq=32):
+        super().__init__()
+        self.heads = heads
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(seq, d)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.tok(ids) + self.pos(torch.arange(t, device=ids.device))
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(self.ln1(x)).chunk(3, dim=-1))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, -1))
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return self.head(x)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode):
+    torch.manual_seed(0)
+    cpu_model = _TinyGPT()
+    tpu_model = _TinyGPT().to("tpu")
+    tpu_model.load_state_dict(cpu_model.state_dict())
+    models = {"cpu": cpu_model, "tpu": tpu_model}
+    optimizers = {d: torch.optim.SGD(m.parameters(), lr=0.5) for d, m in models.items()}
+    g = torch.Generator().manual_seed(1)
+    compiled = []
+    with torchtpu.eager_mode(mode):
+        for length in [20, 23, 17, 29, 31, 18, 25]:  # one bucket (17..32)
+            ids, targets = torch.randint(0, 40, (3, length), generator=g), torch.randint(0, 40, (3, length), generator=g)
+            torchtpu.metrics.reset()
+            losses = {}
+            for device, model in models.items():
+                optimizers[device].zero_grad()
+                loss = F.cross_entropy(model(ids.to(device)).flatten(0, 1), targets.to(device).flatten())
+                loss.backward()
+                optimizers[device].step()
+                losses[device] = loss.item()
+            compiled.append(torchtpu.metrics.counters()["compiles"])
+            assert losses["tpu"] == pytest.approx(losses["cpu"], rel=1e-5), length
+    assert compiled[2:] == [0] * 5, compiled
+    assert torchtpu.metrics.cpu_fallbacks() == {}
+    for name, p in tpu_model.named_parameters():
+        torch.testing.assert_close(p.detach().cpu(), cpu_model.get_parameter(name).detach(), rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: f"{name}: {m}")
+
+
+def test_ops_run_at_exact_sizes_on_padded_tensors_are_counted_by_name():
+    x = torch.ones(2, 3, device="tpu")
+    for _ in range(3):
+        x = torch.cat([x, torch.ones(2, 1, device="tpu")], dim=1)  # a line whose length changes: padded
+    torchtpu.metrics.reset()
+    got = torch.linalg.vector_norm(x, dim=1)  # no padding rule
+    torch.testing.assert_close(got.cpu(), torch.full((2,), 6.0).sqrt())
+    assert torchtpu.metrics.counters()["padded_bytes"] > 0
+    assert torchtpu.metrics.unpadded_ops().get("aten::linalg_vector_norm", 0) >= 1, torchtpu.metrics.unpadded_ops()
 
 
 def _padded_ops_in_subprocess(env):
