@@ -144,13 +144,16 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
     const std::vector<int64_t>& marked = o.storage->varying_sizes();
     if (marked.empty()) continue;
     for (int64_t n : marked) add(varying, n);
-    // A view that splits a marked size ([B*L, N] seen as [B, L, N]) varies in the split parts.
+    // A view that splits a marked size ([B*L, N] seen as [B, L, N]) varies in the split parts,
+    // unless one of them is marked itself (L, kept by the op that wrote it): then the others are
+    // fixed sizes (B), which padding would only make larger.
     const std::vector<int64_t>& sizes = o.view.sizes;
+    auto is_marked = [&](int64_t n) { return std::binary_search(marked.begin(), marked.end(), n); };
     for (size_t first = 0; first < sizes.size(); ++first) {
       int64_t product = sizes[first];
       for (size_t last = first + 1; last < sizes.size(); ++last) {
         product *= sizes[last];
-        if (!std::binary_search(marked.begin(), marked.end(), product)) continue;
+        if (!is_marked(product) || std::any_of(sizes.begin() + first, sizes.begin() + last + 1, is_marked)) continue;
         for (size_t d = first; d <= last; ++d) add(varying, sizes[d]);
       }
     }

@@ -115,6 +115,85 @@ void check_box(const View& view, const Padding& p) {
     if (p.box[d] < view.sizes[d]) throw std::logic_error("a padded operand is larger than its box");
 }
 
+// A contiguous view from offset 0 padded in at most one dimension holds whole rows of the
+// others, packed: it is read by one window per block of rows and written by one update per block,
+// instead of an element gather (and a division per element to write it). Returns that dimension
+// (-1: none is padded now), or nothing for other views. Part of the key: it shapes the program.
+std::optional<int64_t> packed_dim(const View& view, const Padding& p) {
+  if (!view.is_contiguous() || view.offset != 0) return std::nullopt;
+  int64_t dim = -1;
+  for (size_t d = 0; d < p.box.size(); ++d)
+    if (view.sizes[d] < p.box[d]) {
+      if (dim >= 0) return std::nullopt;
+      dim = static_cast<int64_t>(d);
+    }
+  return dim;
+}
+
+// Blocks of a packed view: [outer, rows, inner] of the box around dimension `dim`.
+struct Blocks {
+  int64_t outer = 1, rows = 1, inner = 1;
+  Blocks(const std::vector<int64_t>& box, int64_t dim) {
+    for (int64_t d = 0; d < static_cast<int64_t>(box.size()); ++d)
+      (d < dim ? outer : d == dim ? rows : inner) *= box[d];
+  }
+};
+
+// Each block's first flat position (block o starts at o * exact rows * inner), as s64[outer, 1].
+Value block_starts(Builder& b, const Value& geometry, const Padding& p, int64_t dim, const Blocks& k) {
+  Value stride = entry(b, geometry, p.at + dim) * b.constant(static_cast<double>(k.inner), {DType::kS64, {}});
+  Value starts = b.iota({DType::kS64, {k.outer}}, 0) * splat(b, stride, {k.outer});
+  return b.reshape(starts, {k.outer, 1});
+}
+
+// Over [outer, rows, inner]: whether a row lies inside the exact size of dimension `dim`.
+Value rows_inside(Builder& b, const Value& geometry, const Padding& p, int64_t dim, const Blocks& k) {
+  std::vector<int64_t> dims{k.outer, k.rows, k.inner};
+  return b.compare(hlo::Compare::kLT, b.iota({DType::kS64, dims}, 1), splat(b, entry(b, geometry, p.at + dim), dims));
+}
+
+Value read_packed(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p,
+                  int64_t dim) {
+  int64_t n = numel(p.box), length = flat.type.dims.at(0);
+  // Windows may reach past an exact-size storage's end (XLA would move them back): pad it.
+  Value data = length >= n ? flat : b.pad(flat, b.constant(0, {view.dtype, {}}), {0}, {n - length}, {0});
+  if (dim < 0) return b.reshape(b.slice(data, {0}, {n}, {1}), p.box);
+  Blocks k(p.box, dim);
+  Value rows = b.gather(data, block_starts(b, geometry, p, dim, k), {{1}, {}, {0}, 1}, {k.rows * k.inner},
+                        {k.outer, k.rows * k.inner});
+  std::vector<int64_t> dims{k.outer, k.rows, k.inner};
+  Value x = b.select(rows_inside(b, geometry, p, dim, k), b.reshape(rows, dims), fill_value(b, p.fill, view.dtype, dims));
+  return b.reshape(x, p.box);
+}
+
+// The whole storage (`length` elements) from a packed view's box: each block's rows written over
+// the previous block's padded tail, in order; zeros past the logical elements.
+Value write_packed(Builder& b, int64_t length, const Value& geometry, const View& view, const Padding& p,
+                   const Value& box, int64_t dim) {
+  int64_t n = numel(p.box);
+  Value zero = b.constant(0, {view.dtype, {}});
+  if (dim < 0) {
+    Value x = b.reshape(box, {n});
+    return length == n ? x : b.pad(x, zero, {0}, {length - n}, {0});
+  }
+  Blocks k(p.box, dim);
+  std::vector<int64_t> dims{k.outer, k.rows, k.inner};
+  Value x = b.reshape(b.select(rows_inside(b, geometry, p, dim, k), b.reshape(box, dims), b.constant(0, {view.dtype, dims})),
+                      {k.outer, k.rows * k.inner});
+  // The last block's window ends by o * rows * inner + rows * inner <= n: pad to that first.
+  Value flat = b.constant(0, {view.dtype, {std::max(length, n)}});
+  Value stride = entry(b, geometry, p.at + dim) * b.constant(static_cast<double>(k.inner), {DType::kS64, {}});
+  for (int64_t o = 0; o < k.outer; ++o) {
+    Value block = b.reshape(b.slice(x, {o, 0}, {o + 1, k.rows * k.inner}, {1, 1}), {k.rows * k.inner});
+    Value start = stride * b.constant(static_cast<double>(o), {DType::kS64, {}});
+    flat = b.dynamic_update_slice(flat, block, {start});
+  }
+  return length >= n ? flat : b.slice(flat, {0}, {length}, {1});
+}
+
+// Blocks written one update each: beyond this many, the element path's single gather is cheaper.
+constexpr int64_t kMostPackedBlocks = 64;
+
 }  // namespace
 
 bool attach_geometry(OpCall& call) {
@@ -140,6 +219,7 @@ bool attach_geometry(OpCall& call) {
 
 Value read_padded(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p) {
   if (flat.type.dtype != view.dtype) throw std::logic_error("a padded view must have its storage's element type");
+  if (std::optional<int64_t> dim = packed_dim(view, p)) return read_packed(b, flat, geometry, view, p, *dim);
   auto [index, inside] = box_positions(b, geometry, p);
   int64_t n = numel(p.box);
   Value safe = b.select(inside, index, b.constant(0, index.type));
@@ -157,6 +237,8 @@ Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length,
     auto replace = [](Builder&, const std::vector<Value>& a) { return std::vector<Value>{a[1]}; };
     return b.scatter(*flat, b.reshape(aimed, {n, 1}), b.reshape(box, {n}), {{}, {0}, {0}, 1}, replace);
   }
+  if (std::optional<int64_t> dim = packed_dim(view, p); dim && (*dim < 0 || Blocks(p.box, *dim).outer <= kMostPackedBlocks))
+    return write_packed(b, length, geometry, view, p, box, *dim);
   // The whole storage: flat element j is the box element at j's position in the exact sizes,
   // laid out in the view's storage order; elements past the logical ones are zeros.
   TensorType index_type{DType::kS64, {length}};
@@ -185,10 +267,17 @@ Value padded_sizes(Builder& b, const Value& geometry, const View& view, const Pa
 
 void append_padded_key(std::string& key, const View& view, const Padding& p) {
   constexpr size_t kNumber = graph::KeyWriter::kNumberRoom;
-  graph::KeyWriter w(key, dtype_name(view.dtype).size() + 8 + p.box.size() * (kNumber + 1));
-  w << dtype_name(view.dtype) << "pad" << static_cast<char>('0' + static_cast<int>(p.fill)) << '[';
-  for (int64_t d : p.box) w.number(d) << ',';
-  w << ']';
+  {
+    graph::KeyWriter w(key, dtype_name(view.dtype).size() + 8 + p.box.size() * (kNumber + 1));
+    w << dtype_name(view.dtype) << "pad" << static_cast<char>('0' + static_cast<int>(p.fill)) << '[';
+    for (int64_t d : p.box) w.number(d) << ',';
+    w << ']';
+  }  // (a writer's room ends with it: the next one appends after what it wrote)
+  if (std::optional<int64_t> dim = packed_dim(view, p)) {
+    graph::KeyWriter k(key, 2 + kNumber);
+    k << 'r';
+    k.number(*dim);
+  }
   std::vector<int64_t> order = view.storage_order();  // a whole write follows it
   if (!std::is_sorted(order.begin(), order.end())) {
     graph::KeyWriter o(key, 2 + order.size() * (kNumber + 1));

@@ -58,6 +58,21 @@ TEST(PaddedView, OneProgramServesEverySizeInTheBox) {
   EXPECT_EQ(counters().compiles, compiles);
 }
 
+TEST(PaddedView, ATransposedResultIsWrittenWholeAtTheBoxesCapacity) {
+  // The result's view is [2, 5, 3] over a [5, 2, 3] layout (attention's output, transposed).
+  auto x = storage_of(iota_data(30));
+  auto out = std::make_unique<BufferRef>(0, 30 * sizeof(float));
+  View transposed{DType::kF32, {2, 5, 3}, {3, 6, 1}, 0};
+  Padding box{{2, 8, 3}};
+  run({"plus_one", plus_one(), {{x.get(), contiguous({2, 5, 3}), box}}, {{out.get(), transposed, box}}});
+  EXPECT_EQ(out->value()->length(), 48);
+  std::vector<float> expected(30);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 5; ++j)
+      for (int k = 0; k < 3; ++k) expected[j * 6 + i * 3 + k] = static_cast<float>(i * 15 + j * 3 + k + 1);
+  EXPECT_EQ(contents(*out), expected);
+}
+
 TEST(PaddedView, PaddedPositionsReadAsTheFill) {
   // Sums over the padded dimension: with zeros in the padding the sum is the exact one.
   auto x = storage_of(iota_data(2 * 3 * 2));  // [2, 3, 2]
