@@ -802,13 +802,24 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   bool pads_output = false;
   for (size_t k = 0; k < outputs.size(); ++k) pads_output |= pads(k);
   if (!pads_input && !pads_output) return nullptr;  // a seeding op (arange) whose sizes did not vary
-  for (size_t k = 0; k < inputs->size(); ++k)
-    if ((*inputs)[k]) in.operands[k].padding = exec::Padding{std::move(*(*inputs)[k]), rule.fill};
+  for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
+    for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
+      if (!(*inputs)[k]) continue;
+      const std::vector<int64_t>& sizes = in.operands[k].view.sizes;
+      in.operands[k].padding = padding_of(std::move(*(*inputs)[k]), sizes, [&](size_t d) {
+        return std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
+               (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d)));
+      }, rule.fill);
+    }
   drop_out_arguments(op.schema(), in);
   in.varying.clear();
   for (size_t k = 0; k < outputs.size(); ++k)
     if (pads(k)) {
-      outputs[k].padding = exec::Padding{std::move(results->boxes[k])};
+      const std::vector<int64_t>& sizes = outputs[k].view.sizes;
+      const std::vector<int64_t>& result_varying = results->varying[k];
+      outputs[k].padding = padding_of(std::move(results->boxes[k]), sizes, [&](size_t d) {
+        return std::find(result_varying.begin(), result_varying.end(), sizes[d]) != result_varying.end();
+      });
       in.varying.push_back(with_factors(marks(outputs[k].view.sizes, results->varying[k]), varying));
     }
   return box_meta;

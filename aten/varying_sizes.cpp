@@ -181,6 +181,20 @@ std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector
   return box;
 }
 
+exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& sizes,
+                         const std::function<bool(size_t dim)>& varies, exec::Fill fill) {
+  exec::Padding p{std::move(box), fill};
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] <= 1 || !varies(d)) continue;
+    if (p.rows >= 0) {
+      p.rows = -1;
+      break;
+    }
+    p.rows = static_cast<int64_t>(d);
+  }
+  return p;
+}
+
 bool empty_operand(const exec::Operand& o) { return o.view.numel() == 0 || o.storage->nbytes() == 0; }
 
 bool holds_own_type(const exec::Operand& o) { return !o.storage->value() || o.storage->value()->dtype() == o.view.dtype; }
@@ -209,7 +223,10 @@ std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::ve
   if (!any) return {};
   for (auto* operands : {&inputs, &outputs})
     for (exec::Operand& o : *operands)
-      if (pads(o)) o.padding = exec::Padding{box_of(o.view.sizes, varying)};
+      if (pads(o))
+        o.padding = padding_of(box_of(o.view.sizes, varying), o.view.sizes, [&](size_t d) {
+          return std::binary_search(varying.begin(), varying.end(), o.view.sizes[d]);
+        });
   return marks(outputs.at(0).view.sizes, varying);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "exec/op_call.h"
@@ -40,6 +41,11 @@ int64_t box_size(int64_t n, const std::vector<int64_t>& varying);
 
 // `sizes` with each varying size padded (box_size).
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
+
+// The padding of a view of `sizes` in `box` whose dimensions `varies` says vary: with the one
+// that does as Padding::rows.
+exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& sizes,
+                         const std::function<bool(size_t dim)>& varies, exec::Fill fill = exec::Fill::kZero);
 
 // Pads the operands of an element-wise call made outside the lowering registry (a copy between
 // tpu tensors) where its storages are padded; where it runs at exact sizes, it changes nothing.

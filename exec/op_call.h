@@ -31,6 +31,9 @@ struct Padding {
   std::vector<int64_t> box;  // per view dimension, at least its exact size
   Fill fill = Fill::kZero;
   int64_t at = -1;  // where its geometry starts in the call's geometry input (set by the executor)
+  // The one dimension whose size varies, where there is one (-1: none or several): a view that
+  // fits its box exactly then runs the program of the sizes inside it (exec/padded_view.cpp).
+  int64_t rows = -1;
 };
 
 struct Operand {

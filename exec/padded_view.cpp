@@ -127,7 +127,7 @@ std::optional<int64_t> packed_dim(const View& view, const Padding& p) {
       if (dim >= 0) return std::nullopt;
       dim = static_cast<int64_t>(d);
     }
-  return dim;
+  return dim < 0 && p.rows < static_cast<int64_t>(p.box.size()) ? p.rows : dim;
 }
 
 // Blocks of a packed view: [outer, rows, inner] of the box around dimension `dim`.
