@@ -692,7 +692,10 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
       std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) { return o.storage->varies(); });
   if (!reads_padded && !rule.seeds) return std::nullopt;  // every op of a static workload leaves here
   if (rule.applies && !rule.applies(args)) return std::nullopt;
-  if (std::any_of(in.operands.begin(), in.operands.end(), empty_operand) ||
+  // An empty contiguous input reads as an empty box (the cache a first `cat` appends to); other
+  // empty operands have nothing a gather or scatter could address.
+  auto unreadable = [](const exec::Operand& o) { return empty_operand(o) && !(o.view.is_contiguous() && o.view.offset == 0); };
+  if (std::any_of(in.operands.begin(), in.operands.end(), unreadable) ||
       std::any_of(outputs.begin(), outputs.end(), empty_operand))
     return std::nullopt;
   std::vector<std::vector<int64_t>> output_sizes;

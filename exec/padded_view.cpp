@@ -155,6 +155,7 @@ Value rows_inside(Builder& b, const Value& geometry, const Padding& p, int64_t d
 Value read_packed(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p,
                   int64_t dim) {
   int64_t n = numel(p.box), length = flat.type.dims.at(0);
+  if (n == 0) return fill_value(b, p.fill, view.dtype, p.box);  // nothing to read (XLA slices nothing from nothing)
   // Windows may reach past an exact-size storage's end (XLA would move them back): pad it.
   Value data = length >= n ? flat : b.pad(flat, b.constant(0, {view.dtype, {}}), {0}, {n - length}, {0});
   if (dim < 0) return b.reshape(b.slice(data, {0}, {n}, {1}), p.box);
