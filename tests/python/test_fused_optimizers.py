@@ -294,7 +294,8 @@ def test_a_first_fused_step_compiles_one_program():
     opt.step()
     torch.tpu.synchronize()
     names = [name for name, _, _ in torchtpu.cache.stats()["compiles"][before:]]
-    assert [n for n in names if "window" in n] == [names[-1]], names
+    # one window (zero fills for the new states compile in the background, in any order)
+    assert len([n for n in names if "window" in n]) == 1, names
     # besides it, at most torch.optim's own step-count increment (before the kernel)
     singles = {n.split(" ")[0] for n in names if n.startswith("aten::_foreach")}
     assert singles <= {"aten::_foreach_add_.Scalar"}, names
