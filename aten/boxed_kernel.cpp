@@ -690,7 +690,13 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
                                                  const std::vector<exec::Operand>& outputs) {
   bool reads_padded =
       std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) { return o.storage->varies(); });
-  if (!reads_padded && !rule.seeds) return std::nullopt;  // every op of a static workload leaves here
+  // A part of a larger storage (the first L positions of a model's position-id buffer) can be read
+  // padded where L changes at this line: the storage holds the box already.
+  bool reads_part = std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) {
+    return o.view.numel() * static_cast<int64_t>(element_size(o.view.dtype)) < static_cast<int64_t>(o.storage->nbytes());
+  });
+  bool seeds = rule.seeds || reads_part;
+  if (!reads_padded && !seeds) return std::nullopt;  // every op of a static workload leaves here
   if (rule.applies && !rule.applies(args)) return std::nullopt;
   // An empty contiguous input reads as an empty box (the cache a first `cat` appends to); other
   // empty operands have nothing a gather or scatter could address.
@@ -700,7 +706,7 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
     return std::nullopt;
   std::vector<std::vector<int64_t>> output_sizes;
   for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
-  std::vector<int64_t> varying = varying_sizes(rule.seeds ? origin : nullptr, in.operands, output_sizes);
+  std::vector<int64_t> varying = varying_sizes(seeds ? origin : nullptr, in.operands, output_sizes);
   if (varying.empty() && !reads_padded) return std::nullopt;
   return varying;
 }

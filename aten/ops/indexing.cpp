@@ -528,7 +528,13 @@ TORCHTPU_LOWERINGS(indexing) {
     o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
       check_not_empty_dim(args[0].toTensor(), args[1].toInt(), args[2].toTensor(), false);
     });
-    return o;
+    // Padded indices read 0, a position that exists; `self` is padded but along `dim`, whose
+    // exact size the range check needs.
+    return padded(o, {exec::Fill::kZero, [](const std::vector<c10::IValue>& args, size_t arg, int64_t d) {
+      if (arg != 0) return arg == 2;
+      const at::Tensor& self = args[0].toTensor();
+      return self.dim() > 0 && d != c10::maybe_wrap_dim(args[1].toInt(), self.dim());
+    }});
   }());
   register_lowering({"scatter.src", "scatter_.src", "scatter.src_out"}, [](LoweringContext& c) {
     Value self = c.input(0), index = c.input_uncast(2);
@@ -579,6 +585,8 @@ TORCHTPU_LOWERINGS(indexing) {
   index_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     check_indices(args[0].toTensor(), args[1]);
   });
+  // Padded index tensors read 0, a position that exists; `self` keeps its exact sizes.
+  index_options.padding = padding_of_args({1});
   register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, index_options);
   LoweringOptions index_put_options = checked("index out of range in self");
   index_put_options.no_aliasing = true;

@@ -515,13 +515,14 @@ TORCHTPU_LOWERINGS(random) {
   register_lowering({"normal.Tensor_Tensor", "normal.Tensor_Tensor_out", "normal.Tensor_float", "normal.Tensor_float_out",
                      "normal.float_Tensor", "normal.float_Tensor_out"},
                     normal_of_tensors, normal_checked);
-  register_lowering({"native_dropout", "native_dropout.out"}, dropout, random_op());
+  // Padded, dropout draws a mask over the whole box: the exact part is as random as any other.
+  register_lowering({"native_dropout", "native_dropout.out"}, dropout, padded(random_op()));
   register_lowering({"native_dropout_backward", "native_dropout_backward.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, mask, scale)
     Value g = c.input(0);
     Value kept = c.b.select(c.broadcast_to_output(c.input_uncast(1)), g, m.k(0, g));
     return Values{kept * m.k(c.arg(2).toDouble(), kept)};
-  });
+  }, padded({}));
   LoweringOptions permutation = random_op();
   permutation.meta = [](const c10::FunctionSchema&, const std::vector<c10::IValue>& args) {
     // PyTorch has no meta kernel for randperm's out= forms: (n, [generator,] out)
