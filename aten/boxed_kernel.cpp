@@ -23,7 +23,9 @@
 #include "aten/lowering.h"
 #include "aten/lowering_registry.h"
 #include "aten/op_plan.h"
+#include "aten/boxed_call.h"
 #include "aten/ops/lowering_util.h"
+#include "aten/padded_call.h"
 #include "aten/origin.h"
 #include "aten/scalar_cache.h"
 #include "aten/tensor_operand.h"
@@ -45,24 +47,9 @@ std::string full_name(const c10::OperatorHandle& op) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }
 
-bool on_tpu(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
-
 at::Tensor to_meta(const at::Tensor& t) {
   if (!t.defined() || !on_tpu(t)) return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-}
-
-// Applies `f` to every tensor inside an IValue (a Tensor, Tensor[] or Tensor?[]).
-template <typename F>
-void for_each_tensor(const c10::IValue& v, F&& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec()) f(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef())
-      if (e.isTensor()) f(e.toTensor());
-  }
 }
 
 // A zeroed CPU tensor of t's geometry: zeros, so that a kernel's checks of values meet valid ones.
@@ -71,24 +58,6 @@ at::Tensor to_cpu_stand_in(const at::Tensor& t) {
   int64_t span = t.numel() > 0;
   for (int64_t d = 0; d < t.dim() && span; ++d) span += (t.size(d) - 1) * t.stride(d);
   return at::zeros({span}, t.options().device(c10::kCPU)).as_strided(t.sizes(), t.strides());
-}
-
-// v with f applied to each of its tensors (a Tensor, Tensor[] or Tensor?[]).
-template <typename F>
-c10::IValue map_tensors(const ArgPlan& arg, const c10::IValue& v, F&& f) {
-  if (v.isTensor()) return f(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(f(t));
-    return out;
-  }
-  if (arg.tensor_list() && v.isList()) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const c10::IValue& e : v.toListRef())
-      out.push_back(e.isTensor() ? std::optional<at::Tensor>(f(e.toTensor())) : std::nullopt);
-    return out;
-  }
-  return v;
 }
 
 c10::IValue to_meta(const ArgPlan& arg, const c10::IValue& v) {
@@ -127,15 +96,6 @@ void append_key(std::string& key, const c10::IValue& v) {
     key += v.tagKind();
   }
 }
-
-// Everything the program needs from one call's arguments.
-struct Inputs {
-  std::vector<exec::Operand> operands;
-  std::vector<size_t> count;  // operands contributed by each argument
-  std::vector<std::shared_ptr<exec::BufferRef>> scalars;  // keeps scalar storages alive
-  std::string key;
-  std::vector<std::vector<int64_t>> varying;  // the sizes each padded result varies in
-};
 
 // A Scalar reaches the program as a runtime 0-d input (a cached device copy of its value).
 void add_scalar(Inputs& in, const c10::Scalar& s, int device) {
@@ -284,22 +244,10 @@ bool resolve_conjugate_bits(const OpPlan& plan, const c10::OperatorHandle& op, t
   return any;
 }
 
-struct LoweringCall;
-
-// What the meta kernel said: the meta arguments after the call (out= ones resized) and returns.
-// With them, the first call that has them leaves its lowering (see LoweringCall) for the next.
-struct MetaResult {
-  std::vector<c10::IValue> args;
-  torch::jit::Stack returns;
-  mutable std::shared_ptr<const LoweringCall> lowering;  // std::atomic_load/store: any thread
-};
-
 char scalar_kind(const c10::IValue& a) { return a.isDouble() ? 'f' : a.isInt() ? 'i' : a.isBool() ? 'b' : 'c'; }
 
-// A description of everything output metadata depends on: each tensor's dtype, sizes and
-// strides, each Scalar's (and Scalar list element's) kind, their values too for shape_from_scalars
-// ops and static scalars, every other argument's value. The op's lowering (LoweringCall) is shared
-// by the calls with one key, so the key also tells apart whatever a lowering reads.
+}  // namespace
+
 std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
   const bool scalar_values = plan.entry->options.shape_from_scalars;
   std::string key = plan.name;
@@ -336,6 +284,8 @@ std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
   }
   return key;
 }
+
+namespace {
 
 // An in-place op writes its result into self, which must be able to hold it, as CPU checks:
 // int_tensor.div_(2) raises (true division gives floats), and so does _foreach_div_ of integer
@@ -529,6 +479,8 @@ std::vector<hlo::TensorType> computed_types(std::vector<hlo::TensorType> types) 
 // the later ones share it: a call hands the executor a pointer instead of copies of its arguments.
 // (A Scalar or wrapped number reaches the program as an input; its value here is the first
 // call's, which a lowering must not read, as a cached program would not see a new one either.)
+}  // namespace
+
 struct LoweringCall {
   const LoweringEntry* entry;
   const std::string* name;
@@ -568,6 +520,8 @@ struct LoweringCall {
   }
 };
 
+namespace {
+
 // The shared lowering of calls with `meta`, built now if none is there yet (or for another precision).
 std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std::vector<c10::IValue>& args,
                                                   const MetaResult& meta, const Destinations& d,
@@ -594,254 +548,6 @@ std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std:
   }
   std::atomic_store(&meta.lowering, std::shared_ptr<const LoweringCall>(call));
   return call;
-}
-
-// Bounded dynamism (docs/design.md, "Shapes that change"): an op with a padding rule whose sizes
-// vary runs on boxes of bucket sizes. Each tensor argument's box pads the dimensions whose size
-// varies (and that the rule lets vary); PyTorch's meta kernel on boxes gives the results' boxes
-// and the lowering's view of the call, cached per box like any metadata.
-
-// `probe` > 0 gives boxes that much larger: which result sizes follow them (aten::cat's does, a
-// reduction's does not) says which of a result's sizes vary.
-std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
-                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying, int64_t probe = 0) {
-  std::vector<int64_t> box(sizes.begin(), sizes.end());
-  for (size_t d = 0; d < box.size(); ++d)
-    if (std::binary_search(varying.begin(), varying.end(), box[d]) &&
-        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
-      box[d] = box_size(box[d], varying) + probe;
-  return box;
-}
-
-// The op's metadata with its tpu tensors replaced by contiguous meta tensors of their boxes;
-// null when PyTorch refuses the boxes (sizes that must match did not pad alike).
-std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
-                                               const std::vector<c10::IValue>& args,
-                                               const std::vector<int64_t>& varying, int64_t probe = 0) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
-  const PaddingRule& rule = *plan.entry->options.padding;
-  auto result = std::make_shared<MetaResult>();
-  for (size_t i = 0; i < args.size(); ++i)
-    result->args.push_back(map_tensors(plan.args[i], args[i], [&](const at::Tensor& t) {
-      if (!t.defined() || !on_tpu(t)) return t;
-      return at::empty(box_of(rule, args, i, t.sizes(), varying, probe), t.options().device(c10::kMeta));
-    }));
-  std::string key = meta_key(plan, result->args);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
-  result->returns = result->args;
-  try {
-    if (rule.box_meta)
-      result->returns = rule.box_meta(op.schema(), result->args);
-    else if (plan.entry->options.meta)
-      result->returns = plan.entry->options.meta(op.schema(), result->args);
-    else
-      op.callBoxedForDispatchKey(c10::DispatchKey::Meta, result->returns);
-  } catch (...) {
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache.size() >= (1 << 14)) cache.clear();
-  return cache.emplace(key, result).first->second;
-}
-
-// The meta tensors of `meta` in the order destinations() lists the op's results.
-std::vector<at::Tensor> destination_metas(const OpPlan& plan, const MetaResult& meta) {
-  std::vector<at::Tensor> metas;
-  for (size_t i : plan.written_args) for_each_tensor(meta.args[i], [&](const at::Tensor& t) { metas.push_back(t); });
-  for (size_t r = 0; r < plan.aliased_returns.size(); ++r) {
-    if (plan.aliased_returns[r]) continue;
-    const c10::IValue& m = meta.returns[r];
-    if (m.isTensor() && m.toTensor().defined()) metas.push_back(m.toTensor());
-    else if (m.isList() && !m.isNone())
-      for (const at::Tensor& t : m.toTensorList().vec())
-        if (t.defined()) metas.push_back(t);
-  }
-  return metas;
-}
-
-// Whether `box` can hold `sizes` (a result's exact sizes): same rank, no dimension smaller.
-bool holds(const std::vector<int64_t>& box, const std::vector<int64_t>& sizes) {
-  if (box.size() != sizes.size()) return false;
-  for (size_t d = 0; d < box.size(); ++d)
-    if (box[d] < sizes[d]) return false;
-  return true;
-}
-
-// Whether a dimension of tensor argument `arg` that the rule lets vary has a varying size.
-bool pads_any(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
-              const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
-  for (size_t d = 0; d < sizes.size(); ++d)
-    if (sizes[d] > 1 && std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
-        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
-      return true;
-  return false;
-}
-
-using Box = std::vector<int64_t>;
-
-// The sizes that vary in a call the rule applies to; nothing where it runs at exact sizes (no
-// input is padded and the op seeds no padding, nothing varies, or an operand is empty).
-std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const std::vector<c10::IValue>& args,
-                                                 const graph::Origin* origin, const Inputs& in,
-                                                 const std::vector<exec::Operand>& outputs) {
-  bool reads_padded =
-      std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) { return o.storage->varies(); });
-  // A part of a larger storage (the first L positions of a model's position-id buffer) can be read
-  // padded where L changes at this line: the storage holds the box already.
-  bool reads_part = std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) {
-    return o.view.numel() * static_cast<int64_t>(element_size(o.view.dtype)) < static_cast<int64_t>(o.storage->nbytes());
-  });
-  bool seeds = rule.seeds || reads_part;
-  if (!reads_padded && !seeds) return std::nullopt;  // every op of a static workload leaves here
-  if (rule.applies && !rule.applies(args)) return std::nullopt;
-  // An empty contiguous input reads as an empty box (the cache a first `cat` appends to); other
-  // empty operands have nothing a gather or scatter could address.
-  auto unreadable = [](const exec::Operand& o) { return empty_operand(o) && !(o.view.is_contiguous() && o.view.offset == 0); };
-  if (std::any_of(in.operands.begin(), in.operands.end(), unreadable) ||
-      std::any_of(outputs.begin(), outputs.end(), empty_operand))
-    return std::nullopt;
-  std::vector<std::vector<int64_t>> output_sizes;
-  for (const exec::Operand& o : outputs) output_sizes.push_back(o.view.sizes);
-  std::vector<int64_t> varying = varying_sizes(seeds ? origin : nullptr, in.operands, output_sizes);
-  if (varying.empty() && !reads_padded) return std::nullopt;
-  return varying;
-}
-
-// Each input's box, or nothing where it is read at its exact view; nothing at all where an input
-// to pad is a view of another type (a padded read gathers elements of its own type).
-std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& rule, const std::vector<c10::IValue>& args,
-                                                           const Inputs& in, const std::vector<int64_t>& varying) {
-  std::vector<std::optional<Box>> boxes;
-  for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
-    for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
-      const exec::Operand& o = in.operands[k];
-      // A padded storage is read padded even at exact sizes: its view's offset and strides, which
-      // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time.
-      bool pads = arg < args.size() && (pads_any(rule, args, arg, o.view.sizes, varying) || o.storage->varies());
-      if (pads && !holds_own_type(o)) return std::nullopt;
-      boxes.push_back(pads ? std::optional<Box>(box_of(rule, args, arg, o.view.sizes, varying)) : std::nullopt);
-    }
-  return boxes;
-}
-
-// The results' boxes (the meta kernel's on the inputs' boxes) and the sizes each varies in: where
-// the probe's larger boxes move a dimension (else where it is padded or has a varying size).
-// Nothing where a box cannot hold its result or a result is a view of another type.
-struct ResultBoxes {
-  std::vector<Box> boxes;
-  std::vector<std::vector<int64_t>> varying;
-};
-std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpPlan& plan,
-                                        const std::vector<c10::IValue>& args, const MetaResult& box_meta,
-                                        const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying) {
-  std::vector<at::Tensor> metas = destination_metas(plan, box_meta);
-  if (metas.size() != outputs.size()) return std::nullopt;
-  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/1);
-  std::vector<at::Tensor> probes = probe_meta ? destination_metas(plan, *probe_meta) : std::vector<at::Tensor>{};
-  ResultBoxes r;
-  r.varying.resize(outputs.size());
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    Box box(metas[k].sizes().begin(), metas[k].sizes().end());
-    const std::vector<int64_t>& sizes = outputs[k].view.sizes;
-    if (!holds(box, sizes) || !holds_own_type(outputs[k])) return std::nullopt;
-    bool probed = probes.size() == metas.size() && probes[k].dim() == metas[k].dim();
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      bool varies = probed ? probes[k].size(d) != box[d]
-                           : box[d] != sizes[d] || std::binary_search(varying.begin(), varying.end(), sizes[d]);
-      if (varies && sizes[d] > 1) r.varying[k].push_back(sizes[d]);
-    }
-    std::sort(r.varying[k].begin(), r.varying[k].end());
-    r.boxes.push_back(std::move(box));
-  }
-  return r;
-}
-
-// Removes the operands of out= arguments, which a padded call only writes: read, their exact-size
-// storages would make a program per size (arange's).
-void drop_out_arguments(const c10::FunctionSchema& schema, Inputs& in) {
-  std::vector<exec::Operand> kept;
-  kept.reserve(in.operands.size());
-  for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg) {
-    bool out = arg < schema.arguments().size() && schema.arguments()[arg].is_out();
-    for (size_t n = 0; n < in.count[arg]; ++n, ++k)
-      if (!out) kept.push_back(std::move(in.operands[k]));
-    if (out) in.count[arg] = 0;
-  }
-  in.operands = std::move(kept);
-}
-
-// `marked` with the call's varying sizes that divide one of them: a result [B*L, N] of inputs
-// varying in L keeps L, so that a view splitting B*L into [B, H, L, D] (even transposed) finds it.
-std::vector<int64_t> with_factors(std::vector<int64_t> marked, const std::vector<int64_t>& varying) {
-  size_t own = marked.size();
-  for (int64_t n : varying)
-    for (size_t i = 0; i < own; ++i)
-      if (marked[i] % n == 0 && !std::binary_search(marked.begin(), marked.begin() + own, n)) {
-        marked.push_back(n);
-        break;
-      }
-  std::sort(marked.begin(), marked.end());
-  marked.erase(std::unique(marked.begin(), marked.end()), marked.end());
-  return marked;
-}
-
-// Gives the operands of a call whose sizes vary their padding, and `in.varying` what each padded
-// result varies in; returns the metadata of the boxes, or null, changing nothing, where the call
-// runs at its exact sizes.
-std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, const OpPlan& plan,
-                                               const std::vector<c10::IValue>& args, const graph::Origin* origin,
-                                               Inputs& in, std::vector<exec::Operand>& outputs) {
-  const PaddingRule& rule = *plan.entry->options.padding;
-  std::optional<std::vector<int64_t>> called_varying = call_varying(rule, args, origin, in, outputs);
-  if (!called_varying) return nullptr;
-  const std::vector<int64_t>& varying = *called_varying;
-  std::optional<std::vector<std::optional<Box>>> inputs = input_boxes(rule, args, in, varying);
-  if (!inputs) return nullptr;
-  bool pads_input = std::any_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); });
-  if (!pads_input && !rule.seeds) return nullptr;
-  std::shared_ptr<const MetaResult> box_meta = box_metadata(op, plan, args, varying);
-  if (!box_meta) return nullptr;
-  std::optional<ResultBoxes> results = result_boxes(op, plan, args, *box_meta, outputs, varying);
-  if (!results) return nullptr;
-  auto pads = [&](size_t k) { return results->boxes[k] != outputs[k].view.sizes || !results->varying[k].empty(); };
-  bool pads_output = false;
-  for (size_t k = 0; k < outputs.size(); ++k) pads_output |= pads(k);
-  if (!pads_input && !pads_output) return nullptr;  // a seeding op (arange) whose sizes did not vary
-  for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
-    for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
-      if (!(*inputs)[k]) continue;
-      const std::vector<int64_t>& sizes = in.operands[k].view.sizes;
-      in.operands[k].padding = padding_of(std::move(*(*inputs)[k]), sizes, [&](size_t d) {
-        return std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
-               (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d)));
-      }, rule.fill);
-    }
-  drop_out_arguments(op.schema(), in);
-  in.varying.clear();
-  for (size_t k = 0; k < outputs.size(); ++k)
-    if (pads(k)) {
-      const std::vector<int64_t>& sizes = outputs[k].view.sizes;
-      const std::vector<int64_t>& result_varying = results->varying[k];
-      outputs[k].padding = padding_of(std::move(results->boxes[k]), sizes, [&](size_t d) {
-        return std::find(result_varying.begin(), result_varying.end(), sizes[d]) != result_varying.end();
-      });
-      in.varying.push_back(with_factors(marks(outputs[k].view.sizes, results->varying[k]), varying));
-    }
-  return box_meta;
-}
-
-// The storages of the padded results, with the sizes each varies in (pad_operands' list).
-std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> varying_results(
-    const std::vector<exec::Operand>& outputs, std::vector<std::vector<int64_t>>& varying) {
-  std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> marks;
-  size_t next = 0;
-  for (const exec::Operand& o : outputs)
-    if (o.padding) marks.emplace_back(o.storage, std::move(varying.at(next++)));
-  return marks;
 }
 
 // One program: inputs read through their views, the lowering, results cast and broadcast into
@@ -1011,23 +717,6 @@ void set_matmul_precision_override(std::optional<hlo::Builder::Precision> p) { p
 hlo::Value LoweringContext::input(size_t i) const { return input_as(i, compute_dtype()); }
 
 hlo::Value LoweringContext::input_as(size_t i, DType dtype) const { return cast(b, input_uncast(i), dtype); }
-
-hlo::Value LoweringContext::exact_size(size_t i, int64_t dim, size_t k) const {
-  const hlo::Value& sizes = sizes_.at(i).at(k);
-  int64_t d = dim < 0 ? dim + sizes.type.dims.at(0) : dim;
-  return b.reshape(b.slice(sizes, {d}, {d + 1}, {1}), {});
-}
-
-hlo::Value LoweringContext::inside(size_t i, size_t k) const {
-  const hlo::Value& x = values_.at(i).at(k);
-  hlo::TensorType index{DType::kS64, x.type.dims};
-  hlo::Value mask = b.constant(1, {DType::kBool, x.type.dims});
-  for (int64_t d = 0; d < x.type.rank(); ++d) {
-    hlo::Value size = b.broadcast_in_dim(exact_size(i, d, k), x.type.dims, {});
-    mask = b.binary(hlo::BinaryOp::kAnd, mask, b.compare(hlo::Compare::kLT, b.iota(index, d), size));
-  }
-  return mask;
-}
 
 DType LoweringContext::promoted(size_t i, size_t j) const {
   const c10::IValue& a = args_.at(i);
