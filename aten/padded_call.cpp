@@ -10,6 +10,7 @@
 
 #include "aten/lowering.h"
 #include "aten/varying_sizes.h"
+#include "exec/capture.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -240,6 +241,10 @@ void pad_results(ResultBoxes& results, const std::vector<int64_t>& varying, std:
 std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, const OpPlan& plan,
                                                const std::vector<c10::IValue>& args, const graph::Origin* origin,
                                                Inputs& in, std::vector<exec::Operand>& outputs) {
+  // A compiled graph runs at the sizes its capture saw (compile/buckets.py pads its inputs itself),
+  // and its capture starts by storing every input exactly: padding there would only turn the
+  // graph's slices and transposes into gathers.
+  if (exec::capturing()) return nullptr;
   const PaddingRule& rule = *plan.entry->options.padding;
   std::optional<std::vector<int64_t>> called_varying = call_varying(rule, args, origin, in, outputs);
   if (!called_varying) return nullptr;
