@@ -134,8 +134,11 @@ std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& ru
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
       const exec::Operand& o = in.operands[k];
       // A padded storage is read padded even at exact sizes: its view's offset and strides, which
-      // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time.
-      bool pads = arg < args.size() && (pads_any(rule, args, arg, o.view.sizes, varying) || o.storage->varies());
+      // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time. An exact one
+      // whose box is its size is read as it is: its size only equals a varying one (a weight's
+      // d_ff = B·L at L = 64), which must not give it a program of its own.
+      bool pads = arg < args.size() && (o.storage->varies() || (pads_any(rule, args, arg, o.view.sizes, varying) &&
+                                                                box_of(rule, args, arg, o.view.sizes, varying) != o.view.sizes));
       if (pads && !holds_own_type(o)) return std::nullopt;
       boxes.push_back(pads ? std::optional<Box>(box_of(rule, args, arg, o.view.sizes, varying)) : std::nullopt);
     }

@@ -2,6 +2,7 @@
 // device itself is wired into PyTorch by the registrations in aten/.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <mutex>
 
@@ -11,6 +12,7 @@
 #include "aten/generator.h"
 #include "aten/kernel_call.h"
 #include "aten/lowering.h"
+#include "aten/padded_upload.h"
 #include "aten/profiler.h"
 #include "aten/tensor_operand.h"
 #include "exec/capture.h"
@@ -163,6 +165,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_eager_mode", [] { return std::string(exec::mode_name(exec::mode())); });
   m.def("_set_one_program_block", &exec::set_one_program_block);
   m.def("_lowered_ops", &aten::installed_lowerings, "The ATen ops with a tpu lowering (\"add.Tensor\")");
+  m.def("_padded_ops", [] {
+    std::vector<std::string> padded;
+    for (const std::string& op : aten::installed_lowerings())
+      if (aten::find_lowering(op)->options.padding) padded.push_back(op);
+    return padded;
+  }, "The lowered ATen ops with a padding rule: they run padded where their sizes vary");
+  m.def("_to_tpu_padded", &aten::to_tpu_padded, py::arg("host"), py::arg("varying"),
+        "A CPU tensor copied to tpu, its storage padded in the sizes `varying` (tests)");
   m.def("_flush", [](const std::string& reason) {
     without_gil([&] { aten::flush_pending(reason); });
   });

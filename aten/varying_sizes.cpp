@@ -186,6 +186,9 @@ exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& s
   exec::Padding p{std::move(box), fill};
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] <= 1 || !varies(d)) continue;
+    // Marks are sizes, so a static size equal to the varying one (d_ff = B·L at L = 64) looks varying
+    // too: the first is taken, as where the sizes differ (L = 57), and the program is the same.
+    if (p.rows >= 0 && sizes[d] == sizes[p.rows]) continue;
     if (p.rows >= 0) {
       p.rows = -1;
       break;

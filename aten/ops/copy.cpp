@@ -3,9 +3,12 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 #include "aten/device.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
+#include "aten/padded_upload.h"
 #include "aten/pinned_memory.h"
 #include "aten/tensor_operand.h"
 #include "aten/varying_sizes.h"
@@ -199,4 +202,21 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
 }
 
 }  // namespace
+
+at::Tensor to_tpu_padded(const at::Tensor& host, std::vector<int64_t> varying) {
+  TORCH_CHECK(host.device().is_cpu(), "to_tpu_padded copies a CPU tensor, not one on ", host.device());
+  at::Tensor contiguous = host.contiguous();
+  at::Tensor out = at::empty(contiguous.sizes(), contiguous.options().device(c10::DeviceType::PrivateUse1, current_device()));
+  std::vector<int64_t> sizes = contiguous.sizes().vec();
+  varying.erase(std::remove_if(varying.begin(), varying.end(), [](int64_t n) { return n <= 1; }), varying.end());
+  std::sort(varying.begin(), varying.end());
+  varying.erase(std::unique(varying.begin(), varying.end()), varying.end());
+  if (contiguous.numel() == 0 || varying.empty()) return upload_contiguous(contiguous, out.device());
+  int64_t capacity = 1;
+  for (int64_t n : box_of(sizes, varying)) capacity *= n;
+  exec::upload_padded(buffer_ref(out), contiguous.data_ptr(), to_dtype(contiguous.scalar_type()), capacity);
+  buffer_ref(out).set_varying_sizes(marks(sizes, varying));
+  return out;
+}
+
 }  // namespace torchtpu::aten

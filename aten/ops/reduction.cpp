@@ -130,12 +130,21 @@ Lowering sum_lowering(size_t dims_arg) {
   };
 }
 
+// How many elements of x a reduction over `dims` averages, shaped like `like`: on a padded call, the
+// product of the exact sizes (the box's zeros add nothing to the sum, and must not to the count).
+Value averaged_count(LoweringContext& c, const Value& x, const std::vector<int64_t>& dims, const Value& like) {
+  if (!c.padded()) return c.full(static_cast<double>(count(x, dims)), like);
+  Value n = c.b.constant(1, {DType::kS64, {}});
+  for (int64_t d : dims) n = n * c.exact_size(0, d);
+  return c.b.broadcast_in_dim(cast(c.b, n, like.type.dtype), like.type.dims, {});
+}
+
 Lowering mean_lowering(size_t dims_arg) {
   return [dims_arg](LoweringContext& c) {
     Value x = c.input_uncast(0);
     auto dims = reduced_dims(c, dims_arg, x.type.rank());
     Value s = sum_of(c, x, dims);
-    return Values{finish(c, s / c.full(static_cast<double>(count(x, dims)), s))};
+    return Values{finish(c, s / averaged_count(c, x, dims, s))};
   };
 }
 
@@ -418,8 +427,10 @@ TORCHTPU_LOWERINGS(reduction) {
   using exec::Fill;
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll), padded({}, {Fill::kZero}));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1), padded({}, {Fill::kZero}));
-  register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll));
-  register_lowering({"mean.dim", "mean.out"}, mean_lowering(1));
+  PaddingRule zeros_counted{Fill::kZero};
+  zeros_counted.needs_sizes = true;
+  register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll), padded({}, zeros_counted));
+  register_lowering({"mean.dim", "mean.out"}, mean_lowering(1), padded({}, zeros_counted));
   register_lowering({"prod", "prod.out"}, [](LoweringContext& c) {
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{finish(c, reduce(c, x, reduced_dims(c, kAll, x.type.rank()), BinaryOp::kMultiply, 1))};
@@ -436,8 +447,17 @@ TORCHTPU_LOWERINGS(reduction) {
   register_lowering({"min", "min.unary_out"}, extreme(false, kAll), a_min(with_meta(nonempty_reduction("min", kAll, false))));
   register_lowering({"max.dim", "max.dim_max"}, extreme_with_index(true), a_max(with_meta(nonempty_reduction("max", 1, true))));
   register_lowering({"min.dim", "min.dim_min"}, extreme_with_index(false), a_min(with_meta(nonempty_reduction("min", 1, true))));
-  register_lowering({"argmax", "argmax.out"}, arg_lowering(true), a_max(with_meta(nonempty_reduction("argmax", 1, true))));
-  register_lowering({"argmin", "argmin.out"}, arg_lowering(false), a_min(with_meta(nonempty_reduction("argmin", 1, true))));
+  // Without a dim, argmax and argmin index the flattened input, whose positions a box does not keep.
+  auto along_a_dim = [](PaddingRule rule) {
+    rule.applies = [](const std::vector<c10::IValue>& args) {
+      return !args.at(1).isNone() || args.at(0).toTensor().dim() <= 1;
+    };
+    return rule;
+  };
+  register_lowering({"argmax", "argmax.out"}, arg_lowering(true),
+                    padded(with_meta(nonempty_reduction("argmax", 1, true)), along_a_dim({Fill::kLowest})));
+  register_lowering({"argmin", "argmin.out"}, arg_lowering(false),
+                    padded(with_meta(nonempty_reduction("argmin", 1, true)), along_a_dim({Fill::kHighest})));
   register_lowering({"var.correction", "var.correction_out"}, [](LoweringContext& c) {
     Value x = c.input_uncast(0);
     return Values{finish(c, variance(c, x, reduced_dims(c, 1, x.type.rank()), correction_of(c, 2)))};

@@ -36,6 +36,33 @@ def test_gated_ops_pass_every_opinfo_sample(tmp_path):
     assert regressions == {}
 
 
+# Ops of a transformer's training step, one per kind of padding rule: element-wise, reductions
+# (zero-filled, extremes, counted means, indices along a dim), row-wise (softmax, layer norm),
+# contractions, losses (padded targets ignored), positional ops, indexing and concatenation.
+PADDED_GATE = ["add", "where", "nn.functional.gelu", "sum", "mean", "amax", "argmax", "log_softmax",
+               "nn.functional.layer_norm", "matmul", "nn.functional.cross_entropy", "triu", "cumsum",
+               "gather", "cat", "nn.functional.embedding", "nn.functional.scaled_dot_product_attention"]
+
+
+@pytest.mark.skipif(os.environ.get("TORCHTPU_BUCKETS") in ("off", "0"), reason="padding turned off for this run")
+def test_ops_with_padding_rules_pass_every_sample_stored_padded(tmp_path):
+    """The OpInfo samples with their tensors stored padded (`--padded`), as eager mode stores
+    tensors whose sizes vary: each op must match CPU, forward and gradient, and must have run padded
+    (a sample that read its inputs at exact sizes would test nothing about the rules)."""
+    out = tmp_path / "padded.json"
+    subprocess.run([sys.executable, "-m", "torchtpu.testing.opinfo", "--json", str(out), "--padded",
+                    "--dtypes", "float32", "--jobs", "2", "--ops", *PADDED_GATE],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    report = json.load(open(out))
+    results = report["ops"]
+    assert set(results) == set(PADDED_GATE)
+    wrong = {name: r["first_failure"] for name, r in results.items()
+             if r["samples"] == 0 or r["passed"] + r["rounding"] != r["samples"] or r["grad_failed"]}
+    assert wrong == {}
+    assert {name for name, r in results.items() if r["ran_padded"] == 0} == set()
+    assert 0 < report["padded"]["with_rule"] < report["padded"]["lowered_ops"]
+
+
 def test_strides_flag_fails_results_laid_out_unlike_cpu(tmp_path):
     """`--strides` also compares layouts: lstsq's solution is row-major on tpu, column-major on CPU
     (values equal), svd's factors are laid out as CPU's."""

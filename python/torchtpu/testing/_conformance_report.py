@@ -88,6 +88,21 @@ def _op_rows(ops):
     return lines
 
 
+def _padded_section(report):
+    """The padded run's part (--padded): how many samples ran padded, per op."""
+    rules = report["padded"]
+    t = report["totals"]
+    lines = ["## Stored padded (`--padded`)", "",
+             f"Every sample tensor that is not a view was stored padded, varying in the sizes of the sample's "
+             f"first tensor. Samples whose tpu run had padded ops: {t['ran_padded']} of {t['samples']}; "
+             f"samples where an op without a rule read a padded input at its exact sizes: {t['read_exact']}. "
+             f"Lowered ATen ops with a padding rule: {rules['with_rule']} of {rules['lowered_ops']}.", "",
+             "| op | samples | ran padded | read exact | failed | errors |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, r in report["ops"].items():
+        lines.append(f"| {name} | {r['samples']} | {r['ran_padded']} | {r['read_exact']} | {r['failed']} | {r['errors']} |")
+    return lines + [""]
+
+
 def write_markdown(path, report, args):
     import torch
     ops = report["ops"]
@@ -102,6 +117,7 @@ def write_markdown(path, report, args):
            + (f" --time-limit {args.time_limit:g}" if args.time_limit != 120 else "")
            + (" --no-foreach" if args.no_foreach else "")
            + (" --foreach-contiguous-only" if args.foreach_contiguous_only else "")
+           + (" --padded" if args.padded else "")
            + f" --jobs {args.jobs} --markdown {path}")
     minutes = report["wall_seconds"] / 60
     lines = [
@@ -136,6 +152,8 @@ def write_markdown(path, report, args):
         "the CPU only.", "",
         "## Summary per dtype", "",
     ]
+    if report.get("padded"):
+        lines[-2:-2] = _padded_section(report)
     op_db = {n: r for n, r in ops.items() if r["kind"] == "op_db"}
     foreach = {n: r for n, r in ops.items() if r["kind"] != "op_db"}
     lines += _dtype_table(report["per_dtype"], t, ops)

@@ -29,6 +29,14 @@ it counts as *rounding* instead of failed when tpu's largest error against that 
 twice CPU's or within the dtype's tolerance (``_against_exact``); a failure's message gives both
 errors.
 
+``--padded`` stores every sample tensor that is not a view padded on tpu, as eager mode stores a
+tensor whose sizes vary (docs/modes.md, "Shapes that change"): each size of the sample's first
+tensor of at least 2 is marked as varying, so a tensor is held in a box of bucket sizes (16, 32,
+...) and ops with a padding rule run on boxes with the exact sizes as program inputs. The samples
+are compared with CPU as always; ``ran_padded`` counts those whose tpu run had padded ops
+(``torchtpu.metrics.counters()["padded_ops"]``), ``read_exact`` those where an op without a rule
+read a padded input at its exact sizes (``torchtpu.metrics.unpadded_ops()``).
+
 Each (op, dtype) runs in a worker subprocess, so a crash is recorded for it and the run goes on.
 """
 
@@ -76,7 +84,7 @@ FOREACH_DBS = ["foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise
                "foreach_reduce_op_db", "foreach_other_op_db"]
 
 COUNTS = ("samples", "passed", "passed_fallback", "rounding", "failed", "errors", "not_run",
-          "grad_samples", "grad_failed")
+          "grad_samples", "grad_failed", "ran_padded", "read_exact")
 FAILURES_KEPT = 3  # failure messages kept per (op, dtype)
 # A mismatch with CPU is rounding when tpu's largest error against the float64 result is at most
 # this many times CPU's (_against_exact)
@@ -328,7 +336,26 @@ def _rounding_only(fn, wide_args, wide_kwargs, process, actual, expected):
     return _against_exact(actual, expected, exact)
 
 
-def _run_sample(name, fn, args, kwargs, want_grad, process, strides):
+def _padded_copier(sample_input):
+    """A tpu copier (compare.tpu_copier) that stores tensors which are not views padded, varying
+    in the sizes of ``sample_input`` (the sample's first tensor) of at least 2."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    from .. import _C
+    first = next((t for t in tree_flatten(sample_input)[0] if isinstance(t, torch.Tensor)), None)
+    varying = sorted({n for n in first.shape if n >= 2}) if first is not None else []
+    plain = tpu_copier(keep_views=True)
+
+    def to_tpu(x):
+        if (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x._base is None and x.dim() > 0
+                and x.layout == torch.strided and not x.is_conj() and not x.is_neg()):
+            return _C._to_tpu_padded(x.detach(), varying).requires_grad_(x.requires_grad)
+        return plain(x)
+    return to_tpu
+
+
+def _run_sample(name, fn, args, kwargs, want_grad, process, strides, padded=False):
     """-> (result, why, grad_result) with result one of passed / failed / errors. `process` is
     the sample's output_process_fn_grad, applied to both results as PyTorch's own
     test_compare_cpu and gradient tests do: it keeps the well-defined part of outputs that
@@ -337,7 +364,7 @@ def _run_sample(name, fn, args, kwargs, want_grad, process, strides):
     from torch.utils._pytree import tree_flatten, tree_map
 
     # tpu copies first: the CPU call may mutate its inputs
-    to_tpu = tpu_copier(keep_views=True)
+    to_tpu = _padded_copier(args[0]) if padded else tpu_copier(keep_views=True)
     keep = CPU_ARGS.get(name, ())
     t_args = tuple(a if i in keep else tree_map(to_tpu, a) for i, a in enumerate(args))
     t_kwargs = tree_map(to_tpu, kwargs)
@@ -433,7 +460,7 @@ def _call_of(entry):
     return inplace
 
 
-def _run_unit(entry, name, dtype_name, grad_dtypes, time_limit, layout, strides):
+def _run_unit(entry, name, dtype_name, grad_dtypes, time_limit, layout, strides, padded=False):
     """One (op, dtype) unit: every sample on CPU and tpu, counted into one record."""
     import torch
 
@@ -459,13 +486,17 @@ def _run_unit(entry, name, dtype_name, grad_dtypes, time_limit, layout, strides)
             continue  # draws random numbers: values cannot match CPU
         args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
         before = torchtpu.metrics.cpu_fallbacks()
+        padded_before = torchtpu.metrics.counters()["padded_ops"]
+        exact_before = sum(torchtpu.metrics.unpadded_ops().values())
         try:
             result, why, grad = _run_sample(name, fn, args, kwargs, want_grad,
-                                            sample.output_process_fn_grad, strides)
+                                            sample.output_process_fn_grad, strides, padded)
         except Exception as e:  # the harness itself, e.g. copying an odd argument
             result, why, grad = "errors", f"harness: {_short_error(e)}", None
         used = count_fallbacks(rec["fallback_ops"], before, torchtpu.metrics.cpu_fallbacks())
         rec["samples"] += 1
+        rec["ran_padded"] += torchtpu.metrics.counters()["padded_ops"] > padded_before
+        rec["read_exact"] += sum(torchtpu.metrics.unpadded_ops().values()) > exact_before
         if result == "passed" and used:
             result = "passed_fallback"
         rec[result] += 1
@@ -483,12 +514,12 @@ def _run_unit(entry, name, dtype_name, grad_dtypes, time_limit, layout, strides)
     return rec
 
 
-def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False):
+def _worker(units, out_path, grad_dtypes, time_limit, layout, strides=False, padded=False):
     entries = _entries()
     with open(out_path, "a") as out:
         for name, dtype_name in units:
             announce(out, (name, dtype_name))
-            rec = _run_unit(entries[name], name, dtype_name, grad_dtypes, time_limit, layout, strides)
+            rec = _run_unit(entries[name], name, dtype_name, grad_dtypes, time_limit, layout, strides, padded)
             record(out, (name, dtype_name), rec)
 
 
@@ -575,6 +606,8 @@ def _parser():
     parser.add_argument("--strides", action="store_true",
                         help="also compare each result's strides with CPU's (dimensions longer than 1): "
                              "a layout CPU's kernel chooses and tpu does not counts as a failure")
+    parser.add_argument("--padded", action="store_true",
+                        help="store sample tensors padded on tpu, varying in the first tensor's sizes")
     parser.add_argument("--chunk", type=int, default=150, help="(op, dtype) units per worker process")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes at once")
     parser.add_argument("--time-limit", type=float, default=120,
@@ -601,6 +634,13 @@ def _selected_ops(args, entries, parser):
     return [n for n in names if n not in excluded and n not in CPU_ONLY_OPS], excluded, cpu_only
 
 
+def _padding_rules():
+    """How many of the lowered ATen ops have a padding rule, and which."""
+    from .. import _C
+    padded = _C._padded_ops()
+    return {"lowered_ops": len(_C._lowered_ops()), "with_rule": len(padded), "ops_with_rule": padded}
+
+
 def _worker_command(args):
     """The command line of a worker process that runs the units in `unit_file`, logging to `log`."""
     def command(unit_file, log):
@@ -608,7 +648,7 @@ def _worker_command(args):
                "--time-limit", str(args.time_limit), "--_out", log, "--_worker", unit_file,
                "--grad-dtypes", *args.grad_dtypes]
         flags = {"--no-grad": args.no_grad, "--foreach-contiguous-only": args.foreach_contiguous_only,
-                 "--noncontiguous": args.noncontiguous, "--strides": args.strides}
+                 "--noncontiguous": args.noncontiguous, "--strides": args.strides, "--padded": args.padded}
         return cmd + [flag for flag, on in flags.items() if on]
     return command
 
@@ -622,7 +662,7 @@ def main(argv=None):
     if args._worker is not None:
         with open(args._worker) as f:
             units = [tuple(u) for u in json.load(f)]
-        _worker(units, args._out, grad_dtypes, args.time_limit, layout, args.strides)
+        _worker(units, args._out, grad_dtypes, args.time_limit, layout, args.strides, args.padded)
         return 0
 
     wall_start = time.time()
@@ -643,6 +683,7 @@ def main(argv=None):
         "foreach": _totals(ops, args.dtypes, "foreach"),
         "excluded_random": excluded,
         "excluded_cpu_only": cpu_only,
+        "padded": _padding_rules() if args.padded else None,
         "dtypes": args.dtypes,
         "grad_dtypes": grad_dtypes,
         "wall_seconds": round(time.time() - wall_start, 1),
