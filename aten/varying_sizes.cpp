@@ -181,11 +181,29 @@ std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector
   return box;
 }
 
+namespace {
+
+// Whether sizes[d] is the product of a run of two or more of the view's other dimensions: then it
+// varies where they are merged into one ([B·L, D] of a matmul), not here ([8, 64, 512] with
+// d_ff = 512 = B·L at L = 64).
+bool merges_others(const std::vector<int64_t>& sizes, size_t d) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    int64_t product = 1;
+    for (size_t j = i; j < sizes.size() && j != d; ++j) {
+      product *= sizes[j];
+      if (j > i && product == sizes[d]) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& sizes,
                          const std::function<bool(size_t dim)>& varies, exec::Fill fill) {
   exec::Padding p{std::move(box), fill};
   for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] <= 1 || !varies(d)) continue;
+    if (sizes[d] <= 1 || !varies(d) || merges_others(sizes, d)) continue;
     // Marks are sizes, so a static size equal to the varying one (d_ff = B·L at L = 64) looks varying
     // too: the first is taken, as where the sizes differ (L = 57), and the program is the same.
     if (p.rows >= 0 && sizes[d] == sizes[p.rows]) continue;
