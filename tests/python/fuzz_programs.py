@@ -5,7 +5,9 @@ each pick an op and operands from the pool and either assign a new tensor (`t5 =
 `t6 = t2.transpose(0, 1)`) or write into one (`t6.mul_(t4)`, `torch.sub(t1, 2, out=t3)`,
 `t2[t7] = 0.5`). Being source, a failing example prints as its own repro. `programs()` draws them,
 `run_program` runs one on a device. Operands are mostly valid — shapes that broadcast, indices in
-range — and sometimes not, so that errors are compared too.
+range — and sometimes not, so that errors are compared too. A third of the inputs are stored
+padded on tpu (`padded=True`), as tensors whose sizes vary are, so that every op also meets padded
+operands: those with a padding rule run on boxes, the others read the exact sizes.
 
 Exactness. Each backend rounds transcendental functions, reductions and matmuls its own way, so
 their results differ from CPU's in the last bits; a discontinuous op (floor, comparisons, argmax,
@@ -26,6 +28,8 @@ import warnings
 
 import torch
 from hypothesis import strategies as st
+
+import torchtpu
 
 DTYPES = (torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.int32, torch.float16)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -87,9 +91,11 @@ REDUCTIONS = {
 }
 
 
-def make_input(shape, dtype, seed, special=False, device="cpu"):
+def make_input(shape, dtype, seed, special=False, padded=False, device="cpu"):
     """Multiples of 1/4 in [-4, 4] for floats, exact in every float dtype (with `special`, some
-    NaN, ±inf and -0.0 too); [-5, 5] for integers. Made on CPU, then moved."""
+    NaN, ±inf and -0.0 too); [-5, 5] for integers. Made on CPU, then moved; with `padded`, stored
+    on tpu as eager mode stores a tensor whose sizes vary (in a box of bucket sizes, every size of
+    at least 2 varying), so that the ops reading it run padded."""
     g = torch.Generator().manual_seed(seed)
     if dtype == torch.bool:
         t = torch.randint(0, 2, shape, generator=g).bool()
@@ -101,6 +107,8 @@ def make_input(shape, dtype, seed, special=False, device="cpu"):
         t = t.to(dtype)
     else:
         t = torch.randint(-5, 6, shape, generator=g, dtype=dtype)
+    if padded and device == "tpu":
+        return torchtpu._C._to_tpu_padded(t, list(shape))
     return t.to(device)
 
 
@@ -255,8 +263,10 @@ class Builder:
         shape = self.draw(SHAPES) if shape is None else shape
         dtype = self.draw(st.sampled_from(DTYPES)) if dtype is None else dtype
         special = dtype.is_floating_point and self.draw(st.sampled_from([False] * 4 + [True]))
+        padded = self.draw(st.sampled_from([False] * 2 + [True]))
         seed = len(self.exact)
-        return self.assign(f"make_input({shape!r}, {dtype}, seed={seed}{', special=True' if special else ''})", True)
+        flags = (", special=True" if special else "") + (", padded=True" if padded else "")
+        return self.assign(f"make_input({shape!r}, {dtype}, seed={seed}{flags})", True)
 
     def index(self, shape, size, unique=False, in_range=False):
         """A new int64 index tensor for a dimension of `size`: in range, or mostly so and
