@@ -181,7 +181,9 @@ LoweringOptions zero_divisor_checked() {
                                                      : at::result_type(a.toScalar(), b.toTensor());
     return c10::isIntegralType(t, /*includeBool=*/true);
   };
-  return o;
+  // Padded, the box's padding reads as ones: the check sees every position, and a zero there is
+  // no divisor of the user's.
+  return padded(o, {exec::Fill::kOne});
 }
 
 Value divide(LoweringContext& c, const Value& a, const Value& b) {

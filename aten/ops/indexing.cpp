@@ -458,6 +458,35 @@ Values put(LoweringContext& c) {
   return {c.b.reshape(written, x.type.dims)};
 }
 
+// constant_pad_nd on a box: x shifted by each dimension's low pad into the result's box, and the
+// value wherever a position maps outside x's exact sizes (the high pad starts at the exact end, a
+// run-time position). Positions past the result's exact sizes are the padding's, never read.
+Value padded_constant_pad(LoweringContext& c, const Value& x, const std::vector<int64_t>& low) {
+  const std::vector<int64_t>& out = c.out().dims;
+  int64_t rank = x.type.rank();
+  Value value = cast(c.b, c.input(2), x.type.dtype);
+  std::vector<int64_t> before(rank), after(rank), zeros(rank, 0), start(rank), ones(rank, 1);
+  for (int64_t d = 0; d < rank; ++d) {
+    before[d] = std::max<int64_t>(low[d], 0);
+    after[d] = std::max<int64_t>(out[d] - (x.type.dims[d] + low[d]), 0);
+    start[d] = std::max<int64_t>(-low[d], 0);
+  }
+  Value wide = c.b.pad(x, value, before, after, zeros);
+  std::vector<int64_t> limit(rank);
+  for (int64_t d = 0; d < rank; ++d) limit[d] = start[d] + out[d];
+  Value shifted = c.b.slice(wide, start, limit, ones);
+  hlo::TensorType index{DType::kS64, out};
+  Value inside = c.b.constant(1, {DType::kBool, out});
+  for (int64_t d = 0; d < rank; ++d) {
+    Value p = c.b.iota(index, d);
+    Value first = c.b.constant(static_cast<double>(low[d]), {DType::kS64, {}});
+    Value end = first + c.exact_size(0, d);
+    inside = c.b.binary(BinaryOp::kAnd, inside, c.b.compare(Compare::kGE, p, c.b.broadcast_in_dim(first, out, {})));
+    inside = c.b.binary(BinaryOp::kAnd, inside, c.b.compare(Compare::kLT, p, c.b.broadcast_in_dim(end, out, {})));
+  }
+  return c.b.select(inside, shifted, c.b.broadcast_in_dim(value, out, {}));
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(indexing) {
@@ -707,6 +736,7 @@ TORCHTPU_LOWERINGS(indexing) {
       low[d] = pad[i];
       high[d] = pad[i + 1];
     }
+    if (c.padded()) return Values{padded_constant_pad(c, x, low)};
     // Negative padding crops: pad by the positive parts, then slice off the negative ones.
     std::vector<int64_t> plow(rank), phigh(rank);
     for (int64_t d = 0; d < rank; ++d) {
@@ -720,7 +750,13 @@ TORCHTPU_LOWERINGS(indexing) {
       limit[d] -= std::max<int64_t>(-high[d], 0);
     }
     return Values{c.b.slice(padded, start, limit, step)};
-  }, pad_options);
+  }, [&] {
+    // Labels shifted by a pad (Hugging Face's causal LM loss pads the length by one): a padded
+    // call finds the pad's end from the exact sizes (padded_constant_pad).
+    PaddingRule rule;
+    rule.needs_sizes = true;
+    return padded(pad_options, rule);
+  }());
   register_lowering({"fill_.Tensor", "fill.Tensor", "fill.Tensor_out"}, [](LoweringContext& c) {
     return Values{c.broadcast_to_output(c.input(1))};
   });

@@ -223,3 +223,18 @@ def test_scatter_with_no_indices_and_norms_of_integers(mode):
                 torch.ones(2), torch.ones(2, 2), mode=mode)
     same_as_cpu(lambda x: torch.linalg.vector_norm(x, dim=0), torch.tensor(3), mode=mode)
     same_as_cpu(lambda x: x.argmax(1), torch.tensor(3.0), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op", [torch.floor_divide, torch.remainder, torch.fmod,
+                                lambda a, b: torch.div(a, b, rounding_mode="trunc")],
+                         ids=["floor_divide", "remainder", "fmod", "div_trunc"])
+def test_integer_division_of_a_padded_tensor_checks_only_its_elements(op, mode):
+    """A padded integer tensor (stored in a box of its bucket size, zeros past its elements) divided
+    by itself: the zero-divisor check must not see the box's zeros."""
+    x = torch.tensor([3, -2, 5])
+    with torchtpu.eager_mode(mode):
+        padded = torchtpu._C._to_tpu_padded(x, [3])
+        torch.testing.assert_close(op(padded, padded).cpu(), op(x, x), rtol=0, atol=0)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            op(padded, torchtpu._C._to_tpu_padded(torch.tensor([1, 0, 2]), [3])).cpu()
