@@ -89,6 +89,8 @@ MetaFn nonempty_reduction(const char* op, size_t dims_arg, bool flat_is_index_er
 // var and std: the correction is static, and CPU takes only floating and complex inputs.
 LoweringOptions floating_moments() {
   LoweringOptions o;
+  o.padding = PaddingRule{};
+  o.padding->needs_sizes = true;  // the exact count, and which positions are the elements
   o.static_scalars = {2};
   o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     c10::ScalarType t = args[0].toTensor().scalar_type();
@@ -183,8 +185,28 @@ Lowering arg_lowering(bool is_max) {
 }
 
 // var/std with a correction (Bessel's by default); complex input gives a real variance.
+// On a padded call: the mean of the elements inside the exact sizes (the box's zeros add nothing to
+// its sum) and the sum of their squared deviations (the padding's, which would be the mean's, are
+// masked out), over the exact count.
+struct PaddedMoments {
+  Value mean, squares, count;
+};
+PaddedMoments padded_moments(LoweringContext& c, const Value& x, const std::vector<int64_t>& dims) {
+  Math m{c.b};
+  Value sum = m.compensated_sum(x, dims);
+  Value mean = sum / averaged_count(c, x, dims, sum);
+  Value deviation = c.b.select(c.inside(0), x - m.expand_back(mean, x, dims), c.full(0, x));
+  Value squares = m.compensated_sum(abs_squared(c.b, deviation), dims);
+  return {mean, squares, averaged_count(c, x, dims, squares)};
+}
+
 Value variance(LoweringContext& c, const Value& x_in, const std::vector<int64_t>& dims, double correction) {
   Value x = is_complex(x_in.type.dtype) ? x_in : cast(c.b, x_in, accumulator(c.out().dtype));
+  if (c.padded()) {
+    PaddedMoments p = padded_moments(c, x, dims);
+    Value divisor = c.b.binary(BinaryOp::kMaximum, p.count - c.full(correction, p.count), c.full(0, p.count));
+    return p.squares / divisor;
+  }
   double n = static_cast<double>(count(x, dims));
   Value biased = Math{c.b}.moments(x, dims).second;
   return biased * c.full(n / std::max(n - correction, 0.0), biased);
@@ -475,7 +497,8 @@ TORCHTPU_LOWERINGS(reduction) {
       Value x = c.input_uncast(0);
       auto dims = reduced_dims(c, 1, x.type.rank());
       Value v = variance(c, x, dims, correction_of(c, 2));
-      Value mean = Math{c.b}.mean(is_complex(x.type.dtype) ? x : cast(c.b, x, accumulator(c.out().dtype)), dims);
+      Value wide = is_complex(x.type.dtype) ? x : cast(c.b, x, accumulator(c.out().dtype));
+      Value mean = c.padded() ? padded_moments(c, wide, dims).mean : Math{c.b}.mean(wide, dims);
       return Values{finish(c, take_root ? c.b.unary(UnaryOp::kSqrt, v) : v, 0), finish(c, mean, 1)};
     }, floating_moments());
   }

@@ -238,3 +238,10 @@ def test_integer_division_of_a_padded_tensor_checks_only_its_elements(op, mode):
         torch.testing.assert_close(op(padded, padded).cpu(), op(x, x), rtol=0, atol=0)
         with pytest.raises(RuntimeError, match="ZeroDivisionError"):
             op(padded, torchtpu._C._to_tpu_padded(torch.tensor([1, 0, 2]), [3])).cpu()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_index_select_into_its_own_index_raises_as_on_cpu(mode):
+    same_as_cpu(lambda x, i: torch.index_select(x, 0, i, out=i), torch.tensor([4, 5]), torch.zeros(0, dtype=torch.long),
+                mode=mode)
+    same_as_cpu(lambda x, i: torch.index_select(x, 0, i, out=i), torch.tensor([4, 5]), torch.tensor([1, 0]), mode=mode)
