@@ -521,6 +521,13 @@ TORCHTPU_LOWERINGS(binary) {
     });
   };
   register_with_variants("add", {"Tensor", "Scalar"}, [](LoweringContext& c) {
+    // bool + bool is bool's (an or) also into a wider out=, which CPU casts the sum to
+    if (c.promoted(0, 1) == DType::kBool && c.compute_dtype() != DType::kBool) {
+      bool alpha = !c.has(2) || c.arg(2).toScalar().toBool();
+      Value x = c.broadcast_to_output(c.input_as(0, DType::kBool));
+      Value y = alpha ? c.broadcast_to_output(c.input_as(1, DType::kBool)) : c.b.constant(0, x.type);
+      return Values{cast(c.b, c.b.binary(BinaryOp::kOr, x, y), c.compute_dtype())};
+    }
     return Values{add_scaled_by_alpha(c, BinaryOp::kAdd, 0, 1)};
   }, padded(with_meta(add_meta()), not_in_16_bits));
   // torch._VF._add_relu (what fusing passes make of add + relu); PyTorch has add's meta only

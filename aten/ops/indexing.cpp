@@ -109,6 +109,19 @@ struct Advanced {
   bool adjacent;
 };
 
+// On a padded call, where `self` (argument 0) is a box: the index along dimension `dim`, negative
+// ones wrapped by the exact size and the range checked against it (a position below it is the
+// same in the box).
+Value index_into_box(LoweringContext& c, const Value& index, int64_t dim) {
+  Value i = cast(c.b, index, DType::kS64);
+  Value size = c.b.broadcast_in_dim(c.exact_size(0, dim), i.type.dims, {});
+  Value zero = c.b.constant(0, i.type);
+  Value wrapped = c.b.select(c.b.compare(Compare::kLT, i, zero), i + size, i);
+  Value inside = c.b.binary(BinaryOp::kAnd, c.b.compare(Compare::kGE, wrapped, zero), c.b.compare(Compare::kLT, wrapped, size));
+  c.check_on_device(all_true(c.b, inside));
+  return wrapped;
+}
+
 Advanced advanced_index(LoweringContext& c, const Value& self, size_t indices_arg) {
   Advanced a;
   const auto& list = c.arg(indices_arg).toListRef();
@@ -118,6 +131,10 @@ Advanced advanced_index(LoweringContext& c, const Value& self, size_t indices_ar
   for (size_t d = 0; d < list.size(); ++d) {
     if (!list[d].isTensor() || !list[d].toTensor().defined()) continue;  // None may come as an undefined tensor
     a.indexed.push_back(static_cast<int64_t>(d));
+    if (c.padded()) {
+      present.push_back(index_into_box(c, values.at(next++), d));
+      continue;
+    }
     present.push_back(wrapped_index(c.b, values.at(next++), self.type.dims[d]));
     c.check_on_device(all_in_range(c.b, present.back(), self.type.dims[d]));
   }
@@ -614,8 +631,10 @@ TORCHTPU_LOWERINGS(indexing) {
   index_options.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     check_indices(args[0].toTensor(), args[1]);
   });
-  // Padded index tensors read 0, a position that exists; `self` keeps its exact sizes.
-  index_options.padding = padding_of_args({1});
+  // Padded index tensors read 0, a position that exists; a padded `self` is addressed as its exact
+  // sizes (index_into_box).
+  index_options.padding = padding_of_args({0, 1});
+  index_options.padding->needs_sizes = true;
   register_lowering({"index.Tensor", "index.Tensor_out"}, index_tensor, index_options);
   LoweringOptions index_put_options = checked("index out of range in self");
   index_put_options.no_aliasing = true;

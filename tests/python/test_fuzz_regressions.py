@@ -245,3 +245,11 @@ def test_index_select_into_its_own_index_raises_as_on_cpu(mode):
     same_as_cpu(lambda x, i: torch.index_select(x, 0, i, out=i), torch.tensor([4, 5]), torch.zeros(0, dtype=torch.long),
                 mode=mode)
     same_as_cpu(lambda x, i: torch.index_select(x, 0, i, out=i), torch.tensor([4, 5]), torch.tensor([1, 0]), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bool_sum_into_a_float_out_is_the_bools_or(mode):
+    x, y = torch.tensor([[False], [True]]), torch.tensor([[True, False, True]])
+    same_as_cpu(lambda a: torch.add(a, a, out=torch.empty(2, 1, device=a.device)), x, mode=mode)
+    same_as_cpu(lambda a, b: torch.add(a, b, out=torch.empty(2, 3, device=a.device)), x, y, mode=mode)
+    same_as_cpu(lambda a, b: torch.add(a, b, alpha=False, out=torch.empty(2, 3, device=a.device)), x, y, mode=mode)

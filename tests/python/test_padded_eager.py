@@ -202,6 +202,20 @@ def test_a_compiled_graph_is_captured_at_exact_sizes_after_eager_padding():
                                    msg=lambda m: f"{name}: {m}")
 
 
+def test_indexing_a_padded_tensor_wraps_and_checks_at_its_exact_size():
+    """x[i] of a tensor stored in a box (length 5 in 16): a negative index counts from the exact end,
+    and an index past it is out of range, though the box has room there."""
+    x = torchtpu._C._to_tpu_padded(torch.arange(10.).reshape(5, 2), [5])
+    before = _counters()["padded_ops"]
+    got = x[torch.tensor([-1, 0, 4], device="tpu")]
+    torch.testing.assert_close(got.cpu(), torch.arange(10.).reshape(5, 2)[[-1, 0, 4]])
+    assert _counters()["padded_ops"] > before
+    with pytest.raises(IndexError, match="out of range"):
+        x[torch.tensor([5], device="tpu")].cpu()
+    with pytest.raises(IndexError, match="out of range"):
+        x[torch.tensor([-6], device="tpu")].cpu()
+
+
 def test_ops_run_at_exact_sizes_on_padded_tensors_are_counted_by_name():
     x = torch.ones(2, 3, device="tpu")
     for _ in range(3):
