@@ -230,7 +230,6 @@ class Builder:
         fits = lambda t: result is not None and t.dtype == result.dtype and t.shape == result.shape
         form = self.draw(st.sampled_from(["assign"] + (["out"] if fn not in NO_OUT_LOWERING else [])
                                          + (["inplace"] if inplace else [])))
-        operands = re.findall(r"\bt\d+\b", call)
         if form == "inplace" and (fits(self.scope[args[0]]) or self.wild()):
             self.step(f"{args[0]}.{fn}_({', '.join(args[1:] + ([kwargs] if kwargs else []))})", keeps_exact)
         elif form == "out" and (target := self.pick(fits)) and self.can_write_out(fn, target, result, call, out_aliases):
