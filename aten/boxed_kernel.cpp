@@ -129,6 +129,11 @@ void add_tensor(Inputs& in, const at::Tensor& t, int device, const std::string& 
   }
 }
 
+bool is_unread(const OpPlan& plan, size_t arg) {
+  const std::vector<size_t>& unread = plan.entry->options.unread_args;
+  return std::find(unread.begin(), unread.end(), arg) != unread.end();
+}
+
 Inputs gather_inputs(const OpPlan& plan, const std::vector<c10::IValue>& args, int device) {
   Inputs in;
   in.key = plan.name;
@@ -150,7 +155,7 @@ Inputs gather_inputs(const OpPlan& plan, const std::vector<c10::IValue>& args, i
       for_each_tensor(a, [&](const at::Tensor& t) {
         if (t.defined()) add_tensor(in, t, device, plan.name);
       });
-    } else {
+    } else if (!is_unread(plan, i)) {
       append_key(in.key, a);
     }
     in.count.push_back(in.operands.size() - before);

@@ -187,6 +187,10 @@ struct LoweringOptions {
   bool not_in_every_release = false;
   // Runs padded where sizes vary; unset: always at exact sizes (a program per size).
   std::optional<PaddingRule> padding = std::nullopt;
+  // Arguments the lowering never reads (the attention backward's max_q and max_k, the longest
+  // sequence of a batch): left out of the program's key, so that a new length keys no new program
+  // and a fused window holding the op stays one window.
+  std::vector<size_t> unread_args;
 };
 
 // Option factories for the common cases.

@@ -80,7 +80,8 @@ bool compile_quickly(const std::string& program) {
 // background once its first op's line has had this many keys: each new length of a growing cache
 // or sequence makes a new window, which would run once or a few times. Its ops still run, each
 // from its own program; a variant compiled earlier still runs whole. (Zero fills, the other
-// programs nobody waits for, are always compiled: without the program, zeros are uploaded.)
+// programs nobody waits for, are always compiled: without the program, zeros are uploaded.) A
+// window asked for twice in a row is compiled all the same: it has settled.
 constexpr int64_t kBackgroundVariants = 8;
 
 // How often a quickly compiled program runs before it is compiled again, optimized.
@@ -198,10 +199,12 @@ class Cache {
     }
     if (compiling_.count(key)) return nullptr;  // the background worker has it: the caller decides
     ProgramNames name = names();
-    int64_t variants = note_recompile(key, name.what, name.identity);
+    Variants variants = note_recompile(key, name.what, name.identity);
     // Nobody waits for this program, and its op or window keeps changing shape (a growing cache,
     // a new length each step): compiling one more variant in the background would likely be wasted.
-    if (!wait && skip_many_variants && variants > kBackgroundVariants) {
+    // One asked for twice in a row has settled (padded lengths of a bucket, once every line knows
+    // its sizes vary): it is compiled, however many variants came before it.
+    if (!wait && skip_many_variants && variants.count > kBackgroundVariants && !variants.repeated) {
       stats_.skipped_background++;
       return nullptr;
     }
@@ -219,7 +222,10 @@ class Cache {
       lock.lock();
       compiling_.insert(key);
       stats_.background_pending++;
-      queue_.push_back(std::move(job));
+      // A fused window goes first: the workload runs it now, while the variants queued before it
+      // (a first length's exact window) may not recur.
+      if (skip_many_variants) queue_.push_front(std::move(job));
+      else queue_.push_back(std::move(job));
       ensure_worker();
       wakeup_.notify_one();
       return nullptr;
@@ -374,15 +380,20 @@ class Cache {
 
   // A different key for an identity seen before is a recompilation: record what changed. Returns
   // how many keys the identity has had.
-  int64_t note_recompile(const std::string& key, const std::string& what, const std::string& identity) {
-    if (identity.empty()) return 1;
+  // How many keys a program's identity has had, and whether `key` is the one it had last.
+  struct Variants {
+    int64_t count;
+    bool repeated;
+  };
+  Variants note_recompile(const std::string& key, const std::string& what, const std::string& identity) {
+    if (identity.empty()) return {1, false};
     auto [it, fresh] = last_key_.emplace(identity, key);
     int64_t& variants = variants_[identity];
-    if (fresh) return variants = 1;
-    if (it->second == key) return variants;
+    if (fresh) return {variants = 1, false};
+    if (it->second == key) return {variants, true};
     record_recompile(what + ": " + describe_change(it->second, key));
     it->second = key;
-    return ++variants;
+    return {++variants, false};
   }
 
   ExecutablePtr remember(const std::string& key, ExecutablePtr exe) {

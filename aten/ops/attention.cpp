@@ -145,6 +145,7 @@ TORCHTPU_LOWERINGS(attention) {
                     padded(matmul_op(), padded_lengths(3)));
   LoweringOptions backward = padded(matmul_op(), padded_lengths(4));
   backward.meta = attention_backward_meta;
+  backward.unread_args = {10, 11};  // max_q, max_k
   register_lowering({"_scaled_dot_product_fused_attention_overrideable_backward"}, attention_backward, backward);
 }
 

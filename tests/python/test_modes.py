@@ -62,7 +62,8 @@ def test_fused_windows_repeat_so_a_warm_training_loop_compiles_nothing():
 def test_a_window_whose_shape_keeps_changing_stops_compiling_in_the_background():
     """Each new length of a growing sequence makes a new fused window, which would run once: after
     eight such variants the window's ops run one by one and no more window programs compile. A
-    variant compiled before still runs whole; every result equals CPU's."""
+    variant compiled before still runs whole, and so does one asked for twice in a row (the shape
+    has settled); every result equals CPU's."""
     def step(x):
         return ((x * 2 + 1).sin() * x).sum()
 
@@ -82,6 +83,12 @@ def test_a_window_whose_shape_keeps_changing_stops_compiling_in_the_background()
         assert m["cache"]["skipped_background"] == 6
         assert m["windows"] == 0 and m["op_by_op_windows"] == 6
         check(5)  # a length seen early: its window runs whole
+        assert torchtpu.metrics.as_dict()["windows"] == 1
+        check(20)
+        check(20)  # asked for twice in a row: it has settled, and is compiled after all
+        torchtpu.cache.wait_for_background_compiles()
+        torchtpu.metrics.reset()
+        check(20)
         assert torchtpu.metrics.as_dict()["windows"] == 1
 
 
