@@ -650,8 +650,7 @@ void check_no_overlap(const c10::FunctionSchema& schema, const OpPlan& plan, con
         continue;
       }
       const std::string& name = schema.arguments()[i].name();
-      // CPU lets an index be the out= (gather), except index_select's
-      bool index = (name == "index" || name == "indices") && schema.name() != "aten::index_select";
+      bool index = (name == "index" || name == "indices") && !plan.entry->options.index_is_not_out;
       for_each_tensor(args[i], [&](const at::Tensor& in) {
         bool legacy_empty = !args[i].isTensor() && in.dim() == 1 && in.numel() == 0;  // cat skips these
         if (!in.defined() || legacy_empty) return;

@@ -179,6 +179,9 @@ struct LoweringOptions {
   // Written arguments may not share memory with any input, not even as the same view (CPU's cat,
   // gather, index_select, index_put and scatter raise; element-wise ops only refuse partial overlap).
   bool no_aliasing = false;
+  // With no_aliasing, the out= may still be an index argument itself (CPU's gather allows it),
+  // unless this is set (CPU's index_select refuses that too).
+  bool index_is_not_out = false;
   // A matmul or convolution: the float32 precision in force when it is called
   // (torch.set_float32_matmul_precision, torch.tpu.precision) joins its key; see precision().
   bool matmul = false;

@@ -378,13 +378,12 @@ class Cache {
     emit(std::move(e));
   }
 
-  // A different key for an identity seen before is a recompilation: record what changed. Returns
-  // how many keys the identity has had.
   // How many keys a program's identity has had, and whether `key` is the one it had last.
   struct Variants {
     int64_t count;
     bool repeated;
   };
+  // A different key for an identity seen before is a recompilation: record what changed.
   Variants note_recompile(const std::string& key, const std::string& what, const std::string& identity) {
     if (identity.empty()) return {1, false};
     auto [it, fresh] = last_key_.emplace(identity, key);

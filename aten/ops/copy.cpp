@@ -67,6 +67,16 @@ bool has_bits(const at::Tensor& t) { return t.is_conj() || t.is_neg(); }
 // prompt's programs then serve the next prompt's length. Returns false, copying nothing, where
 // nothing is padded. Floating-point copies are left exact: `model.to("tpu")` copies every
 // parameter from one line, and parameters stored padded would make every op that reads them slower.
+// The contiguous host tensor `host` copied into `storage` with the capacity of its box, marked as
+// varying in the sizes `varying` (sorted, none below 2), as a tensor an op wrote padded is.
+void upload_boxed(const at::Tensor& host, exec::BufferRef& storage, const std::vector<int64_t>& varying) {
+  std::vector<int64_t> sizes = host.sizes().vec();
+  int64_t capacity = 1;
+  for (int64_t n : box_of(sizes, varying)) capacity *= n;
+  exec::upload_padded(storage, host.data_ptr(), to_dtype(host.scalar_type()), capacity);
+  storage.set_varying_sizes(marks(sizes, varying));
+}
+
 bool upload_padded_if_varying(const at::Tensor& host, exec::BufferRef& storage) {
   if (!padding_enabled() || host.dim() == 0 || !c10::isIntegralType(host.scalar_type(), /*includeBool=*/true))
     return false;
@@ -78,10 +88,7 @@ bool upload_padded_if_varying(const at::Tensor& host, exec::BufferRef& storage) 
     std::sort(varying.begin(), varying.end());
   }
   if (varying.empty()) return false;
-  int64_t capacity = 1;
-  for (int64_t n : box_of(sizes, varying)) capacity *= n;
-  exec::upload_padded(storage, host.data_ptr(), to_dtype(host.scalar_type()), capacity);
-  storage.set_varying_sizes(marks(sizes, varying));
+  upload_boxed(host, storage, varying);
   return true;
 }
 
@@ -206,16 +213,13 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
 at::Tensor to_tpu_padded(const at::Tensor& host, std::vector<int64_t> varying) {
   TORCH_CHECK(host.device().is_cpu(), "to_tpu_padded copies a CPU tensor, not one on ", host.device());
   at::Tensor contiguous = host.contiguous();
-  at::Tensor out = at::empty(contiguous.sizes(), contiguous.options().device(c10::DeviceType::PrivateUse1, current_device()));
-  std::vector<int64_t> sizes = contiguous.sizes().vec();
+  c10::Device device(c10::DeviceType::PrivateUse1, current_device());
   varying.erase(std::remove_if(varying.begin(), varying.end(), [](int64_t n) { return n <= 1; }), varying.end());
   std::sort(varying.begin(), varying.end());
   varying.erase(std::unique(varying.begin(), varying.end()), varying.end());
-  if (contiguous.numel() == 0 || varying.empty()) return upload_contiguous(contiguous, out.device());
-  int64_t capacity = 1;
-  for (int64_t n : box_of(sizes, varying)) capacity *= n;
-  exec::upload_padded(buffer_ref(out), contiguous.data_ptr(), to_dtype(contiguous.scalar_type()), capacity);
-  buffer_ref(out).set_varying_sizes(marks(sizes, varying));
+  if (contiguous.numel() == 0 || varying.empty()) return upload_contiguous(contiguous, device);
+  at::Tensor out = at::empty(contiguous.sizes(), contiguous.options().device(device));
+  upload_boxed(contiguous, buffer_ref(out), varying);
   return out;
 }
 

@@ -222,6 +222,7 @@ void check_indices(const at::Tensor& self, const c10::IValue& indices) {
 LoweringOptions index_select_options() {
   LoweringOptions o = checked("index out of range in self");
   o.no_aliasing = true;
+  o.index_is_not_out = true;  // CPU refuses the index as out=, unlike gather's
   o.padding = padding_of_args({2});  // padded indices read as 0, a row that exists
   o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     int64_t n = args[2].toTensor().numel();

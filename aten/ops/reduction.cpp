@@ -86,11 +86,18 @@ MetaFn nonempty_reduction(const char* op, size_t dims_arg, bool flat_is_index_er
   });
 }
 
+// Means and moments on a padded call: zeros in the padding, and the exact sizes (the count of
+// elements, and which positions are theirs) as program inputs.
+PaddingRule counted() {
+  PaddingRule rule{exec::Fill::kZero};
+  rule.needs_sizes = true;
+  return rule;
+}
+
 // var and std: the correction is static, and CPU takes only floating and complex inputs.
 LoweringOptions floating_moments() {
   LoweringOptions o;
-  o.padding = PaddingRule{};
-  o.padding->needs_sizes = true;  // the exact count, and which positions are the elements
+  o.padding = counted();
   o.static_scalars = {2};
   o.meta = checked_meta([](const std::vector<c10::IValue>& args) {
     c10::ScalarType t = args[0].toTensor().scalar_type();
@@ -184,7 +191,6 @@ Lowering arg_lowering(bool is_max) {
   };
 }
 
-// var/std with a correction (Bessel's by default); complex input gives a real variance.
 // On a padded call: the mean of the elements inside the exact sizes (the box's zeros add nothing to
 // its sum) and the sum of their squared deviations (the padding's, which would be the mean's, are
 // masked out), over the exact count.
@@ -200,6 +206,7 @@ PaddedMoments padded_moments(LoweringContext& c, const Value& x, const std::vect
   return {mean, squares, averaged_count(c, x, dims, squares)};
 }
 
+// var/std with a correction (Bessel's by default); complex input gives a real variance.
 Value variance(LoweringContext& c, const Value& x_in, const std::vector<int64_t>& dims, double correction) {
   Value x = is_complex(x_in.type.dtype) ? x_in : cast(c.b, x_in, accumulator(c.out().dtype));
   if (c.padded()) {
@@ -449,10 +456,8 @@ TORCHTPU_LOWERINGS(reduction) {
   using exec::Fill;
   register_lowering({"sum", "sum.out"}, sum_lowering(kAll), padded({}, {Fill::kZero}));
   register_lowering({"sum.dim_IntList", "sum.IntList_out"}, sum_lowering(1), padded({}, {Fill::kZero}));
-  PaddingRule zeros_counted{Fill::kZero};
-  zeros_counted.needs_sizes = true;
-  register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll), padded({}, zeros_counted));
-  register_lowering({"mean.dim", "mean.out"}, mean_lowering(1), padded({}, zeros_counted));
+  register_lowering({"mean", "mean.dtype_out"}, mean_lowering(kAll), padded({}, counted()));
+  register_lowering({"mean.dim", "mean.out"}, mean_lowering(1), padded({}, counted()));
   register_lowering({"prod", "prod.out"}, [](LoweringContext& c) {
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{finish(c, reduce(c, x, reduced_dims(c, kAll, x.type.rank()), BinaryOp::kMultiply, 1))};
