@@ -153,6 +153,11 @@ struct PaddingRule {
   // The op's metadata on boxes, where PyTorch's meta kernel would shrink them back to exact
   // sizes (arange's out= is resized to its length); PyTorch's (or LoweringOptions::meta) if unset.
   MetaFn box_meta = nullptr;
+  // Its results are boxed at the buckets of their exact sizes, not at the sizes its metadata
+  // gives on the boxes (cat's: the sum of its parts' boxes, so that a cache growing by one
+  // position would be stored one row past a bucket, and compile once more per bucket); its
+  // lowering fits what it computes into the smaller box.
+  bool results_in_buckets = false;
 };
 
 struct LoweringOptions {

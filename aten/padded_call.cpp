@@ -169,7 +169,9 @@ std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpP
     for (size_t d = 0; d < sizes.size(); ++d) {
       bool varies = probed ? probes[k].size(d) != box[d]
                            : box[d] != sizes[d] || std::binary_search(varying.begin(), varying.end(), sizes[d]);
-      if (varies && sizes[d] > 1) r.varying[k].push_back(sizes[d]);
+      if (!varies || sizes[d] <= 1) continue;
+      r.varying[k].push_back(sizes[d]);
+      if (plan.entry->options.padding->results_in_buckets) box[d] = box_size(sizes[d], varying);
     }
     std::sort(r.varying[k].begin(), r.varying[k].end());
     r.boxes.push_back(std::move(box));
@@ -191,16 +193,16 @@ void drop_out_arguments(const c10::FunctionSchema& schema, Inputs& in) {
   in.operands = std::move(kept);
 }
 
-// `marked` with the call's varying sizes that divide one of them: a result [B*L, N] of inputs
-// varying in L keeps L, so that a view splitting B*L into [B, H, L, D] (even transposed) finds it.
-std::vector<int64_t> with_factors(std::vector<int64_t> marked, const std::vector<int64_t>& varying) {
-  size_t own = marked.size();
+// `marked` with the call's varying sizes that divide one of the result's varying sizes: a result
+// [B*L, N] of inputs varying in L keeps L, so that a view splitting B*L into [B, H, L, D] (even
+// transposed) finds it. Not those dividing a product of several dimensions: a [B, H, L, D] cache
+// would keep every earlier length dividing H·L·D, and box a later multiple of it (L = 48, a
+// length 16 seen) as a new size.
+std::vector<int64_t> with_factors(std::vector<int64_t> marked, const std::vector<int64_t>& result_varying,
+                                  const std::vector<int64_t>& varying) {
   for (int64_t n : varying)
-    for (size_t i = 0; i < own; ++i)
-      if (marked[i] % n == 0 && !std::binary_search(marked.begin(), marked.begin() + own, n)) {
-        marked.push_back(n);
-        break;
-      }
+    if (std::any_of(result_varying.begin(), result_varying.end(), [&](int64_t m) { return m % n == 0; }))
+      marked.push_back(n);
   std::sort(marked.begin(), marked.end());
   marked.erase(std::unique(marked.begin(), marked.end()), marked.end());
   return marked;
@@ -235,7 +237,7 @@ void pad_results(ResultBoxes& results, const std::vector<int64_t>& varying, std:
     outputs[k].padding = padding_of(std::move(results.boxes[k]), sizes, [&](size_t d) {
       return std::find(result_varying.begin(), result_varying.end(), sizes[d]) != result_varying.end();
     });
-    marked.push_back(with_factors(marks(sizes, result_varying), varying));
+    marked.push_back(with_factors(marks(sizes, result_varying), result_varying, varying));
   }
 }
 

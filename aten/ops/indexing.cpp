@@ -526,8 +526,13 @@ TORCHTPU_LOWERINGS(indexing) {
     if (parts.empty() || c.out().element_count() == 0) return Values{c.b.constant(0, c.out())};
     if (!c.padded()) return Values{c.b.concatenate(parts, dim)};
     // Padded parts go at the exact offsets, in order: each part's padding is overwritten by the
-    // parts after it, and the last one's lies past the result's exact end.
-    Value out = c.b.constant(0, c.out());
+    // parts after it, and the last one's lies past the result's exact end. They are placed in
+    // the sum of their boxes or the result's box (the bucket of its exact size), the larger.
+    hlo::TensorType wide{c.out().dtype, parts[0].type.dims};
+    wide.dims[dim] = 0;
+    for (const Value& part : parts) wide.dims[dim] += part.type.dims[dim];
+    for (int64_t d = 0; d < rank; ++d) wide.dims[d] = std::max(wide.dims[d], c.out().dims[d]);
+    Value out = c.b.constant(0, wide);
     Value zero = c.scalar(0, DType::kS64), offset = zero;
     for (size_t p = 0; p < parts.size(); ++p) {
       std::vector<Value> start(rank, zero);
@@ -535,7 +540,8 @@ TORCHTPU_LOWERINGS(indexing) {
       out = c.b.dynamic_update_slice(out, parts[p], start);
       offset = offset + c.exact_size(0, dim, elements[p]);
     }
-    return Values{out};
+    if (wide.dims == c.out().dims) return Values{out};
+    return Values{c.b.slice(out, std::vector<int64_t>(rank, 0), c.out().dims, std::vector<int64_t>(rank, 1))};
   }, [] {
     LoweringOptions o = with_meta(checked_meta([](const std::vector<c10::IValue>& args) {
       const auto& tensors = args[0].toListRef();
@@ -546,6 +552,7 @@ TORCHTPU_LOWERINGS(indexing) {
     o.no_aliasing = true;
     o.padding = PaddingRule{exec::Fill::kZero, nullptr, /*needs_sizes=*/true};
     o.padding->seeds = true;
+    o.padding->results_in_buckets = true;
     return o;
   }());
   register_lowering({"index_select", "index_select.out"}, [](LoweringContext& c) {

@@ -57,6 +57,28 @@ def test_a_growing_kv_cache_matches_cpu_and_stops_compiling_inside_a_bucket(mode
     assert _counters()["compiles"] == compiles
 
 
+def test_a_growing_cache_compiles_only_where_it_enters_a_bucket():
+    # Four heads of 64: the cache's H·L equals its head size at L = 16, and 48 is a multiple of
+    # 16; neither may make a later length a size of its own. Each bucket's first step reads the
+    # last box and writes the new one, its second reads and writes the new one: two steps compile.
+    g = torch.Generator().manual_seed(0)
+    k_cpu = torch.randn(1, 4, 7, 64, generator=g)
+    k = k_cpu.to("tpu")
+    compiled_at = []
+    for length in range(8, 71):
+        new, q = torch.randn(1, 4, 1, 64, generator=g), torch.randn(1, 4, 1, 64, generator=g)
+        before = _counters()["compiles"]
+        k = torch.cat([k, new.to("tpu")], dim=2)
+        out = F.scaled_dot_product_attention(q.to("tpu"), k, k).cpu()
+        if _counters()["compiles"] > before:
+            compiled_at.append(length)
+        k_cpu = torch.cat([k_cpu, new], dim=2)
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k_cpu, k_cpu), msg=f"length {length}")
+    torch.testing.assert_close(k.cpu(), k_cpu)
+    entering = {first + step for first in (17, 33, 65) for step in (0, 1)}
+    assert set(compiled_at) - set(range(8, 11)) <= entering, compiled_at
+
+
 def test_a_padded_tensor_looks_exact_everywhere():
     outs, k, v = _decode("tpu", 6)
     _, cpu_k, _ = _decode("cpu", 6)
