@@ -377,7 +377,7 @@ std::shared_ptr<const MetaResult> output_metadata(const c10::OperatorHandle& op,
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  check_cpu_dtype_support(schema.name(), schema.overload_name(), args);
+  check_cpu_dtype_support(schema.name(), schema.overload_name(), entry.options.cpu_refusals, args);
   auto result = std::make_shared<MetaResult>();
   for (size_t i = 0; i < args.size(); ++i) result->args.push_back(to_meta(plan.args[i], args[i]));
   result->returns = result->args;
@@ -766,6 +766,7 @@ MetaFn shaped_like(size_t like) {
 
 void install_lowerings() {
   run_derivers();
+  attach_cpu_refusals();
   std::vector<std::string> problems = registration_problems();
   if (!problems.empty()) {
     std::string message = "torchtpu's lowering registrations are wrong:";

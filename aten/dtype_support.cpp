@@ -8,7 +8,6 @@
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <optional>
@@ -17,157 +16,19 @@
 namespace torchtpu::aten {
 namespace {
 
-// kComplexHalf, kFloat8: the op's result type (all its tensor and Scalar arguments promoted) is
-// complex32, or a float8 type.
-enum class Kind { kBool, kComplex, kInteger, kComplexHalf, kFloat8, kFloating, kNotInteger, kHalfFloat };
-
 // Refusals of these kinds are judged on the type all arguments promote to, before any other.
-bool on_result_type(Kind kind) { return kind == Kind::kComplexHalf || kind == Kind::kFloat8; }
+bool on_result_type(Refused kind) { return kind == Refused::kComplexHalf || kind == Refused::kFloat8; }
 
-struct Refusal {
-  Kind kind;
-  // CPU's dispatch name ("abs_cpu": NotImplementedError "abs_cpu" not implemented for 'Bool'), or
-  // with `message` set, that message (a NotImplementedError unless `runtime_error`).
-  const char* kernel;
-  const char* message = nullptr;
-  bool runtime_error = false;
-  const char* overload = nullptr;  // only this overload ("" for clamp_min's Scalar one)
-  bool scalars_promote = false;    // judged on the dtype the Scalar arguments promote self to
-  bool all_promote = false;        // judged on the dtype all arguments promote to (the shifts')
-  bool type_error = false;         // `message` is a TypeError
-};
-
-// A refusal judged on the dtype all arguments promote to (atan2 of a float and a complex tensor).
-constexpr Refusal promoted(Kind kind, const char* kernel, const char* runtime_error_message = nullptr) {
-  return {kind, kernel, runtime_error_message, runtime_error_message != nullptr, nullptr, false, true};
-}
-
-// PyTorch 2.15 raises TypeError for maximum's (minimum's, fmax's, fmin's) complex tensors and
-// NotImplementedError for heaviside's, where earlier versions raised RuntimeError.
-constexpr bool kTorch215 = TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15);
-constexpr Refusal promoted_type_error(const char* message) {
-  Refusal r = promoted(Kind::kComplex, nullptr, message);
-  r.runtime_error = !kTorch215;
-  r.type_error = kTorch215;
-  return r;
-}
-constexpr Refusal promoted_not_implemented(const char* message) {
-  Refusal r = promoted(Kind::kComplex, nullptr, message);
-  r.runtime_error = !kTorch215;
-  return r;
-}
-
-// By the op's name without the in-place underscore; measured against CPU PyTorch 2.11.
-const std::unordered_multimap<std::string, Refusal>& refusals() {
-  static const std::unordered_multimap<std::string, Refusal> table = {
-      {"abs", {Kind::kBool, "abs_cpu"}},
-      {"ceil", {Kind::kBool, "ceil_vml_cpu"}},
-      {"ceil", {Kind::kComplex, nullptr, "ceil is not supported for complex inputs"}},
-      {"floor", {Kind::kBool, "floor_vml_cpu"}},
-      {"floor", {Kind::kComplex, nullptr, "floor is not supported for complex inputs"}},
-      {"trunc", {Kind::kBool, "trunc_vml_cpu"}},
-      {"trunc", {Kind::kComplex, nullptr, "trunc is not supported for complex inputs"}},
-      {"round", {Kind::kBool, "round_vml_cpu"}},
-      {"round", {Kind::kComplex, "round_vml_cpu"}},
-      {"frac", {Kind::kBool, "frac_cpu"}},
-      {"frac", {Kind::kInteger, "frac_cpu"}},
-      {"frac", {Kind::kComplex, "frac_cpu"}},
-      {"sign", {Kind::kComplex, nullptr,
-                "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead."}},
-      {"erf", {Kind::kComplex, "erf_vml_cpu"}},
-      {"erfc", {Kind::kComplex, "erfc_vml_cpu"}},
-      {"lgamma", {Kind::kComplex, "lgamma_vml_cpu"}},
-      {"maximum", promoted_type_error("maximum not implemented for complex tensors.")},
-      {"minimum", promoted_type_error("minimum not implemented for complex tensors.")},
-      {"fmax", promoted_type_error("fmax not implemented for complex tensors.")},
-      {"fmin", promoted_type_error("fmin not implemented for complex tensors.")},
-      {"clamp", {Kind::kBool, "clamp_scalar_cpu", nullptr, false, "", true}},
-      {"clamp_min", {Kind::kBool, "clamp_min_scalar_cpu", nullptr, false, "", true}},
-      {"clamp_max", {Kind::kBool, "clamp_max_scalar_cpu", nullptr, false, "", true}},
-      {"addcmul", {Kind::kBool, "addcmul_cpu_out"}},
-      {"logaddexp2", {Kind::kComplex, "logaddexp2_cpu"}},
-      // Judged on the dtype the arguments promote to: bools ** 2.0 computes in float, hypot of an
-      // int8 and an int64 tensor is refused in int64.
-      {"pow", {Kind::kBool, "pow", nullptr, false, "Tensor_Tensor", false, true}},
-      {"atan2", promoted(Kind::kComplex, "atan2_cpu")},
-      {"xlogy", promoted(Kind::kComplex, "xlogy_cpu")},
-      {"hypot", promoted(Kind::kBool, "hypot_cpu")},
-      {"hypot", promoted(Kind::kInteger, "hypot_cpu")},
-      {"hypot", promoted(Kind::kComplex, "hypot_cpu")},
-      {"nextafter", promoted(Kind::kInteger, "nextafter_cpu")},
-      // XLA's CPU compiler crashes on a complex remainder: CPU refuses it, as the others here.
-      {"remainder", promoted(Kind::kComplex, "remainder_cpu")},
-      {"fmod", promoted(Kind::kComplex, "fmod_cpu")},
-      {"copysign", promoted(Kind::kComplex, "copysign_cpu")},
-      {"gcd", promoted(Kind::kComplex, "gcd_cpu")},
-      {"lcm", promoted(Kind::kComplex, "lcm_cpu")},
-      {"special_xlog1py", promoted(Kind::kComplex, "xlog1py_cpu")},
-      {"heaviside", promoted_not_implemented("heaviside is not yet implemented for complex tensors.")},
-      {"lt", promoted(Kind::kComplex, "lt_cpu")},
-      {"le", promoted(Kind::kComplex, "le_cpu")},
-      {"gt", promoted(Kind::kComplex, "gt_cpu")},
-      {"ge", promoted(Kind::kComplex, "ge_cpu")},
-      {"max", {Kind::kComplex, "max_all", nullptr, false, ""}},
-      {"min", {Kind::kComplex, "min_all", nullptr, false, ""}},
-      {"clamp_min", {Kind::kComplex, "maximum_cpu", nullptr, false, "Tensor"}},
-      {"clamp_max", {Kind::kComplex, "minimum_cpu", nullptr, false, "Tensor"}},
-      // Shifts compute in the promoted dtype: bools << 1 is int64, bools << bools is refused.
-      {"__lshift__", promoted(Kind::kNotInteger, "lshift_cpu")},
-      {"__ilshift__", promoted(Kind::kNotInteger, "lshift_cpu")},
-      {"bitwise_left_shift", promoted(Kind::kNotInteger, "lshift_cpu")},
-      {"__rshift__", promoted(Kind::kNotInteger, "rshift_cpu")},
-      {"__irshift__", promoted(Kind::kNotInteger, "rshift_cpu")},
-      {"bitwise_right_shift", promoted(Kind::kNotInteger, "rshift_cpu")},
-      {"_standard_gamma_grad", {Kind::kHalfFloat, "_standard_gamma_grad_cpu"}},
-      {"threshold", {Kind::kBool, "threshold_cpu"}},
-      // (CPU names its kernel by the dimension, "softmax_lastdim_kernel_impl" for the last one.)
-      {"_softmax", {Kind::kInteger, "softmax_kernel_impl"}},
-      {"_softmax", {Kind::kBool, "softmax_kernel_impl"}},
-      {"_log_softmax", {Kind::kInteger, "log_softmax_kernel_impl"}},
-      {"_log_softmax", {Kind::kBool, "log_softmax_kernel_impl"}},
-      // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
-      // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
-      // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
-      {"div", {Kind::kComplexHalf, "div_cpu"}},
-      {"pow", {Kind::kComplexHalf, "pow"}},
-      {"sum", {Kind::kComplexHalf, "sum_cpu"}},
-      {"exp", {Kind::kComplexHalf, "exp_vml_cpu"}},
-      {"mm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
-      {"addmm", {Kind::kComplexHalf, "addmm_impl_cpu_"}},
-      // float8: CPU stores, converts, copies, indexes, multiplies and matmuls them, little else.
-      {"add", {Kind::kFloat8, "add_stub"}},
-      {"sub", {Kind::kFloat8, "add_stub"}},
-      {"neg", {Kind::kFloat8, "neg_cpu"}},
-      {"div", {Kind::kFloat8, "div_cpu"}},
-      {"exp", {Kind::kFloat8, "exp_vml_cpu"}},
-      {"sum", {Kind::kFloat8, "sum_cpu"}},
-      {"mean", {Kind::kFloat8, "sum_cpu"}},
-      {"max", {Kind::kFloat8, "max_all", nullptr, false, ""}},
-      {"min", {Kind::kFloat8, "min_all", nullptr, false, ""}},
-      {"amax", {Kind::kFloat8, "max_values_cpu"}},
-      {"relu", {Kind::kFloat8, "clamp_min_scalar_cpu"}},
-      {"clamp", {Kind::kFloat8, "clamp_scalar_cpu"}},
-      {"masked_fill", {Kind::kFloat8, "masked_fill"}},
-      {"sort", {Kind::kFloat8, "sorting_kernel_method_name"}},
-      {"gt", {Kind::kFloat8, "gt_cpu"}},
-      {"lt", {Kind::kFloat8, "lt_cpu"}},
-      {"logical_and", {Kind::kComplexHalf, "logical_and_cpu"}},
-      {"logical_or", {Kind::kComplexHalf, "logical_or_cpu"}},
-      {"logical_xor", {Kind::kComplexHalf, "logical_xor_cpu"}},
-  };
-  return table;
-}
-
-bool is(Kind kind, c10::ScalarType t) {
+bool is(Refused kind, c10::ScalarType t) {
   switch (kind) {
-    case Kind::kBool: return t == c10::kBool;
-    case Kind::kComplex: return c10::isComplexType(t);
-    case Kind::kInteger: return c10::isIntegralType(t, /*includeBool=*/false);
-    case Kind::kComplexHalf: return t == c10::kComplexHalf;
-    case Kind::kFloat8: return t == c10::kFloat8_e4m3fn || t == c10::kFloat8_e5m2;
-    case Kind::kFloating: return c10::isFloatingType(t) || c10::isComplexType(t);
-    case Kind::kNotInteger: return !c10::isIntegralType(t, /*includeBool=*/false);
-    case Kind::kHalfFloat: return t == c10::kHalf || t == c10::kBFloat16;
+    case Refused::kBool: return t == c10::kBool;
+    case Refused::kComplex: return c10::isComplexType(t);
+    case Refused::kInteger: return c10::isIntegralType(t, /*includeBool=*/false);
+    case Refused::kComplexHalf: return t == c10::kComplexHalf;
+    case Refused::kFloat8: return t == c10::kFloat8_e4m3fn || t == c10::kFloat8_e5m2;
+    case Refused::kFloating: return c10::isFloatingType(t) || c10::isComplexType(t);
+    case Refused::kNotInteger: return !c10::isIntegralType(t, /*includeBool=*/false);
+    case Refused::kHalfFloat: return t == c10::kHalf || t == c10::kBFloat16;
   }
   return false;
 }
@@ -295,7 +156,7 @@ void check_scalar_fits(const c10::Scalar& value, c10::ScalarType dtype) {
 }
 
 void check_cpu_dtype_support(const std::string& op, const std::string& overload,
-                             const std::vector<c10::IValue>& args) {
+                             const std::vector<CpuRefusal>& refusals, const std::vector<c10::IValue>& args) {
   std::string name = op.substr(op.find("::") + 2);
   bool inplace = name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_';  // not __lshift__
   if (inplace) name.pop_back();
@@ -313,10 +174,8 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
     TORCH_CHECK(!inplace || c10::isFloatingType(x) || c10::isComplexType(x), "ldexp can't be cast to the desired output type ",
                 c10::toString(x));
   }
-  auto [first, last] = refusals().equal_range(name);
-  if (first == last) return;
-  for (auto it = first; it != last; ++it) {
-    const Refusal& r = it->second;
+  if (refusals.empty()) return;
+  for (const CpuRefusal& r : refusals) {
     if (!on_result_type(r.kind) || (r.overload && overload != r.overload)) continue;
     c10::ScalarType computed = result_type(args);
     TORCH_CHECK_NOT_IMPLEMENTED(!is(r.kind, computed), '"', r.kernel, "\" not implemented for '", c10::toString(computed), "'");
@@ -326,8 +185,7 @@ void check_cpu_dtype_support(const std::string& op, const std::string& overload,
   std::optional<c10::ScalarType> t;
   if (tensor_self) t = args[0].toTensor().scalar_type();
   TORCH_CHECK(!(inplace && name == "abs" && t && c10::isComplexType(*t)), "In-place abs is not supported for complex tensors.");
-  for (auto it = first; it != last; ++it) {
-    const Refusal& r = it->second;
+  for (const CpuRefusal& r : refusals) {
     if (on_result_type(r.kind) || (r.overload && overload != r.overload)) continue;
     if (!tensor_self && !r.all_promote) continue;
     // clamp(bools, max=2) computes in int64, as CPU does; addcmul's value does not promote.

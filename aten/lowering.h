@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "aten/dtype_support.h"
 #include "exec/op_call.h"
 #include "hlo/builder.h"
 #include "hlo/operators.h"
@@ -195,6 +196,9 @@ struct LoweringOptions {
   bool not_in_every_release = false;
   // Runs padded where sizes vary; unset: always at exact sizes (a program per size).
   std::optional<PaddingRule> padding = std::nullopt;
+  // The dtypes CPU's kernel refuses that PyTorch's meta kernel lets through: set at install from
+  // the op family's refuse_on_cpu declarations.
+  std::vector<CpuRefusal> cpu_refusals;
   // Arguments the lowering never reads (the attention backward's max_q and max_k, the longest
   // sequence of a batch): left out of the program's key, so that a new length keys no new program
   // and a fused window holding the op stays one window.
@@ -300,6 +304,12 @@ void register_lowering(std::initializer_list<const char*> ops, Lowering fn,
 // for each overload. Forms PyTorch does not define are skipped at install time.
 void register_with_variants(const char* name, std::initializer_list<const char*> overloads,
                             Lowering fn, LoweringOptions options = {});
+
+// CPU's kernel for `name` ("abs": its in-place and out= forms and every overload, unless the
+// refusal names one) refuses a dtype PyTorch's meta kernel lets through: tpu raises CPU's error
+// too. Declared in the op's family file, in a TORCHTPU_LOWERINGS block; install attaches it to
+// each registered form (LoweringOptions::cpu_refusals) and rejects a name no lowering has.
+void refuse_on_cpu(const char* name, CpuRefusal refusal);
 
 // A registered lowering and its options.
 struct LoweringEntry {

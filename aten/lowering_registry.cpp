@@ -36,6 +36,19 @@ void add_to_registry(const std::string& op, const Lowering& fn, LoweringOptions 
   registry()[name] = {fn, std::move(options)};
 }
 
+std::unordered_map<std::string, std::vector<CpuRefusal>>& declared_refusals() {
+  static std::unordered_map<std::string, std::vector<CpuRefusal>> d;  // by the op's name, "abs"
+  return d;
+}
+
+// "aten::abs_.out" -> "abs" (not __lshift__'s underscores).
+std::string base_name(const std::string& registered) {
+  std::string name = registered.substr(registered.find("::") + 2);
+  name = name.substr(0, name.find('.'));
+  if (name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_') name.pop_back();
+  return name;
+}
+
 std::vector<std::function<void()>>& derivers() {
   static std::vector<std::function<void()>> d;
   return d;
@@ -84,6 +97,15 @@ PaddingRule padding_of_args(std::vector<size_t> args, exec::Fill fill) {
 PaddedFamily::PaddedFamily(PaddingRule rule) { family_padding() = std::move(rule); }
 PaddedFamily::~PaddedFamily() { family_padding().reset(); }
 
+void refuse_on_cpu(const char* name, CpuRefusal refusal) { declared_refusals()[name].push_back(refusal); }
+
+void attach_cpu_refusals() {
+  for (auto& [name, entry] : registry()) {
+    auto declared = declared_refusals().find(base_name(name));
+    if (declared != declared_refusals().end()) entry.options.cpu_refusals = declared->second;
+  }
+}
+
 void register_derived_lowerings(std::function<void()> derive) { derivers().push_back(std::move(derive)); }
 
 void run_derivers() {
@@ -108,6 +130,10 @@ std::vector<std::string> registration_problems() {
       problems.push_back(name + " is registered " + std::to_string(r.count) + " times");
     }
   }
+  std::set<std::string> lowered;
+  for (const auto& [name, entry] : registry()) lowered.insert(base_name(name));
+  for (const auto& [name, refusals] : declared_refusals())
+    if (!lowered.count(name)) problems.push_back("refuse_on_cpu(\"" + name + "\") names no lowered op");
   std::sort(problems.begin(), problems.end());
   return problems;
 }

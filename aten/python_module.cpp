@@ -136,6 +136,66 @@ void warn_in_python(const std::string& message) {
   if (PyErr_WarnEx(PyExc_UserWarning, ("torchtpu: " + message).c_str(), 1) != 0) PyErr_Clear();
 }
 
+const char* fill_name(exec::Fill fill) {
+  switch (fill) {
+    case exec::Fill::kZero: return "zero";
+    case exec::Fill::kOne: return "one";
+    case exec::Fill::kLowest: return "lowest";
+    case exec::Fill::kHighest: return "highest";
+  }
+  return "?";
+}
+
+const char* refused_name(aten::Refused kind) {
+  switch (kind) {
+    case aten::Refused::kBool: return "bool";
+    case aten::Refused::kComplex: return "complex";
+    case aten::Refused::kInteger: return "integer";
+    case aten::Refused::kComplexHalf: return "complex32";
+    case aten::Refused::kFloat8: return "float8";
+    case aten::Refused::kFloating: return "floating";
+    case aten::Refused::kNotInteger: return "not integer";
+    case aten::Refused::kHalfFloat: return "float16 and bfloat16";
+  }
+  return "?";
+}
+
+// What the registry says about one lowered op ("add.Tensor"): its record, as a dict.
+py::dict lowering_record(const std::string& op) {
+  const aten::LoweringEntry* entry = aten::find_lowering(op);
+  if (!entry) throw py::key_error("no tpu lowering is registered for " + op);
+  const aten::LoweringOptions& o = entry->options;
+  py::dict record;
+  if (o.padding) {
+    py::dict padding;
+    padding["fill"] = fill_name(o.padding->fill);
+    padding["some_dimensions"] = static_cast<bool>(o.padding->paddable);
+    padding["some_calls"] = static_cast<bool>(o.padding->applies);
+    padding["needs_sizes"] = o.padding->needs_sizes;
+    padding["seeds"] = o.padding->seeds;
+    padding["results_in_buckets"] = o.padding->results_in_buckets;
+    record["padding"] = padding;
+  } else {
+    record["padding"] = py::none();
+  }
+  py::list refusals;
+  for (const aten::CpuRefusal& r : o.cpu_refusals) {
+    py::dict refusal;
+    refusal["dtypes"] = refused_name(r.kind);
+    refusal["error"] = r.message ? r.message : r.kernel ? r.kernel : "";
+    refusal["overload"] = r.overload ? py::object(py::str(r.overload)) : py::object(py::none());
+    refusals.append(refusal);
+  }
+  record["cpu_refusals"] = refusals;
+  record["static_scalars"] = o.static_scalars;
+  record["unread_args"] = o.unread_args;
+  record["random"] = o.random;
+  record["matmul"] = o.matmul;
+  record["device_check"] = o.device_check ? py::object(py::str(o.device_check)) : py::object(py::none());
+  record["own_metadata"] = static_cast<bool>(o.meta);
+  return record;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -171,6 +231,8 @@ PYBIND11_MODULE(_C, m) {
       if (aten::find_lowering(op)->options.padding) padded.push_back(op);
     return padded;
   }, "The lowered ATen ops with a padding rule: they run padded where their sizes vary");
+  m.def("_lowering_record", &lowering_record, py::arg("op"),
+        "The registry's record of a lowered op (\"add.Tensor\"): padding rule, CPU dtype refusals, options");
   m.def("_to_tpu_padded", &aten::to_tpu_padded, py::arg("host"), py::arg("varying"),
         "A CPU tensor copied to tpu, its storage padded in the sizes `varying` (tests)");
   m.def("_flush", [](const std::string& reason) {

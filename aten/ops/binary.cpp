@@ -737,4 +737,64 @@ TORCHTPU_LOWERINGS(binary) {
   register_with_variants("addcdiv", {""}, add_scaled(BinaryOp::kDivide), with_meta(checked_meta(real_scalar(3))));
 }
 
+// The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),
+// measured against CPU PyTorch 2.11.
+TORCHTPU_LOWERINGS(binary_cpu_refusals) {
+  refuse_on_cpu("maximum", refused_type_error("maximum not implemented for complex tensors."));
+  refuse_on_cpu("minimum", refused_type_error("minimum not implemented for complex tensors."));
+  refuse_on_cpu("fmax", refused_type_error("fmax not implemented for complex tensors."));
+  refuse_on_cpu("fmin", refused_type_error("fmin not implemented for complex tensors."));
+  refuse_on_cpu("clamp", {Refused::kBool, "clamp_scalar_cpu", nullptr, false, "", true});
+  refuse_on_cpu("clamp_min", {Refused::kBool, "clamp_min_scalar_cpu", nullptr, false, "", true});
+  refuse_on_cpu("clamp_max", {Refused::kBool, "clamp_max_scalar_cpu", nullptr, false, "", true});
+  refuse_on_cpu("addcmul", {Refused::kBool, "addcmul_cpu_out"});
+  refuse_on_cpu("logaddexp2", {Refused::kComplex, "logaddexp2_cpu"});
+  // Judged on the dtype the arguments promote to: bools ** 2.0 computes in float, hypot of an
+  // int8 and an int64 tensor is refused in int64.
+  refuse_on_cpu("pow", {Refused::kBool, "pow", nullptr, false, "Tensor_Tensor", false, true});
+  refuse_on_cpu("atan2", refused_promoted(Refused::kComplex, "atan2_cpu"));
+  refuse_on_cpu("xlogy", refused_promoted(Refused::kComplex, "xlogy_cpu"));
+  refuse_on_cpu("hypot", refused_promoted(Refused::kBool, "hypot_cpu"));
+  refuse_on_cpu("hypot", refused_promoted(Refused::kInteger, "hypot_cpu"));
+  refuse_on_cpu("hypot", refused_promoted(Refused::kComplex, "hypot_cpu"));
+  refuse_on_cpu("nextafter", refused_promoted(Refused::kInteger, "nextafter_cpu"));
+  // XLA's CPU compiler crashes on a complex remainder: CPU refuses it, as the others here.
+  refuse_on_cpu("remainder", refused_promoted(Refused::kComplex, "remainder_cpu"));
+  refuse_on_cpu("fmod", refused_promoted(Refused::kComplex, "fmod_cpu"));
+  refuse_on_cpu("copysign", refused_promoted(Refused::kComplex, "copysign_cpu"));
+  refuse_on_cpu("gcd", refused_promoted(Refused::kComplex, "gcd_cpu"));
+  refuse_on_cpu("lcm", refused_promoted(Refused::kComplex, "lcm_cpu"));
+  refuse_on_cpu("special_xlog1py", refused_promoted(Refused::kComplex, "xlog1py_cpu"));
+  refuse_on_cpu("heaviside", refused_not_implemented("heaviside is not yet implemented for complex tensors."));
+  refuse_on_cpu("lt", refused_promoted(Refused::kComplex, "lt_cpu"));
+  refuse_on_cpu("le", refused_promoted(Refused::kComplex, "le_cpu"));
+  refuse_on_cpu("gt", refused_promoted(Refused::kComplex, "gt_cpu"));
+  refuse_on_cpu("ge", refused_promoted(Refused::kComplex, "ge_cpu"));
+  refuse_on_cpu("clamp_min", {Refused::kComplex, "maximum_cpu", nullptr, false, "Tensor"});
+  refuse_on_cpu("clamp_max", {Refused::kComplex, "minimum_cpu", nullptr, false, "Tensor"});
+  // Shifts compute in the promoted dtype: bools << 1 is int64, bools << bools is refused.
+  refuse_on_cpu("__lshift__", refused_promoted(Refused::kNotInteger, "lshift_cpu"));
+  refuse_on_cpu("__ilshift__", refused_promoted(Refused::kNotInteger, "lshift_cpu"));
+  refuse_on_cpu("bitwise_left_shift", refused_promoted(Refused::kNotInteger, "lshift_cpu"));
+  refuse_on_cpu("__rshift__", refused_promoted(Refused::kNotInteger, "rshift_cpu"));
+  refuse_on_cpu("__irshift__", refused_promoted(Refused::kNotInteger, "rshift_cpu"));
+  refuse_on_cpu("bitwise_right_shift", refused_promoted(Refused::kNotInteger, "rshift_cpu"));
+  // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
+  // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
+  // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
+  refuse_on_cpu("div", {Refused::kComplexHalf, "div_cpu"});
+  refuse_on_cpu("pow", {Refused::kComplexHalf, "pow"});
+  // float8: CPU stores, converts, copies, indexes, multiplies and matmuls them, little else.
+  refuse_on_cpu("add", {Refused::kFloat8, "add_stub"});
+  refuse_on_cpu("sub", {Refused::kFloat8, "add_stub"});
+  refuse_on_cpu("div", {Refused::kFloat8, "div_cpu"});
+  refuse_on_cpu("clamp", {Refused::kFloat8, "clamp_scalar_cpu"});
+  refuse_on_cpu("masked_fill", {Refused::kFloat8, "masked_fill"});
+  refuse_on_cpu("gt", {Refused::kFloat8, "gt_cpu"});
+  refuse_on_cpu("lt", {Refused::kFloat8, "lt_cpu"});
+  refuse_on_cpu("logical_and", {Refused::kComplexHalf, "logical_and_cpu"});
+  refuse_on_cpu("logical_or", {Refused::kComplexHalf, "logical_or_cpu"});
+  refuse_on_cpu("logical_xor", {Refused::kComplexHalf, "logical_xor_cpu"});
+}
+
 }  // namespace torchtpu::aten

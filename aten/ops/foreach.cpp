@@ -137,9 +137,11 @@ std::vector<c10::IValue> foreach_meta(const c10::FunctionSchema& schema,
     const std::string& element_name = op->schema().name();
     bool clamps = element_name == "aten::maximum" || element_name == "aten::minimum";
     std::string checked = !clamps ? element_name : element_name == "aten::maximum" ? "aten::clamp_min" : "aten::clamp_max";
-    check_cpu_dtype_support(checked + (schema.name().back() == '_' ? "_" : ""),
-                            clamps ? "Tensor" : op->schema().overload_name(), stack);
     const LoweringEntry* element = find_lowering(registry_name(op->operator_name()));
+    const LoweringEntry* judged = clamps ? find_lowering(checked.substr(6) + ".Tensor") : element;
+    check_cpu_dtype_support(checked + (schema.name().back() == '_' ? "_" : ""),
+                            clamps ? "Tensor" : op->schema().overload_name(),
+                            judged ? judged->options.cpu_refusals : std::vector<CpuRefusal>{}, stack);
     if (element && element->options.meta)  // checks CPU makes that PyTorch's meta kernel skips
       stack = element->options.meta(op->schema(), stack);
     else

@@ -161,4 +161,10 @@ TORCHTPU_LOWERINGS(incomplete_gamma) {
   }, with_meta(shaped_like(0)));
 }
 
+// The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),
+// measured against CPU PyTorch 2.11.
+TORCHTPU_LOWERINGS(incomplete_gamma_cpu_refusals) {
+  refuse_on_cpu("_standard_gamma_grad", {Refused::kHalfFloat, "_standard_gamma_grad_cpu"});
+}
+
 }  // namespace torchtpu::aten

@@ -178,4 +178,14 @@ TORCHTPU_LOWERINGS(linalg) {
   }, padded(same_dtype_matmul(1, true)));
 }
 
+// The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),
+// measured against CPU PyTorch 2.11.
+TORCHTPU_LOWERINGS(linalg_cpu_refusals) {
+  // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
+  // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
+  // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
+  refuse_on_cpu("mm", {Refused::kComplexHalf, "addmm_impl_cpu_"});
+  refuse_on_cpu("addmm", {Refused::kComplexHalf, "addmm_impl_cpu_"});
+}
+
 }  // namespace torchtpu::aten

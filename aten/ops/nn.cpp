@@ -438,4 +438,14 @@ TORCHTPU_LOWERINGS(nn) {
   });
 }
 
+// The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),
+// measured against CPU PyTorch 2.11.
+TORCHTPU_LOWERINGS(nn_cpu_refusals) {
+  // (CPU names its kernel by the dimension, "softmax_lastdim_kernel_impl" for the last one.)
+  refuse_on_cpu("_softmax", {Refused::kInteger, "softmax_kernel_impl"});
+  refuse_on_cpu("_softmax", {Refused::kBool, "softmax_kernel_impl"});
+  refuse_on_cpu("_log_softmax", {Refused::kInteger, "log_softmax_kernel_impl"});
+  refuse_on_cpu("_log_softmax", {Refused::kBool, "log_softmax_kernel_impl"});
+}
+
 }  // namespace torchtpu::aten

@@ -595,4 +595,21 @@ TORCHTPU_LOWERINGS(reduction) {
   }());
 }
 
+// The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),
+// measured against CPU PyTorch 2.11.
+TORCHTPU_LOWERINGS(reduction_cpu_refusals) {
+  refuse_on_cpu("max", {Refused::kComplex, "max_all", nullptr, false, ""});
+  refuse_on_cpu("min", {Refused::kComplex, "min_all", nullptr, false, ""});
+  // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
+  // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
+  // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
+  refuse_on_cpu("sum", {Refused::kComplexHalf, "sum_cpu"});
+  // float8: CPU stores, converts, copies, indexes, multiplies and matmuls them, little else.
+  refuse_on_cpu("sum", {Refused::kFloat8, "sum_cpu"});
+  refuse_on_cpu("mean", {Refused::kFloat8, "sum_cpu"});
+  refuse_on_cpu("max", {Refused::kFloat8, "max_all", nullptr, false, ""});
+  refuse_on_cpu("min", {Refused::kFloat8, "min_all", nullptr, false, ""});
+  refuse_on_cpu("amax", {Refused::kFloat8, "max_values_cpu"});
+}
+
 }  // namespace torchtpu::aten

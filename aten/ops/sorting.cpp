@@ -170,4 +170,11 @@ TORCHTPU_LOWERINGS(sorting) {
   })));
 }
 
+// The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),
+// measured against CPU PyTorch 2.11.
+TORCHTPU_LOWERINGS(sorting_cpu_refusals) {
+  // float8: CPU stores, converts, copies, indexes, multiplies and matmuls them, little else.
+  refuse_on_cpu("sort", {Refused::kFloat8, "sorting_kernel_method_name"});
+}
+
 }  // namespace torchtpu::aten

@@ -565,4 +565,34 @@ TORCHTPU_LOWERINGS(unary) {
   });
 }
 
+// The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),
+// measured against CPU PyTorch 2.11.
+TORCHTPU_LOWERINGS(unary_cpu_refusals) {
+  refuse_on_cpu("abs", {Refused::kBool, "abs_cpu"});
+  refuse_on_cpu("ceil", {Refused::kBool, "ceil_vml_cpu"});
+  refuse_on_cpu("ceil", {Refused::kComplex, nullptr, "ceil is not supported for complex inputs"});
+  refuse_on_cpu("floor", {Refused::kBool, "floor_vml_cpu"});
+  refuse_on_cpu("floor", {Refused::kComplex, nullptr, "floor is not supported for complex inputs"});
+  refuse_on_cpu("trunc", {Refused::kBool, "trunc_vml_cpu"});
+  refuse_on_cpu("trunc", {Refused::kComplex, nullptr, "trunc is not supported for complex inputs"});
+  refuse_on_cpu("round", {Refused::kBool, "round_vml_cpu"});
+  refuse_on_cpu("round", {Refused::kComplex, "round_vml_cpu"});
+  refuse_on_cpu("frac", {Refused::kBool, "frac_cpu"});
+  refuse_on_cpu("frac", {Refused::kInteger, "frac_cpu"});
+  refuse_on_cpu("frac", {Refused::kComplex, "frac_cpu"});
+  refuse_on_cpu("sign", {Refused::kComplex, nullptr, "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead."});
+  refuse_on_cpu("erf", {Refused::kComplex, "erf_vml_cpu"});
+  refuse_on_cpu("erfc", {Refused::kComplex, "erfc_vml_cpu"});
+  refuse_on_cpu("lgamma", {Refused::kComplex, "lgamma_vml_cpu"});
+  refuse_on_cpu("threshold", {Refused::kBool, "threshold_cpu"});
+  // CPU computes few ops in complex32 (add, sub, mul, neg, conj, abs, cat, fill_, copies, ...);
+  // tpu computes every lowered op in complex64 and rounds (as CUDA's chalf kernels), except
+  // these, which CPU refuses and PyTorch code meets (foreach ops with a complex Scalar).
+  refuse_on_cpu("exp", {Refused::kComplexHalf, "exp_vml_cpu"});
+  // float8: CPU stores, converts, copies, indexes, multiplies and matmuls them, little else.
+  refuse_on_cpu("neg", {Refused::kFloat8, "neg_cpu"});
+  refuse_on_cpu("exp", {Refused::kFloat8, "exp_vml_cpu"});
+  refuse_on_cpu("relu", {Refused::kFloat8, "clamp_min_scalar_cpu"});
+}
+
 }  // namespace torchtpu::aten

@@ -845,6 +845,24 @@ def test_adaptive_avg_pool3d_backward_out_form_runs_on_the_device(no_fallbacks):
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-6, atol=1e-6)
 
 
+def test_a_lowered_op_has_one_record_with_its_padding_rule_and_cpu_refusals():
+    """Issue 48, item 3: what the registry knows of an op is one record, the same for its in-place
+    and out= forms: the dtypes CPU refuses are declared next to the lowering (refuse_on_cpu)."""
+    for form in ["abs", "abs_", "abs.out"]:
+        refusals = torchtpu._C._lowering_record(form)["cpu_refusals"]
+        assert {"dtypes": "bool", "error": "abs_cpu", "overload": None} in refusals
+    with pytest.raises(NotImplementedError, match="abs_cpu"):
+        torch.tensor([True, False], device="tpu").abs()
+    max_all = torchtpu._C._lowering_record("max")["cpu_refusals"]
+    assert {"dtypes": "complex", "error": "max_all", "overload": ""} in max_all
+    assert torchtpu._C._lowering_record("add.Tensor")["padding"]["fill"] == "zero"
+    cat = torchtpu._C._lowering_record("cat")["padding"]
+    assert cat["seeds"] and cat["needs_sizes"] and cat["results_in_buckets"]
+    assert torchtpu._C._lowering_record("mm")["matmul"]
+    with pytest.raises(KeyError, match="no_such_op"):
+        torchtpu._C._lowering_record("no_such_op")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_rrelu_draws_a_slope_per_negative_element_and_trains(dtype, no_fallbacks):
     """nn.RReLU: in training, each negative x is scaled by its own slope in [lower, upper), the
