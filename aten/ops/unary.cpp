@@ -465,15 +465,17 @@ TORCHTPU_LOWERINGS(unary) {
     Value below = o.b.compare(Compare::kLT, x, o.u(UnaryOp::kNegate, l));
     return Values{o.sel(o.gt(x, l), x - l, o.sel(below, x + l, x * o.k(0, x)))};
   });
-  // logit(x, eps): log(z / (1 - z)) with z = x clamped to [eps, 1 - eps] when eps is given. CPU
-  // computes a bfloat16/float16 logit in the dtype: eps, 1 - z and the quotient are rounded to it.
+  // logit(x, eps): log(z / (1 - z)) with z = x clamped to [eps, 1 - eps] when eps is given, as
+  // CPU does: x < eps gives eps, else x > 1 - eps gives 1 - eps (with eps > 0.5 the bounds cross,
+  // and the order decides). CPU computes a bfloat16/float16 logit in the dtype: eps, 1 - z and
+  // the quotient are rounded to it.
   register_lowering({"logit", "logit_", "logit.out"}, [](LoweringContext& c) {
     Ops o(c);
     o.rounding = low_precision(c.out().dtype);
     Value z = opmath(c, 0);
     if (!c.arg(1).isNone()) {
-      double eps = c.arg(1).toDouble();
-      z = o.min(o.max(z, o.k(eps, z)), o.k(1 - eps, z));
+      Value lo = o.k(c.arg(1).toDouble(), z), hi = o.k(1 - c.arg(1).toDouble(), z);
+      z = o.sel(o.b.compare(Compare::kLT, z, lo), lo, o.sel(o.gt(z, hi), hi, z));
     }
     return Values{o.u(UnaryOp::kLog, o.div(z, o.sub(o.k(1, z), z)))};
   });

@@ -845,6 +845,14 @@ def test_adaptive_avg_pool3d_backward_out_form_runs_on_the_device(no_fallbacks):
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-6, atol=1e-6)
 
 
+def test_logit_with_crossed_bounds_clamps_in_cpus_order(no_fallbacks):
+    """eps > 0.5 makes [eps, 1 - eps] empty: CPU gives eps below eps and 1 - eps above it, where a
+    clamp gave 1 - eps everywhere (found by the padded OpInfo run)."""
+    x = torch.rand(5, 5, 5, generator=torch.Generator().manual_seed(0))
+    for eps in [0.6, 0.2, None]:
+        torch.testing.assert_close(torch.logit(x.to("tpu"), eps).cpu(), torch.logit(x, eps))
+
+
 def test_a_lowered_op_has_one_record_with_its_padding_rule_and_cpu_refusals():
     """Issue 48, item 3: what the registry knows of an op is one record, the same for its in-place
     and out= forms: the dtypes CPU refuses are declared next to the lowering (refuse_on_cpu)."""
