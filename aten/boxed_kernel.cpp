@@ -535,24 +535,29 @@ std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std:
                                                   bool sizes) {
   // A result the caller does not want (a backward's output_mask) still gets a type: the first
   // wanted result's dtype, so that out(0)-based arithmetic keeps the op's precision.
-  std::vector<hlo::TensorType> out_types;
-  DType unwanted_dtype = outputs.empty() ? DType::kF32 : outputs.front().view.dtype;
-  size_t next_dest = 0;
-  for (bool w : d.wanted) {
-    if (!w) {
-      out_types.push_back({unwanted_dtype, {}});
-      continue;
+  auto out_types = [&] {
+    std::vector<hlo::TensorType> types;
+    DType unwanted_dtype = outputs.empty() ? DType::kF32 : outputs.front().view.dtype;
+    size_t next_dest = 0;
+    for (bool w : d.wanted) {
+      if (!w) {
+        types.push_back({unwanted_dtype, {}});
+        continue;
+      }
+      const exec::Operand& o = outputs[next_dest++];
+      types.push_back({o.view.dtype, o.padding ? o.padding->box : o.view.sizes});
     }
-    const exec::Operand& o = outputs[next_dest++];
-    out_types.push_back({o.view.dtype, o.padding ? o.padding->box : o.view.sizes});
-  }
-  // (Result boxes in buckets (PaddingRule::results_in_buckets) differ between calls of one meta.)
+    return types;
+  };
+  // The meta key decides the result types, except the boxes of results in buckets
+  // (PaddingRule::results_in_buckets), which follow the exact sizes.
+  const std::optional<PaddingRule>& padding = plan.entry->options.padding;
   std::shared_ptr<const LoweringCall> shared = std::atomic_load(&meta.lowering);
   if (shared && shared->precision == precision && shared->device_check == device_check && shared->sizes == sizes &&
-      shared->out_types == out_types)
+      !(padding && padding->results_in_buckets && shared->out_types != out_types()))
     return shared;
   auto call = std::make_shared<LoweringCall>(
-      LoweringCall{plan.entry, &plan.name, std::move(count), lowering_args(args, meta), std::move(out_types), d.wanted,
+      LoweringCall{plan.entry, &plan.name, std::move(count), lowering_args(args, meta), out_types(), d.wanted,
                    precision, device_check, sizes});
   std::atomic_store(&meta.lowering, std::shared_ptr<const LoweringCall>(call));
   return call;

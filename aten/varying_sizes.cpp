@@ -109,13 +109,14 @@ constexpr int64_t kSmallestBucket = 16;
 // Whether a view holds the marked size `n` split, as a run of its dimensions with a marked one
 // among them ([B, H, L, D] holds H·L, marked for a view merging them): a dimension of size n there
 // is another, fixed one (D = H·L = 64 at L = 16), which must not vary at every later length.
-bool held_split(const std::vector<int64_t>& sizes, int64_t n, const std::function<bool(int64_t)>& is_marked) {
+bool held_split(const std::vector<int64_t>& sizes, int64_t n, const std::vector<int64_t>& marked) {
+  auto other_marked = [&](int64_t m) { return m != n && std::binary_search(marked.begin(), marked.end(), m); };
   for (size_t first = 0; first < sizes.size(); ++first) {
     int64_t product = sizes[first];
-    bool has_marked = is_marked(sizes[first]) && sizes[first] != n;
+    bool has_marked = other_marked(sizes[first]);
     for (size_t last = first + 1; last < sizes.size() && product <= n; ++last) {
       product *= sizes[last];
-      has_marked |= is_marked(sizes[last]) && sizes[last] != n;
+      has_marked |= other_marked(sizes[last]);
       if (product == n && has_marked) return true;
     }
   }
@@ -162,7 +163,7 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
     const std::vector<int64_t>& sizes = o.view.sizes;
     auto is_marked = [&](int64_t n) { return std::binary_search(marked.begin(), marked.end(), n); };
     for (int64_t n : marked)
-      if (!held_split(sizes, n, is_marked)) add(varying, n);
+      if (!held_split(sizes, n, marked)) add(varying, n);
     // A view that splits a marked size ([B*L, N] seen as [B, L, N]) varies in the split parts,
     // unless one of them is marked itself (L, kept by the op that wrote it): then the others are
     // fixed sizes (B), which padding would only make larger.
