@@ -48,10 +48,24 @@ std::string env_or(const char* name, const std::string& fallback) {
 // precision" simplification), so by default programs round exactly as PyTorch does.
 std::atomic<bool> excess_precision{env_or("TORCHTPU_ALLOW_EXCESS_PRECISION", "0") == "1"};
 
+// Whether this process is one of several local ranks (torchrun's LOCAL_WORLD_SIZE) with fewer than
+// two cores each. XLA CPU's matrix products then run on the calling thread: a pool of worker
+// threads per rank, each spinning while it waits for work, takes the cores the other ranks compute
+// on (TorchTitan's tensor-parallel step over two ranks on two cores: 42 s with the pools, 21 without).
+bool ranks_share_cores() {
+  static const bool shared = [] {
+    int64_t ranks = std::strtoll(env_or("LOCAL_WORLD_SIZE", "1").c_str(), nullptr, 10);
+    return ranks > 1 && std::thread::hardware_concurrency() < 2 * ranks;
+  }();
+  return shared;
+}
+
 runtime::CompileOptions compile_options(Tier tier) {
   runtime::CompileOptions options;
   options.portable = true;  // one executable serves every device
   options.xla_flags["xla_allow_excess_precision"] = excess_precision.load();
+  if (client().platform_name() == "cpu" && ranks_share_cores())
+    options.xla_flags["xla_cpu_multi_thread_eigen"] = false;
   if (tier == Tier::kQuick) {  // XLA CPU's options: LLVM's optimizations and fusion emitters off
     options.xla_int_flags["xla_backend_optimization_level"] = 0;
     options.xla_flags["xla_llvm_disable_expensive_passes"] = true;

@@ -21,15 +21,16 @@ import torch
 import torchtpu
 
 ROOT = Path(__file__).resolve().parents[2]
-SEQ_LEN, BATCH = 256, 8
+SEQ_LEN, BATCH = 128, 4
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _torchrun(nproc, dump, assets, *args, steps=2):
+def _torchrun(nproc, dump, assets, *args, steps=2, local_batch=BATCH):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "torchtitan.train", "--module", "llama3", "--config", "llama3_debugmodel",
            "--hf_assets_path", str(assets / "tokenizer"), "--dataloader.dataset_path", str(assets / "dataset"),
-           "--training.seq_len", str(SEQ_LEN), "--training.steps", str(steps),
+           "--training.seq_len", str(SEQ_LEN), "--training.local_batch_size", str(local_batch),
+           "--training.steps", str(steps),
            "--training.mixed_precision_param", "float32", "--dump_folder", str(dump), *args]
     env = {**os.environ, "TORCHTPU_METRICS_ON_EXIT": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=dump.parent)
@@ -167,13 +168,13 @@ def test_two_processes_match_cpu(titan, parallelism):
     process's for tensor parallelism."""
     root, assets, seed, log = titan
     if parallelism == "fsdp":
-        args = ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", str(BATCH // 2)]
+        args, local_batch = ["--parallelism.data_parallel_shard_degree", "2"], BATCH // 2
         expected_first = _cpu_reference_loss(assets, seed, dp_world_size=2, local_batch_size=BATCH // 2)
     else:
-        args = ["--parallelism.tensor_parallel_degree", "2"]
+        args, local_batch = ["--parallelism.tensor_parallel_degree", "2"], BATCH
         expected_first = _losses(log)[1]
     run = _torchrun(2, root / parallelism, assets, "--checkpoint.enable", "--checkpoint.initial_load_path",
-                    str(seed), *args)
+                    str(seed), *args, local_batch=local_batch)
     got = _losses(run)
     assert _close(got[1], expected_first, rel=5e-5), (got, expected_first)
     if parallelism == "tensor_parallel":
