@@ -98,10 +98,25 @@ bool compile_quickly(const std::string& program) {
 // window asked for twice in a row is compiled all the same: it has settled.
 constexpr int64_t kBackgroundVariants = 8;
 
-// How often a quickly compiled program runs before it is compiled again, optimized.
+// How often a quickly compiled program runs, and how many bytes its runs read and write, before it
+// is compiled again, optimized. An optimized compile costs tens of milliseconds of a core (a padded
+// cat's 100-200); it pays back only where a program moves enough data for unoptimized code to be
+// slow: about 64 MiB at the ~1 GB/s of XLA CPU's unoptimized loops. A decode step's programs on a
+// few kilobytes never get there: promoting them made a first `generate` 17% slower
+// (docs/design.md, "Promotions that pay back").
 int64_t promote_after() {
   static const int64_t runs = std::stoll(env_or("TORCHTPU_PROMOTE_AFTER", "16"));
   return runs;
+}
+
+int64_t promote_after_bytes() {
+  static const int64_t bytes = [] {
+    std::string setting = env_or("TORCHTPU_PROMOTE_AFTER_BYTES", "64MiB");
+    std::optional<int64_t> parsed = parse_byte_size(setting);
+    if (!parsed) throw std::invalid_argument("TORCHTPU_PROMOTE_AFTER_BYTES='" + setting + "' is not a byte size (64MiB, 0)");
+    return *parsed;
+  }();
+  return bytes;
 }
 
 // What besides the program decides the compiled bytes.
@@ -341,7 +356,8 @@ class Cache {
   struct QuickProgram {
     ExecutablePtr exe;
     Job optimized;
-    int64_t runs = 0;
+    int64_t bytes_per_run = 0;
+    int64_t runs = 0, bytes = 0;
   };
 
   // The quick tier of `job` (an optimized program no tier has): loaded from disk or compiled now,
@@ -356,15 +372,20 @@ class Cache {
     exe = exe ? remember(quick.key, exe) : compile_on_a_thread(std::move(quick));
     std::lock_guard<std::mutex> lock(mu_);
     forget_evicted_quick_programs();
-    quick_[exe.get()] = QuickProgram{exe, std::move(job), 0};
+    int64_t bytes = bytes_per_run(job.text);
+    quick_[exe.get()] = QuickProgram{exe, std::move(job), bytes};
     return exe;
   }
 
-  // One more run of `exe` (with mu_ held): a quick program that ran often enough is queued for its
-  // optimized compile. Keyed by address: a hash of a pointer, not of the key, on every op's path.
+  // One more run of `exe` (with mu_ held): a quick program that ran often enough, on enough bytes,
+  // is queued for its optimized compile. Keyed by address: a hash of a pointer, not of the key, on
+  // every op's path.
   void note_run(const ExecutablePtr& exe) {
     auto it = quick_.find(exe.get());
-    if (it == quick_.end() || ++it->second.runs < promote_after()) return;
+    if (it == quick_.end()) return;
+    QuickProgram& quick = it->second;
+    quick.bytes += quick.bytes_per_run;
+    if (++quick.runs < promote_after() || quick.bytes < promote_after_bytes()) return;
     compiling_.insert(it->second.optimized.key);
     stats_.background_pending++;
     queue_.push_back(std::move(it->second.optimized));

@@ -1,6 +1,7 @@
 #include "exec/quick_compile.h"
 
 #include <array>
+#include <cctype>
 #include <initializer_list>
 #include <string_view>
 
@@ -50,7 +51,49 @@ bool exact_on_floats(std::string_view op) {
   return false;
 }
 
+// The bytes of one element of a StableHLO element type ("f32", "i1", "complex<f64>").
+int64_t element_bytes(std::string_view type) {
+  if (type.rfind("complex<", 0) == 0) return 2 * element_bytes(type.substr(8, type.size() - 9));
+  if (type == "i1") return 1;
+  size_t digits = type.find_first_of("0123456789");
+  if (digits == std::string_view::npos) return 8;  // index and other types: count them wide
+  int64_t bits = 0;
+  for (size_t i = digits; i < type.size() && std::isdigit(static_cast<unsigned char>(type[i])); ++i)
+    bits = 10 * bits + (type[i] - '0');
+  return bits <= 8 ? 1 : bits / 8;  // f8E4M3FN: 8 bits
+}
+
+// The bytes of a tensor type's contents: "4x256xf32" -> 4096.
+int64_t tensor_bytes(std::string_view type) {
+  int64_t elements = 1;
+  size_t start = 0;
+  for (size_t x = type.find('x'); x != std::string_view::npos && std::isdigit(static_cast<unsigned char>(type[start]));
+       x = type.find('x', start)) {
+    int64_t n = 0;
+    for (size_t i = start; i < x; ++i) n = 10 * n + (type[i] - '0');
+    elements *= n;
+    start = x + 1;
+  }
+  return elements * element_bytes(type.substr(start));
+}
+
 }  // namespace
+
+int64_t bytes_per_run(const std::string& program) {
+  size_t main = program.find("@main(");
+  if (main == std::string::npos) return 0;
+  std::string_view line(program);
+  line = line.substr(main, line.find('\n', main) - main);
+  int64_t bytes = 0;
+  for (size_t open = line.find("tensor<"); open != std::string_view::npos; open = line.find("tensor<", open)) {
+    open += 7;
+    int depth = 1;  // complex<f32> nests one level
+    size_t close = open;
+    for (; close < line.size() && depth > 0; ++close) depth += line[close] == '<' ? 1 : line[close] == '>' ? -1 : 0;
+    bytes += tensor_bytes(line.substr(open, close - 1 - open));
+  }
+  return bytes;
+}
 
 bool same_bits_however_compiled(const std::string& program) {
   std::string_view text(program);

@@ -12,6 +12,7 @@
 // only copied).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace torchtpu::exec {
@@ -19,5 +20,9 @@ namespace torchtpu::exec {
 // Whether `program` (StableHLO text in the generic form hlo::Builder writes) computes the same bits
 // however it is compiled.
 bool same_bits_however_compiled(const std::string& program);
+
+// The bytes of `program`'s operands and results (its main function's types): what one run reads and
+// writes, which decides whether compiling it optimized can pay back (exec/compile_cache.cpp).
+int64_t bytes_per_run(const std::string& program);
 
 }  // namespace torchtpu::exec

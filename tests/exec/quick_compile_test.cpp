@@ -69,5 +69,13 @@ TEST(QuickCompile, FloatProductsReductionsAndFunctionsMayNot) {
   })));
 }
 
+TEST(QuickCompile, BytesPerRunCountEveryOperandAndResult) {
+  EXPECT_EQ(bytes_per_run("module @m {\n  func.func public @main(%arg0: tensor<4x256xf32>, %arg1: tensor<i1>) -> "
+                          "(tensor<2x3xcomplex<f64>>, tensor<8xbf16>) {\n  }\n}"),
+            4 * 256 * 4 + 1 + 2 * 3 * 16 + 8 * 2);
+  EXPECT_EQ(bytes_per_run("func.func public @main() -> (tensor<f8E4M3FN>, tensor<3xi64>) {"), 1 + 24);
+  EXPECT_EQ(bytes_per_run("no main function"), 0);
+}
+
 }  // namespace
 }  // namespace torchtpu::exec

@@ -290,8 +290,10 @@ TIERS = textwrap.dedent("""
 """)
 
 
-def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often(tmp_path):
-    env = {"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_PROMOTE_AFTER": "3", "TORCHTPU_QUICK_COMPILE": "all"}
+def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often_on_enough_bytes(tmp_path):
+    # each run of mul and softmax reads and writes 2 x 768 bytes: 3 runs move 4.5 KiB
+    env = {"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_PROMOTE_AFTER": "3", "TORCHTPU_PROMOTE_AFTER_BYTES": "4KiB",
+           "TORCHTPU_QUICK_COMPILE": "all"}
     cold, _ = run(env, workload=TIERS)
     assert cold["quick"] == cold["misses"] > 0, cold
     # mul and softmax each ran 6 times: both were promoted, which the compile count does not show
@@ -302,6 +304,11 @@ def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often(tm
     # The next process loads both tiers' programs from disk: the optimized ones for what was promoted
     warm, _ = run(env, workload=TIERS)
     assert warm["misses"] == 0 and warm["promotions"] == 0, warm
+    # by default a program must also have moved 64 MiB: these small ones stay quick, as a decode
+    # step's do (their optimized compile would not pay back)
+    small, _ = run({**env, "TORCHTPU_CACHE_DIR": str(tmp_path / "default"), "TORCHTPU_PROMOTE_AFTER_BYTES": "64MiB"},
+                   workload=TIERS)
+    assert small["quick"] == small["misses"] > 0 and small["promotions"] == 0, small
 
 
 EXACT = textwrap.dedent("""
