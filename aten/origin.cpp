@@ -4,6 +4,7 @@
 #include <frameobject.h>
 #include <opcode.h>
 
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -217,6 +218,15 @@ std::shared_ptr<const graph::Origin> origin_of(const std::string& op) {
     if (std::string caller = backward_caller(); !caller.empty())
       return std::make_shared<const graph::Origin>(graph::Origin{op, caller});
   return frameless_origin(op);
+}
+
+std::shared_ptr<const graph::Origin> backward_origin(const std::string& op, const std::string& node) {
+  static std::mutex mu;
+  static auto* known = new std::map<std::pair<std::string, std::string>, std::shared_ptr<const graph::Origin>>;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, added] = known->try_emplace({op, node});
+  if (added) it->second = std::make_shared<const graph::Origin>(graph::Origin{op, "backward of " + node});
+  return it->second;
 }
 
 TracedLine::TracedLine(const std::string& op) {

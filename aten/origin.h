@@ -13,6 +13,11 @@ namespace torchtpu::aten {
 
 std::shared_ptr<const graph::Origin> origin_of(const std::string& op);
 
+// The origin of `op` run by an autograd node of kind `node` ("SelectBackward0") on the engine's
+// thread, which has no user frame: one per (op, node kind), so that sizes changing between calls
+// there can start padding (aten/varying_sizes.h).
+std::shared_ptr<const graph::Origin> backward_origin(const std::string& op, const std::string& node);
+
 // Why the host is waiting for device data, from the Python stack: "print" (tensor printing),
 // "control flow" (a tensor used as a condition), else `kind` ("item", "cpu").
 std::string sync_reason(const char* kind);

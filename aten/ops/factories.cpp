@@ -8,8 +8,10 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/special_i0.h>
 #include <ATen/ops/sqrt.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -18,6 +20,7 @@
 #include "aten/ops/lowering_util.h"
 #include "aten/origin.h"
 #include "aten/tensor_operand.h"
+#include "aten/varying_sizes.h"
 #include "exec/executor.h"
 
 namespace torchtpu::aten {
@@ -54,9 +57,28 @@ bool zero_bytes(const c10::Scalar& value) {
   return v.real() == 0 && v.imag() == 0 && !std::signbit(v.real()) && !std::signbit(v.imag());
 }
 
+// The sizes a zero fill of `self` is stored padded in, or none. select's and slice's backward
+// scatter the gradient into zeros of their input's sizes, made on the autograd engine's thread:
+// where those sizes change between calls by one kind of node (a sequence length), the zeros are
+// stored padded, as the forward's tensors were, so that the ops reading the gradient next (a
+// layer norm's backward) run padded too instead of compiling once per new length.
+std::vector<int64_t> varying_in_backward_zeros(const at::Tensor& self, const exec::Operand& out) {
+  if (!padding_enabled() || self.dim() == 0 || out.storage->varies() || !self.is_contiguous() ||
+      self.storage_offset() != 0 || self.numel() * self.element_size() != static_cast<int64_t>(self.storage().nbytes()))
+    return {};
+  c10::intrusive_ptr<torch::autograd::Node> node = torch::autograd::get_current_node();
+  if (!node) return {};
+  return varying_sizes(backward_origin("aten::fill_", node->name()).get(), {}, {self.sizes().vec()});
+}
+
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   exec::Operand out = operand(self);
-  hlo::TensorType type{computed_as(out.view.dtype), out.view.sizes};
+  std::vector<int64_t> varying = zero_bytes(value) ? varying_in_backward_zeros(self, out) : std::vector<int64_t>{};
+  if (!varying.empty())
+    out.padding = padding_of(box_of(out.view.sizes, varying), out.view.sizes, [&](size_t d) {
+      return std::binary_search(varying.begin(), varying.end(), out.view.sizes[d]);
+    });
+  hlo::TensorType type{computed_as(out.view.dtype), out.padding ? out.padding->box : out.view.sizes};
   exec::Lowering lower;
   std::string key;
   // CPU's overflow check: 200 does not fit int8; -9 fits uint8 by wrapping. Its one-element fill
@@ -90,9 +112,11 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
     lower = [lower, stored = out.view.dtype](hlo::Builder& b, const std::vector<hlo::Value>& in) {
       return std::vector<hlo::Value>{b.convert(lower(b, in).at(0), stored)};
     };
+  exec::BufferRef& written = *out.storage;
   exec::OpCall call{key, lower, {}, {out}, origin_of("aten::fill_")};
   call.zero_bytes = zero_bytes(value);
   run_on_device(std::move(call));
+  if (!varying.empty()) written.set_varying_sizes(marks(self.sizes().vec(), varying));
   return self;
 }
 

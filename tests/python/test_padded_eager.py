@@ -267,3 +267,27 @@ def test_buckets_can_be_turned_off_or_listed():
     out = subprocess.run([sys.executable, "-c", "import torch, torchtpu; torch.cat([torch.ones(2, device='tpu')] * 2)"],
                          env={**os.environ, "TORCHTPU_BUCKETS": "big"}, capture_output=True, text=True, timeout=300)
     assert "TORCHTPU_BUCKETS=big" in out.stderr
+
+
+def test_zeros_a_backward_scatters_into_stay_padded():
+    """select's backward scatters the gradient into zeros of its input's sizes, made on the autograd
+    engine's thread (a pooler's `hidden[:, 0]`). Where the length varies those zeros are stored
+    padded, so the layer norm's backward that reads them compiles nothing for a new length in a
+    seen bucket; gradients equal CPU's."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Embedding(50, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 2))
+    dev = copy.deepcopy(cpu).to("tpu")
+    compiles = []
+    for length in [20, 23, 27, 30, 25, 29, 18, 31]:
+        ids = torch.randint(0, 50, (4, length))
+        grads = []
+        for model, device in ((cpu, "cpu"), (dev, "tpu")):
+            model.zero_grad()
+            before = _counters()["compiles"]
+            hidden = model[1](model[0](ids.to(device)))
+            model[2](hidden[:, 0]).square().sum().backward()
+            compiles.append(_counters()["compiles"] - before)
+            grads.append([p.grad.cpu() for p in model.parameters()])
+        for expected, got in zip(*grads):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert compiles[1::2][2:] == [0] * 6, compiles[1::2]
