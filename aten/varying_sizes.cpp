@@ -1,6 +1,8 @@
 #include "aten/varying_sizes.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -139,7 +141,23 @@ int64_t bucket(int64_t n) {
   return b;
 }
 
+namespace {
+
+// The varying sizes padded results were last marked with (a ring: the most recent calls').
+std::array<std::atomic<int64_t>, 64> recent_varying{};
+std::atomic<size_t> recent_next{0};
+
+}  // namespace
+
+bool recently_varied(int64_t n) {
+  return std::any_of(recent_varying.begin(), recent_varying.end(), [n](const std::atomic<int64_t>& v) {
+    return v.load(std::memory_order_relaxed) == n;
+  });
+}
+
 std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
+  for (int64_t n : varying)
+    if (!recently_varied(n)) recent_varying[recent_next++ % recent_varying.size()].store(n, std::memory_order_relaxed);
   std::vector<int64_t> marked;
   for (size_t first = 0; first < sizes.size(); ++first) {
     int64_t product = 1;

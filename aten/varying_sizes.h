@@ -29,6 +29,11 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
 // merging them ([B, L, D] seen as [B*L, D] by a matmul) varies too.
 std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
+// Whether `n` is among the varying sizes the most recent padded results were marked with (by
+// marks()): what a backward pass's zeros may vary in (aten/ops/factories.cpp), so that a workload
+// whose forward pads nothing never pads there.
+bool recently_varied(int64_t n);
+
 // Operands padding leaves at exact sizes: empty ones (nothing to gather from or into), and views
 // of a storage holding another element type (a padded read gathers elements of its own type).
 bool empty_operand(const exec::Operand& o);

@@ -68,7 +68,12 @@ std::vector<int64_t> varying_in_backward_zeros(const at::Tensor& self, const exe
     return {};
   c10::intrusive_ptr<torch::autograd::Node> node = torch::autograd::get_current_node();
   if (!node) return {};
-  return varying_sizes(backward_origin("aten::fill_", node->name()).get(), {}, {self.sizes().vec()});
+  // Nodes of one kind at several places differ in their sizes too: only a size the forward's
+  // padded tensors varied in counts (a static workload keeps its exact programs, and their bits).
+  std::vector<int64_t> varying = varying_sizes(backward_origin("aten::fill_", node->name()).get(), {}, {self.sizes().vec()});
+  varying.erase(std::remove_if(varying.begin(), varying.end(), [](int64_t n) { return !recently_varied(n); }),
+                varying.end());
+  return varying;
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
