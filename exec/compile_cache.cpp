@@ -51,7 +51,7 @@ std::atomic<bool> excess_precision{env_or("TORCHTPU_ALLOW_EXCESS_PRECISION", "0"
 // Whether this process is one of several local ranks (torchrun's LOCAL_WORLD_SIZE) with fewer than
 // two cores each. XLA CPU's matrix products then run on the calling thread: a pool of worker
 // threads per rank, each spinning while it waits for work, takes the cores the other ranks compute
-// on (TorchTitan's tensor-parallel step over two ranks on two cores: 42 s with the pools, 21 without).
+// on (TorchTitan's tensor-parallel step over two ranks on two cores: 42 s with the pools, 22 without).
 bool ranks_share_cores() {
   static const bool shared = [] {
     int64_t ranks = std::strtoll(env_or("LOCAL_WORLD_SIZE", "1").c_str(), nullptr, 10);
@@ -102,7 +102,7 @@ constexpr int64_t kBackgroundVariants = 8;
 // is compiled again, optimized. An optimized compile costs tens of milliseconds of a core (a padded
 // cat's 100-200); it pays back only where a program moves enough data for unoptimized code to be
 // slow: about 64 MiB at the ~1 GB/s of XLA CPU's unoptimized loops. A decode step's programs on a
-// few kilobytes never get there: promoting them made a first `generate` 17% slower
+// few kilobytes never get there: promoting them made a first `generate` 10-17% slower
 // (docs/design.md, "Promotions that pay back").
 int64_t promote_after() {
   static const int64_t runs = std::stoll(env_or("TORCHTPU_PROMOTE_AFTER", "16"));
