@@ -26,7 +26,8 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
 
 // What a padded result of `sizes` is marked with (BufferRef::varying_sizes) when `varying` vary:
 // those sizes, and the product of every run of adjacent dimensions holding one, so that a view
-// merging them ([B, L, D] seen as [B*L, D] by a matmul) varies too.
+// merging them ([B, L, D] seen as [B*L, D] by a matmul) varies too. Notes `varying` for
+// recently_varied().
 std::vector<int64_t> marks(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
 // Whether `n` is among the varying sizes the most recent padded results were marked with (by

@@ -386,9 +386,9 @@ class Cache {
     QuickProgram& quick = it->second;
     quick.bytes += quick.bytes_per_run;
     if (++quick.runs < promote_after() || quick.bytes < promote_after_bytes()) return;
-    compiling_.insert(it->second.optimized.key);
+    compiling_.insert(quick.optimized.key);
     stats_.background_pending++;
-    queue_.push_back(std::move(it->second.optimized));
+    queue_.push_back(std::move(quick.optimized));
     quick_.erase(it);
     ensure_worker();
     wakeup_.notify_one();

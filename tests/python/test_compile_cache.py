@@ -52,6 +52,19 @@ def test_a_second_process_loads_every_program_from_disk(tmp_path):
     torch.testing.assert_close(torch.tensor(warm["y"]), expected())
 
 
+def test_ranks_sharing_the_cores_compile_programs_of_their_own(tmp_path):
+    """torchrun ranks with fewer than two cores each (LOCAL_WORLD_SIZE) run matrix products on the
+    calling thread, an option their programs are compiled with: one process's cached programs are
+    not theirs, and the results are the same."""
+    one, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "LOCAL_WORLD_SIZE": "1"})
+    ranks = str(max(2, os.cpu_count() or 1))
+    shared, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "LOCAL_WORLD_SIZE": ranks})
+    assert one["cache"]["misses"] > 0 and shared["cache"]["misses"] == one["cache"]["misses"], (one, shared)
+    again, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "LOCAL_WORLD_SIZE": "1"})
+    assert again["cache"]["misses"] == 0
+    torch.testing.assert_close(torch.tensor(shared["y"]), expected())
+
+
 def test_two_processes_writing_one_directory_at_once(tmp_path):
     env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path), TORCHTPU_SHARED_CACHE_DIR="")
     procs = [subprocess.Popen([sys.executable, "-c", WORKLOAD], env=env, stdout=subprocess.PIPE, text=True)
