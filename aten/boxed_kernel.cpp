@@ -60,7 +60,10 @@ at::Tensor to_cpu_stand_in(const at::Tensor& t) {
   return at::zeros({span}, t.options().device(c10::kCPU)).as_strided(t.sizes(), t.strides());
 }
 
+// A Generator argument becomes None: shapes never depend on it, and some of PyTorch's Python meta
+// kernels (exponential_'s, from torch._refs) refuse a generator.
 c10::IValue to_meta(const ArgPlan& arg, const c10::IValue& v) {
+  if (v.isGenerator()) return c10::IValue();
   return map_tensors(arg, v, [](const at::Tensor& t) { return to_meta(t); });
 }
 

@@ -94,6 +94,21 @@ def test_rng_is_reproducible_under_manual_seed():
     assert torch.equal(torch.rand(5, device="tpu").cpu(), first)
 
 
+def test_random_ops_draw_from_a_generator_they_are_given():
+    """exponential_ (what vLLM's sampler draws with, one generator per seeded request) with an
+    explicit generator: PyTorch's Python meta kernel for it refuses generators, so the shape
+    inference must not pass one on."""
+    def draws(seed):
+        g = torch.Generator("tpu").manual_seed(seed)
+        return [torch.empty(1000, device="tpu").exponential_(generator=g).cpu(),
+                torch.empty(5, device="tpu").uniform_(generator=g).cpu()]
+    first, again, other = draws(3), draws(3), draws(4)
+    for x, y in zip(first, again):
+        assert torch.equal(x, y)
+    assert not torch.equal(first[0], other[0])
+    assert first[0].min() > 0 and abs(first[0].mean().item() - 1) < 0.15  # Exp(1) has mean 1
+
+
 @pytest.mark.parametrize("use_reentrant", [False, True])
 def test_activation_checkpointing_recomputes_the_same_dropout_mask(use_reentrant):
     """torch.utils.checkpoint restores the device's RNG state before recomputing, as on CPU: the
