@@ -12,6 +12,8 @@
 #include <mutex>
 #include <vector>
 
+#include <ATen/core/CachingHostAllocator.h>
+
 #include "exec/runtime_context.h"
 
 namespace torchtpu::aten {
@@ -85,7 +87,10 @@ std::map<const char*, Block>::iterator block_of(const void* address) {
   return a < block->first + block->second.size ? block : blocks().end();
 }
 
-struct PinnedHostAllocator final : c10::Allocator {
+// Also the device's host allocator for torch.accelerator (empty_host_cache, host_memory_stats):
+// without one registered, torch.accelerator.empty_host_cache() crashed once the device was in use
+// (vLLM calls it at shutdown). It holds no cache, so there is nothing to empty or count.
+struct PinnedHostAllocator final : at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     free_unread();
     size_t size = (std::max<size_t>(nbytes, 1) + kPage - 1) / kPage * kPage;
@@ -102,6 +107,12 @@ struct PinnedHostAllocator final : c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
+  // Transfers hold their blocks themselves (hold_pinned_block), not through stream events.
+  bool record_event(void*, void*, c10::Stream) override { return false; }
+  void empty_cache() override { free_unread(); }
+  at::HostStats get_stats() override { return {}; }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
 };
 
 }  // namespace
@@ -110,6 +121,13 @@ c10::Allocator* pinned_host_allocator() {
   static PinnedHostAllocator allocator;
   return &allocator;
 }
+
+namespace {
+const bool registered_host_allocator = [] {
+  at::setHostAllocator(c10::DeviceType::PrivateUse1, static_cast<PinnedHostAllocator*>(pinned_host_allocator()));
+  return true;
+}();
+}  // namespace
 
 bool is_pinned_host_address(const void* address) {
   std::lock_guard<std::mutex> lock(blocks_mutex());

@@ -707,6 +707,9 @@ def test_pinned_host_memory_is_pinned_as_on_cuda():
         assert features.is_pinned() and labels.is_pinned()
         assert torch.equal(labels.to("tpu", non_blocking=True).cpu(), labels)
     assert not torch.tensor([1.0]).is_pinned()
+    # the device's host allocator, as torch.accelerator sees it (this crashed the process before)
+    torch.accelerator.empty_host_cache()
+    assert torch.equal(pinned.to("tpu").cpu(), x)
 
 
 def test_non_blocking_copies_from_pinned_memory_outlive_their_source():
