@@ -15,6 +15,7 @@
 #include "aten/padded_upload.h"
 #include "aten/profiler.h"
 #include "aten/tensor_operand.h"
+#include "aten/varying_sizes.h"
 #include "exec/capture.h"
 #include "exec/compile_cache.h"
 #include "exec/device_memory.h"
@@ -223,6 +224,7 @@ PYBIND11_MODULE(_C, m) {
     without_gil([&] { exec::set_mode(*mode); });
   });
   m.def("_eager_mode", [] { return std::string(exec::mode_name(exec::mode())); });
+  m.def("_set_thread_padding", [](std::optional<bool> enabled) { return aten::set_thread_padding(enabled); });
   m.def("_set_one_program_block", &exec::set_one_program_block);
   m.def("_lowered_ops", &aten::installed_lowerings, "The ATen ops with a tpu lowering (\"add.Tensor\")");
   m.def("_padded_ops", [] {

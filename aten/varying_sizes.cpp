@@ -127,7 +127,17 @@ bool held_split(const std::vector<int64_t>& sizes, int64_t n, const std::vector<
 
 }  // namespace
 
-bool padding_enabled() { return config().enabled; }
+namespace {
+thread_local std::optional<bool> thread_padding;
+}  // namespace
+
+bool padding_enabled() { return thread_padding.value_or(config().enabled); }
+
+std::optional<bool> set_thread_padding(std::optional<bool> enabled) {
+  std::optional<bool> previous = thread_padding;
+  thread_padding = enabled;
+  return previous;
+}
 
 int64_t bucket(int64_t n) {
   if (n <= 1) return n;

@@ -2,6 +2,8 @@
 // (bounded dynamism: docs/design.md, "Shapes that change").
 #pragma once
 
+#include <optional>
+
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -13,6 +15,9 @@ namespace torchtpu::aten {
 
 // Whether ops with a padding rule run padded: TORCHTPU_BUCKETS=off turns it off.
 bool padding_enabled();
+// Turns padding on or off for the calling thread (torchtpu.padding(enabled)), or back to
+// TORCHTPU_BUCKETS's setting with nullopt; returns the thread's previous setting.
+std::optional<bool> set_thread_padding(std::optional<bool> enabled);
 
 // The size a varying size `n` is padded to: the next power of two, at least 16 (TORCHTPU_BUCKETS
 // as a comma-separated list: the smallest listed size that fits, else `n`). 0 and 1 stay.

@@ -67,6 +67,15 @@ if ! sha256sum -c --status "$stamp" 2>/dev/null; then
   .venv/bin/python -m pip install -q -r requirements.txt
   sha256sum requirements.txt > "$stamp"
 fi
+# vLLM for torchtpu's vLLM plugin (docs/vllm.md): its wheel declares a CUDA stack the plugin does
+# not use, so vllm itself goes in without dependencies and requirements-vllm.txt lists what it imports.
+stamp=.venv/.requirements-vllm.sha256
+if ! sha256sum -c --status "$stamp" 2>/dev/null; then
+  step "installing vLLM (requirements-vllm.txt)"
+  .venv/bin/python -m pip install -q -r requirements-vllm.txt
+  .venv/bin/python -m pip install -q --no-deps vllm==0.33.0
+  sha256sum requirements-vllm.txt > "$stamp"
+fi
 if [ "$WITH_TORCH_XLA" = 1 ] && [ ! -x .venv-torch-xla/bin/python ]; then
   step "creating .venv-torch-xla (PyTorch/XLA for benchmarks/run.py)"
   python3 -m venv .venv-torch-xla

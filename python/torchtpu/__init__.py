@@ -38,7 +38,7 @@ torch.utils.rename_privateuse1_backend("tpu")
 
 from . import _C  # noqa: E402  (registers the device with PyTorch's dispatcher)
 from . import autograd_exit, cache, device_module, metrics, modes  # noqa: E402,F401
-from .modes import eager_mode, get_eager_mode, mark_step, optimizer_step, set_eager_mode, sync  # noqa: E402,F401
+from .modes import eager_mode, get_eager_mode, mark_step, optimizer_step, padding, set_eager_mode, sync  # noqa: E402,F401
 
 if get_eager_mode() == "fused":  # (a bad TORCHTPU_EAGER_MODE fails here, at import)
     set_eager_mode("fused")  # installs what fused mode needs

@@ -41,6 +41,19 @@ def eager_mode(name: str):
         set_eager_mode(previous)
 
 
+@contextlib.contextmanager
+def padding(enabled: bool):
+    """Eager mode's bounded dynamism (docs/modes.md, "Shapes that change") on or off for the ops
+    this thread runs inside the block; ``TORCHTPU_BUCKETS`` sets it for the process. Off, every
+    op runs at its exact sizes: code that pads to buckets of its own (vLLM's batches,
+    torchtpu/vllm) then runs the programs it warmed up, whatever sizes eager mode saw vary."""
+    previous = _C._set_thread_padding(bool(enabled))
+    try:
+        yield
+    finally:
+        _C._set_thread_padding(previous)
+
+
 def sync() -> None:
     """Runs every pending op (fused, lazy) without waiting for it to finish."""
     _C._flush("sync")

@@ -1,0 +1,126 @@
+"""vLLM on tpu through torchtpu's platform plugin (python/torchtpu/vllm): greedy outputs equal Hugging
+Face's on CPU for the same weights, continuous batching, seeded sampling, refusals by name, and no new
+model program for new prompt lengths. Models are built from configs and saved locally."""
+
+import os
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("VLLM_PLUGINS", "torchtpu")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
+                          LlamaForCausalLM, PreTrainedTokenizerFast)
+
+import torchtpu  # noqa: E402
+
+vllm = pytest.importorskip("vllm", reason="vLLM is installed by scripts/setup.sh (requirements-vllm.txt)")
+
+VOCAB = 384
+NEW_TOKENS = 12
+# prompts of different lengths; the last two share a 20-token prefix (a prefix-cache hit: the second
+# one attends to keys it did not compute)
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(30, 61)), list(range(100, 120)) + [7, 8],
+           list(range(100, 120)) + [9, 10, 11]]
+
+
+def _save(model, directory):
+    model.save_pretrained(directory)
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", eos_token="w1", bos_token="w2",
+                            pad_token="w0").save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    torch.manual_seed(0)
+    # initializer_range 0.3: a random model whose greedy tokens vary (0.02 repeats one token)
+    common = dict(vocab_size=VOCAB, eos_token_id=1, bos_token_id=2, initializer_range=0.3)
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_positions=256, n_embd=64, n_layer=2, n_head=4, **common))
+    llama = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=256, **common))
+    return {"gpt2": _save(gpt2, tmp_path_factory.mktemp("gpt2")),
+            "llama": _save(llama, tmp_path_factory.mktemp("llama"))}
+
+
+def _llm(directory, **options):
+    settings = dict(model=directory, dtype="float32", kv_cache_memory_bytes=1 << 24, max_model_len=128,
+                    max_num_seqs=8, max_num_batched_tokens=128)
+    return vllm.LLM(**(settings | options))
+
+
+def _hf_greedy(directory, prompt, new_tokens=NEW_TOKENS):
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def _tokens(outputs):
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_greedy_outputs_equal_hugging_face_on_cpu(model_dirs, name, no_fallbacks):
+    llm = _llm(model_dirs[name])
+    greedy = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
+    got = _tokens(llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False))
+    assert got == [_hf_greedy(model_dirs[name], p) for p in PROMPTS]
+
+    # new prompt lengths in the buckets seen: the model's programs (its layers, paged attention,
+    # the logits) are all compiled already
+    programs = len(torchtpu.cache.stats()["compiles"])
+    prompts = [[40, 41], list(range(200, 213)), [7] * 21, [3, 4, 5, 6]]
+    got = _tokens(llm.generate([{"prompt_token_ids": p} for p in prompts], greedy, use_tqdm=False))
+    assert got == [_hf_greedy(model_dirs[name], p) for p in prompts]
+    new = [n for n, _, _ in torchtpu.cache.stats()["compiles"][programs:]]
+    assert not [n for n in new if "model_executor" in n or "paged_attention" in n], new
+
+
+def test_requests_that_arrive_while_others_decode_get_the_tokens_they_get_alone(model_dirs):
+    engine = _llm(model_dirs["llama"]).llm_engine
+    greedy = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
+    done = {}
+    engine.add_request("first", {"prompt_token_ids": PROMPTS[2]}, greedy)
+    for step in range(40):
+        if step == 3:  # the first request is decoding: two more join it
+            engine.add_request("second", {"prompt_token_ids": PROMPTS[0]}, greedy)
+            engine.add_request("third", {"prompt_token_ids": PROMPTS[3]}, greedy)
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = list(out.outputs[0].token_ids)
+        if len(done) == 3:
+            break
+    assert done == {"first": _hf_greedy(model_dirs["llama"], PROMPTS[2]),
+                    "second": _hf_greedy(model_dirs["llama"], PROMPTS[0]),
+                    "third": _hf_greedy(model_dirs["llama"], PROMPTS[3])}
+
+
+def test_sampling_with_seeds_temperature_top_k_and_top_p(model_dirs):
+    llm = _llm(model_dirs["gpt2"])
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS[:3]]
+
+    def sample(**params):
+        return _tokens(llm.generate(prompts, vllm.SamplingParams(max_tokens=8, **params), use_tqdm=False))
+    seeded = sample(temperature=1.0, top_p=0.9, seed=11)
+    assert seeded == sample(temperature=1.0, top_p=0.9, seed=11)  # one generator per seeded request
+    assert seeded != sample(temperature=1.0, top_p=0.9, seed=12)
+    # top-k 1 keeps the most likely token only: greedy's tokens, at any temperature
+    assert sample(temperature=0.8, top_k=1, seed=3) == [_hf_greedy(model_dirs["gpt2"], p, 8) for p in PROMPTS[:3]]
+    assert all(0 <= t < VOCAB for row in seeded for t in row)
+
+
+@pytest.mark.parametrize("options, feature", [(dict(enable_lora=True), "LoRA"),
+                                              (dict(quantization="fp8"), "fp8")])
+def test_unsupported_features_are_refused_by_name(model_dirs, options, feature):
+    with pytest.raises(Exception, match=feature):
+        _llm(model_dirs["gpt2"], **options)
+
+
+def test_the_platform_is_torchtpus():
+    from vllm.platforms import current_platform
+    assert type(current_platform).__name__ == "TpuPlatform" and current_platform.device_type == "tpu"
