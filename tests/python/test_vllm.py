@@ -124,3 +124,49 @@ def test_unsupported_features_are_refused_by_name(model_dirs, options, feature):
 def test_the_platform_is_torchtpus():
     from vllm.platforms import current_platform
     assert type(current_platform).__name__ == "TpuPlatform" and current_platform.device_type == "tpu"
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_vllm_serve_answers_an_http_completion_request(model_dirs, tmp_path):
+    """`vllm serve DIR`, the OpenAI-compatible server (its engine in a process of its own), asked
+    by an HTTP client: the completion's tokens are Hugging Face's greedy ones."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    port = _free_port()
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_dirs["gpt2"], "--port", str(port),
+         "--dtype", "float32", "--max-model-len", "128", "--max-num-seqs", "8", "--max-num-batched-tokens", "128",
+         "--kv-cache-memory-bytes", str(1 << 24)],
+        env=env, stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "vllm serve did not start in 300 s"
+            time.sleep(1)
+        reply = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120, json={
+            "model": model_dirs["gpt2"], "prompt": "w5 w6 w7 w8", "max_tokens": NEW_TOKENS, "temperature": 0,
+            "ignore_eos": True})
+        assert reply.ok, reply.text
+        text = reply.json()["choices"][0]["text"]
+        assert [int(w[1:]) for w in text.split()] == _hf_greedy(model_dirs["gpt2"], [5, 6, 7, 8])
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
