@@ -87,7 +87,9 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         request_of_token = np.repeat(np.arange(n), query_lens)
         slot_blocks = np.zeros(tokens, np.int64)
         slot_offsets = np.zeros(tokens, np.int64)
-        slot_blocks[: len(positions)] = table[request_of_token, positions // self.block_size]
+        # vLLM's dummy batches (warm-up, profiling) may claim more tokens than a request can hold
+        page = np.minimum(positions // self.block_size, table.shape[1] - 1)
+        slot_blocks[: len(positions)] = table[request_of_token, page]
         slot_offsets[: len(positions)] = positions % self.block_size
 
         def on_device(a):  # at its exact sizes, as the warm-up made them (torchtpu.padding)
