@@ -269,6 +269,28 @@ def test_buckets_can_be_turned_off_or_listed():
     assert "TORCHTPU_BUCKETS=big" in out.stderr
 
 
+def test_padding_can_be_turned_off_for_a_block_of_one_thread():
+    with torchtpu.padding(False):
+        before = _counters()["padded_ops"]
+        outs, k, _ = _decode("tpu", 12, seed=3)
+        assert _counters()["padded_ops"] == before  # every op at its exact sizes
+        torch.testing.assert_close(outs[-1].cpu(), _decode("cpu", 12, seed=3)[0][-1])
+
+        def other_thread():
+            other.append(_counters()["padded_ops"])
+            _decode("tpu", 12, seed=4)
+            other.append(_counters()["padded_ops"])
+        other = []
+        import threading
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        assert other[1] > other[0]  # the setting is the calling thread's
+    before = _counters()["padded_ops"]
+    _decode("tpu", 12, seed=5)
+    assert _counters()["padded_ops"] > before  # back on after the block
+
+
 def test_zeros_a_backward_scatters_into_stay_padded():
     """select's backward scatters the gradient into zeros of its input's sizes, made on the autograd
     engine's thread (a pooler's `hidden[:, 0]`). Where the length varies those zeros are stored
