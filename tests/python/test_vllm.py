@@ -2,6 +2,7 @@
 Face's on CPU for the same weights, continuous batching, seeded sampling, refusals by name, and no new
 model program for new prompt lengths. Models are built from configs and saved locally."""
 
+import gc
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
@@ -49,9 +50,31 @@ def model_dirs(tmp_path_factory):
 
 
 def _llm(directory, **options):
+    # PROMPTS hold 84 tokens: with 64 a step, a prompt arrives in two chunks (chunked prefill, the
+    # second chunk attending to the first's keys in the cache)
     settings = dict(model=directory, dtype="float32", kv_cache_memory_bytes=1 << 24, max_model_len=128,
-                    max_num_seqs=8, max_num_batched_tokens=128)
+                    max_num_seqs=8, max_num_batched_tokens=64)
     return vllm.LLM(**(settings | options))
+
+
+_engine = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engines_end_with_the_module():
+    yield
+    _engine.clear()
+    gc.collect()
+
+
+def _shared_llm(directory):
+    """One engine per model for the tests that only generate (an engine starts in 10-20 s, most of
+    it the warm-up); the previous model's engine goes first, so one is alive at a time."""
+    if directory not in _engine:
+        _engine.clear()
+        gc.collect()
+        _engine[directory] = _llm(directory)
+    return _engine[directory]
 
 
 def _hf_greedy(directory, prompt, new_tokens=NEW_TOKENS):
@@ -66,7 +89,7 @@ def _tokens(outputs):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_greedy_outputs_equal_hugging_face_on_cpu(model_dirs, name, no_fallbacks):
-    llm = _llm(model_dirs[name])
+    llm = _shared_llm(model_dirs[name])
     greedy = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
     got = _tokens(llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False))
     assert got == [_hf_greedy(model_dirs[name], p) for p in PROMPTS]
@@ -82,7 +105,7 @@ def test_greedy_outputs_equal_hugging_face_on_cpu(model_dirs, name, no_fallbacks
 
 
 def test_requests_that_arrive_while_others_decode_get_the_tokens_they_get_alone(model_dirs):
-    engine = _llm(model_dirs["llama"]).llm_engine
+    engine = _shared_llm(model_dirs["llama"]).llm_engine
     greedy = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
     done = {}
     engine.add_request("first", {"prompt_token_ids": PROMPTS[2]}, greedy)
@@ -101,7 +124,7 @@ def test_requests_that_arrive_while_others_decode_get_the_tokens_they_get_alone(
 
 
 def test_sampling_with_seeds_temperature_top_k_and_top_p(model_dirs):
-    llm = _llm(model_dirs["gpt2"])
+    llm = _shared_llm(model_dirs["gpt2"])
     prompts = [{"prompt_token_ids": p} for p in PROMPTS[:3]]
 
     def sample(**params):
@@ -112,6 +135,24 @@ def test_sampling_with_seeds_temperature_top_k_and_top_p(model_dirs):
     # top-k 1 keeps the most likely token only: greedy's tokens, at any temperature
     assert sample(temperature=0.8, top_k=1, seed=3) == [_hf_greedy(model_dirs["gpt2"], p, 8) for p in PROMPTS[:3]]
     assert all(0 <= t < VOCAB for row in seeded for t in row)
+
+
+def test_logprobs_equal_hugging_faces(model_dirs):
+    """Log-probabilities (vLLM computes them in a helper compiled with the platform's
+    simple_compile_backend, torch.compile(backend="tpu")) equal Hugging Face's on CPU."""
+    llm = _shared_llm(model_dirs["gpt2"])
+    prompt = PROMPTS[2]
+    out = llm.generate([{"prompt_token_ids": prompt}],
+                       vllm.SamplingParams(max_tokens=4, temperature=0, logprobs=3, ignore_eos=True),
+                       use_tqdm=False)[0].outputs[0]
+    model = AutoModelForCausalLM.from_pretrained(model_dirs["gpt2"])
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + list(out.token_ids)])).logits[0, len(prompt) - 1:-1]
+    expected = torch.log_softmax(logits, -1)
+    for step, (token, top) in enumerate(zip(out.token_ids, out.logprobs)):
+        assert set(top) >= set(expected[step].topk(3).indices.tolist())
+        for t, entry in top.items():
+            assert abs(entry.logprob - expected[step, t].item()) < 1e-4, (step, t)
 
 
 @pytest.mark.parametrize("options, feature", [(dict(enable_lora=True), "LoRA"),
