@@ -13,6 +13,8 @@ from vllm.v1.worker.worker_base import CompilationTimes
 
 logger = init_logger("vllm.torchtpu")  # under "vllm": vLLM configures that logger
 
+CPU_PLUGIN_KV_CACHE_BYTES = 4 << 30
+
 
 class TpuWorker(Worker):
     def init_device(self):
@@ -37,12 +39,17 @@ class TpuWorker(Worker):
     def determine_available_memory(self) -> int:
         """The KV cache's bytes: ``kv_cache_memory_bytes`` if set, else the device memory vLLM may
         use (``gpu_memory_utilization``) less what the weights hold. No profiling run: a forward
-        pass at the largest batch would compile programs the warm-up compiles anyway."""
+        pass at the largest batch would compile programs the warm-up compiles anyway. On the XLA
+        CPU plugin the device's memory is the host's, shared with everything else: at most
+        ``CPU_PLUGIN_KV_CACHE_BYTES`` there (vLLM's own CPU backend also defaults to 4 GiB)."""
         if self.cache_config.kv_cache_memory_bytes:
             return self.cache_config.kv_cache_memory_bytes
         free, total = torch.tpu.mem_get_info(self.device)
         usable = int(total * self.cache_config.gpu_memory_utilization) - torch.tpu.memory_allocated(self.device)
-        return max(0, min(usable, free))
+        available = max(0, min(usable, free))
+        if torch.tpu.get_device_properties(self.device).platform == "cpu":
+            available = min(available, CPU_PLUGIN_KV_CACHE_BYTES)
+        return available
 
     def compile_or_warm_up_model(self):
         start = time.perf_counter()
