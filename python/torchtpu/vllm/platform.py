@@ -2,10 +2,7 @@
 distributed backend) answered from ``torch.tpu``, and the configuration torchtpu runs vLLM with."""
 
 import torch
-from vllm.logger import init_logger
 from vllm.platforms.interface import Platform, PlatformEnum
-
-logger = init_logger("vllm.torchtpu")  # under "vllm": vLLM configures that logger
 
 # What vLLM can do that this platform does not (yet): refused by name at start-up.
 _UNSUPPORTED = {

@@ -11,6 +11,8 @@ from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.worker_base import CompilationTimes
 
+from .platform import TpuPlatform
+
 logger = init_logger("vllm.torchtpu")  # under "vllm": vLLM configures that logger
 
 CPU_PLUGIN_KV_CACHE_BYTES = 4 << 30
@@ -21,7 +23,7 @@ class TpuWorker(Worker):
         self.device = torch.device(f"tpu:{self.local_rank}")
         torch.tpu.set_device(self.device)
         init_worker_distributed_environment(self.vllm_config, self.rank, self.distributed_init_method,
-                                            self.local_rank, "gloo")
+                                            self.local_rank, TpuPlatform.dist_backend)
         set_random_seed(self.model_config.seed)
         self._init_workspace_and_model_runner()
 
