@@ -40,6 +40,9 @@ struct Operand {
   BufferRef* storage;
   View view;
   std::optional<Padding> padding = std::nullopt;
+  // Where its offset is in the call's geometry input, when the offset arrives at run time
+  // (exec/runtime_offset.h); -1 where the offset is part of the program.
+  int64_t offset_at = -1;
 };
 
 struct OpCall {
@@ -55,8 +58,8 @@ struct OpCall {
   // The lowering also gets each input's exact sizes (an s64[rank] value per input, after the
   // inputs): a padded op whose result depends on them (cat's offsets, attention's key length).
   bool sizes_to_lowering = false;
-  // Set by the executor when an operand is padded: the s64 storage holding the padded operands'
-  // exact geometry, read by the program as its last input.
+  // Set by the executor when an operand is padded or has a run-time offset: the s64 storage
+  // holding their geometry, read by the program as its last input.
   std::shared_ptr<BufferRef> geometry = nullptr;
 };
 

@@ -8,6 +8,7 @@
 #include "exec/compile_cache.h"
 #include "exec/executor.h"
 #include "exec/padded_view.h"
+#include "exec/runtime_offset.h"
 #include "exec/view_program.h"
 #include "graph/key_text.h"
 
@@ -104,7 +105,7 @@ struct SlotPlan {
       w.number(static_cast<int64_t>(slot));
     }
     if (o.padding) append_padded_key(key, o.view, *o.padding);
-    else o.view.append_key(key);
+    else o.view.append_key(key, /*with_offset=*/o.offset_at < 0);
   }
 };
 
@@ -113,6 +114,11 @@ hlo::Value exact_sizes(hlo::Builder& b, const std::optional<hlo::Value>& geometr
   if (o.padding) return padded_sizes(b, *geometry, o.view, *o.padding);
   int64_t rank = static_cast<int64_t>(o.view.sizes.size());
   return b.constant_bytes(o.view.sizes.data(), {DType::kS64, {rank}});
+}
+
+// An operand's run-time offset, a 0-d s64 value from the call's geometry input.
+hlo::Value offset(hlo::Builder& b, const hlo::Value& geometry, const Operand& o) {
+  return b.reshape(b.slice(geometry, {o.offset_at}, {o.offset_at + 1}, {1}), {});
 }
 
 // The node's program fragment: flat values of the read slots in, flat values of the written
@@ -138,7 +144,9 @@ struct Fragment {
     for (size_t i = 0; i < n; ++i) {
       const Operand& in = inputs[i];
       const hlo::Value& from = flat[input_slot[i]];
-      values.push_back(in.padding ? read_padded(b, from, *geometry, in.view, *in.padding) : read_view(b, from, in.view));
+      if (in.padding) values.push_back(read_padded(b, from, *geometry, in.view, *in.padding));
+      else if (in.offset_at >= 0) values.push_back(read_at_offset(b, from, offset(b, *geometry, in), in.view));
+      else values.push_back(read_view(b, from, in.view));
     }
     if (sizes_to_lowering)
       for (size_t i = 0; i < n; ++i) values.push_back(exact_sizes(b, geometry, inputs[i]));
@@ -153,6 +161,8 @@ struct Fragment {
       if (out.padding)
         target = write_padded(b, s.read ? std::optional<hlo::Value>(target) : std::nullopt, s.flat_length, *geometry,
                               out.view, *out.padding, results[i]);
+      else if (out.offset_at >= 0)
+        target = write_at_offset(b, target, offset(b, *geometry, out), out.view, results[i]);
       else
         target = s.read ? write_view(b, target, out.view, results[i]) : b.reshape(results[i], {s.flat_length});
     }

@@ -7,7 +7,9 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "exec/capture.h"
 #include "exec/executor.h"
+#include "exec/runtime_offset.h"
 #include "graph/key_text.h"
 #include "hlo/operators.h"
 
@@ -200,13 +202,24 @@ constexpr int64_t kMostPackedBlocks = 64;
 bool attach_geometry(OpCall& call) {
   std::vector<int64_t> geometry;
   int device = -1;
+  bool padded = false;
+  size_t k = 0;
+  bool offsets = !capturing();  // a captured graph runs at the geometry it was captured at
   auto number = [&](Operand& o) {
-    if (!o.padding) return;
-    o.padding->at = static_cast<int64_t>(geometry.size());
-    geometry.insert(geometry.end(), o.view.sizes.begin(), o.view.sizes.end());
-    geometry.insert(geometry.end(), o.view.strides.begin(), o.view.strides.end());
-    geometry.push_back(o.view.offset);
-    check_box(o.view, *o.padding);
+    size_t index = k++;
+    if (o.padding) {
+      o.padding->at = static_cast<int64_t>(geometry.size());
+      geometry.insert(geometry.end(), o.view.sizes.begin(), o.view.sizes.end());
+      geometry.insert(geometry.end(), o.view.strides.begin(), o.view.strides.end());
+      geometry.push_back(o.view.offset);
+      check_box(o.view, *o.padding);
+      padded = true;
+    } else if (offsets && offset_varies(call, index, o)) {
+      o.offset_at = static_cast<int64_t>(geometry.size());
+      geometry.push_back(o.view.offset);
+    } else {
+      return;
+    }
     device = o.storage->device();
   };
   for (Operand& o : call.inputs) number(o);
@@ -215,7 +228,7 @@ bool attach_geometry(OpCall& call) {
   call.geometry = recent_geometry().get(device, geometry);
   int64_t length = static_cast<int64_t>(geometry.size());
   call.inputs.push_back({call.geometry.get(), View{DType::kS64, {length}, {1}, 0}, std::nullopt});
-  return true;
+  return padded;
 }
 
 Value read_padded(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p) {

@@ -17,8 +17,9 @@
 
 namespace torchtpu::exec {
 
-// Numbers the padded operands' geometry (Padding::at), uploads it and appends it to the call's
-// inputs (OpCall::geometry). Returns false, doing nothing, when no operand is padded.
+// Numbers the geometry of the padded operands (Padding::at) and the offsets that arrive at run
+// time (Operand::offset_at, exec/runtime_offset.h), uploads it and appends it to the call's inputs
+// (OpCall::geometry). Returns whether an operand is padded.
 bool attach_geometry(OpCall& call);
 
 // The view's elements in its padding's box, padded positions reading as the fill; `flat` (1-D)

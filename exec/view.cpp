@@ -47,7 +47,7 @@ size_t View::key_room() const {
   return dtype_name(dtype).size() + 3 + sizes.size() * (2 * kNumber + 2) + kNumber;
 }
 
-void View::append_key(std::string& key) const {
+void View::append_key(std::string& key, bool with_offset) const {
   graph::KeyWriter w(key, key_room());
   w << dtype_name(dtype) << '[';
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -55,7 +55,9 @@ void View::append_key(std::string& key) const {
     w.number(strides[i]) << ',';
   }
   w << '+';
-  w.number(offset) << ']';
+  if (with_offset) w.number(offset);
+  else w << '?';
+  w << ']';
 }
 
 }  // namespace torchtpu::exec

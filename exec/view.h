@@ -23,8 +23,9 @@ struct View {
   // Its elements fill numel() consecutive places in some order of the dimensions (a transpose
   // of a contiguous tensor is dense).
   bool is_dense() const;
-  // Appends a compact description to a cache key, of at most key_room() characters.
-  void append_key(std::string& key) const;
+  // Appends a compact description to a cache key, of at most key_room() characters; without
+  // the offset where the program reads it at run time (exec/runtime_offset.h).
+  void append_key(std::string& key, bool with_offset = true) const;
   size_t key_room() const;
 };
 

@@ -102,18 +102,37 @@ at::Tensor upload_contiguous(const at::Tensor& cpu, c10::Device device) {
 
 // The tpu tensor `src` as a new contiguous host tensor of the same dtype. `kind` says why the
 // host reads it ("item", "cpu"), refined from the Python stack for the metrics.
+// A part of a storage up to this size is read by downloading the whole storage and picking the
+// part on the host: a copy program on the device would be compiled per size and offset of the part
+// (`x[i].item()` in a loop, the first n rows of a fixed buffer), and moving a few more bytes costs
+// far less than one compile.
+constexpr int64_t kWholeStorageDownloadBytes = 1 << 20;
+
+bool download_whole_storage(const at::Tensor& src) {
+  int64_t storage_bytes = static_cast<int64_t>(src.storage().nbytes());
+  return !has_bits(src) && (storage_bytes <= kWholeStorageDownloadBytes ||
+                            storage_bytes <= 2 * src.numel() * src.element_size());
+}
+
 at::Tensor download_contiguous(const at::Tensor& src, const char* kind = "cpu") {
   TracedLine line(kind);  // a profiler's copy event names the user's line
-  at::Tensor dense = src;
-  if (!spans_storage(src) || has_bits(src)) {
-    dense = at::empty(src.sizes(), src.options());
-    copy_on_device(src, dense);
-  }
   at::Tensor host = at::empty(src.sizes(), src.options().device(c10::kCPU));
   if (host.numel() == 0) return host;
   std::string reason = sync_reason(kind);
   warn_or_error_on_sync(reason);
-  download_to_host(buffer_ref(dense), host.data_ptr(), reason);
+  if (spans_storage(src) && !has_bits(src)) {
+    download_to_host(buffer_ref(src), host.data_ptr(), reason);
+  } else if (download_whole_storage(src)) {
+    int64_t element_size = src.element_size();
+    at::Tensor whole = at::empty({static_cast<int64_t>(src.storage().nbytes()) / element_size},
+                                 src.options().device(c10::kCPU));
+    download_to_host(buffer_ref(src), whole.data_ptr(), reason);
+    host.copy_(whole.as_strided(src.sizes(), src.strides(), src.storage_offset()));
+  } else {
+    at::Tensor dense = at::empty(src.sizes(), src.options());
+    copy_on_device(src, dense);
+    download_to_host(buffer_ref(dense), host.data_ptr(), reason);
+  }
   return host;
 }
 

@@ -116,6 +116,32 @@ TEST(Executor, AStrictOpIsBoundToTheProgramItsFirstRunLoaded) {
   EXPECT_EQ(contents(y), (std::vector<float>{2, 4, 6}));
 }
 
+// An op at one line reading and writing a row that moves (x[i] += 1 in a loop) compiles a
+// program for the first row and one with the offset as a run-time value for every other row;
+// both compute what PyTorch does.
+TEST(Executor, AViewThatMovesBetweenCallsAtOneLineReadsItsOffsetAtRunTime) {
+  std::vector<float> data(12, 0.0f);
+  auto s = storage_of(data);  // 4x3
+  auto line = std::make_shared<graph::Origin>(graph::Origin{"add_one", "loop.py:3"});
+  int64_t compiles = counters().compiles;
+  for (int64_t row = 0; row < 4; ++row) {
+    OpCall call{"add_one", add_one(), {{s.get(), contiguous({3}, 3 * row)}}, {{s.get(), contiguous({3}, 3 * row)}}};
+    call.origin = line;
+    run(std::move(call));
+  }
+  EXPECT_EQ(counters().compiles, compiles + 2);
+  EXPECT_EQ(contents(*s), std::vector<float>(12, 1.0f));
+  // a column (strided) that moves, read into a fresh storage
+  auto column = std::make_shared<graph::Origin>(graph::Origin{"copy", "loop.py:5"});
+  for (int64_t c = 0; c < 3; ++c) {
+    BufferRef out(0, 4 * sizeof(float));
+    OpCall call{"copy", identity(), {{s.get(), {DType::kF32, {4}, {3}, c}}}, {{&out, contiguous({4})}}};
+    call.origin = column;
+    run(std::move(call));
+    EXPECT_EQ(contents(out), std::vector<float>(4, 1.0f));
+  }
+}
+
 TEST(Executor, TracksBytesHeldByStorages) {
   int64_t before = device_memory(0).allocated;
   {

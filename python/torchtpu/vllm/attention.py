@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import torchtpu
 from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl, AttentionMetadataBuilder,
                                        AttentionType, CommonAttentionMetadata)
 from vllm.v1.kv_cache_layout import KVCacheLayout
@@ -92,9 +91,8 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         slot_blocks[: len(positions)] = table[request_of_token, page]
         slot_offsets[: len(positions)] = positions % self.block_size
 
-        def on_device(a):  # at its exact sizes, as the warm-up made them (torchtpu.padding)
-            with torchtpu.padding(False):
-                return torch.from_numpy(a).to(self.device)
+        def on_device(a):
+            return torch.from_numpy(a).to(self.device)
         return TpuAttentionMetadata(tokens, on_device(slot_blocks), on_device(slot_offsets), on_device(table),
                                     on_device(query_tokens), on_device(query_positions))
 

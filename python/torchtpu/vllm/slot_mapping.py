@@ -6,12 +6,8 @@ import numpy as np
 import torch
 
 
-def _on_host(view: torch.Tensor) -> np.ndarray:
-    """A prefix of one of the runner's device buffers, as int64: the whole buffer is copied (a copy of
-    a prefix is a program per length)."""
-    whole = view if view._base is None else view._base
-    start = view.storage_offset() - whole.storage_offset()
-    return whole.cpu().numpy().reshape(-1)[start: start + view.numel()].astype(np.int64)
+def _on_host(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.cpu().numpy().reshape(-1).astype(np.int64)
 
 
 # The parameters are the Triton kernel's, by name: vLLM passes them by keyword.

@@ -1,0 +1,31 @@
+// Views whose offset arrives at run time: one program for a view at any offset of its storage.
+//
+// A view's offset is part of the program that reads or writes it, so an op issued at one line on a
+// view that moves between calls (`x[i]` in a loop, row i of a fixed buffer, a seeded row of a
+// sampler) compiled a program per offset. The second offset seen for an operand of an op at a line
+// makes that operand's offset a run-time value from then on, as Dynamo's automatic dynamic shapes
+// do for sizes: the program takes the view's extent out of the flat storage at that offset
+// (dynamic_slice), reads or writes the view inside it with its own sizes and strides, and puts the
+// extent back (dynamic_update_slice). Views that stay where they are keep their programs.
+#pragma once
+
+#include <cstddef>
+
+#include "exec/op_call.h"
+#include "hlo/builder.h"
+
+namespace torchtpu::exec {
+
+// Whether the operand `k` of `call` (its inputs, then its outputs) reads its offset at run time;
+// records the offset seen. Only unpadded operands of calls with an origin qualify.
+bool offset_varies(const OpCall& call, size_t k, const Operand& o);
+
+// The view's elements from the 1-D `flat` of the view's dtype, the view starting at `offset`
+// (a 0-d s64 value) instead of view.offset.
+hlo::Value read_at_offset(hlo::Builder& b, const hlo::Value& flat, const hlo::Value& offset, const View& view);
+
+// `flat` with the view's elements, the view starting at `offset`, replaced by `value`.
+hlo::Value write_at_offset(hlo::Builder& b, const hlo::Value& flat, const hlo::Value& offset, const View& view,
+                           const hlo::Value& value);
+
+}  // namespace torchtpu::exec
