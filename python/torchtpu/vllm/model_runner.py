@@ -1,6 +1,7 @@
 """vLLM's model runner on a tpu device: vLLM's GPU model runner, with each batch padded to its
-token bucket (buckets.py) so that the model's programs depend on the bucket only, and a KV cache of
-plain per-layer tensors (vLLM carves its cache out of one int8 buffer through dtype views)."""
+token bucket (buckets.py) so that the model's programs depend on the bucket only, its inputs
+prepared on the host, sampling at the requests' bucket (sampling.py), and a KV cache of plain
+per-layer tensors (vLLM carves its cache out of one int8 buffer through dtype views)."""
 
 import dataclasses
 import functools
@@ -17,9 +18,18 @@ from .attention import TpuAttentionImpl
 from .buckets import MIN_GRID, MIN_TOKENS, BatchBuckets, every_bucket
 from .paged_attention import paged_attention
 from .sampling import cut_rows, keep_parameters_on_host, pads_safely, padded_metadata
-from .transfers import copy_whole_buffer_to_device
 
 logger = init_logger("vllm.torchtpu")  # under "vllm": vLLM configures that logger
+
+
+def copy_whole_buffer_to_device(buffer: CpuGpuBuffer, n: int | None = None) -> torch.Tensor:
+    """``CpuGpuBuffer.copy_to_gpu`` copying the whole host buffer (a few KB) where vLLM copies its
+    first ``n`` elements (the number of requests or tokens): a copy into a part of a device buffer
+    is a program per part. (Reading a part needs no such care: torchtpu downloads a small storage
+    whole.)"""
+    if buffer.gpu is not buffer.cpu:  # not one of the HOST_BUFFERS
+        buffer.gpu.copy_(buffer.cpu, non_blocking=True)
+    return buffer.gpu if n is None else buffer.gpu[:n]
 
 
 # vLLM's runner computes the batch's positions and sequence lengths on the device, with slices of
