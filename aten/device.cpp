@@ -250,6 +250,7 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
 }  // namespace
 
 c10::DeviceIndex device_count() {
+  exec::refuse_if_forked();  // "0 devices" would hide why
   try {
     return static_cast<c10::DeviceIndex>(exec::client().devices().size());
   } catch (const std::exception&) {

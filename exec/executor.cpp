@@ -495,6 +495,7 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
 void set_one_program_block(bool inside) { one_program_block() = inside; }
 
 void run(OpCall&& call) {
+  refuse_if_forked();
   TraceCause cause(call.origin.get());
   if (attach_geometry(call)) counters().padded_ops++;
   if (capturing()) {
@@ -538,6 +539,7 @@ void flush(const std::string& reason) {
 size_t pending_ops() { return deferred().graph.size(); }
 
 void synchronize(int device, const std::string& reason) {
+  refuse_if_forked();
   flush(reason);
   wait_for_first_runs();
   pending_work().wait(device);
@@ -583,6 +585,7 @@ void upload_async(BufferRef& storage, const void* data, DType dtype, std::functi
 }
 
 void download(const BufferRef& storage, void* dst, const std::string& reason) {
+  refuse_if_forked();
   const ValuePtr& value = storage.value();
   if (capturing() && value && !value->is_materialized())
     throw std::runtime_error("a torch.compile graph read a tensor's contents on the host (" + reason +

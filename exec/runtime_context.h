@@ -9,6 +9,11 @@ namespace torchtpu::exec {
 // what was searched when no plugin can be found; a later call tries again.
 runtime::Client& client();
 
+// Throws std::runtime_error in a process forked from one whose client had started (the child has
+// none of the client's threads: using it would hang). client() and the executor's entry points
+// call it.
+void refuse_if_forked();
+
 // Whether client() has created the client (its plugin is loaded and initialized).
 bool client_started();
 

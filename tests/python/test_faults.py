@@ -174,3 +174,26 @@ def test_exit_waits_for_autograd_threads_to_let_go_of_the_last_backward():
         autograd_exit._Empty.backward = staticmethod(original)
     assert len(threads) == torch.tpu.device_count()
     assert threading.get_ident() not in threads
+
+
+def test_a_forked_child_is_refused_the_parents_device_instead_of_hanging():
+    """A child forked after the runtime started has a copy of the client but none of its threads:
+    every use raises (as CUDA does) where it used to wait forever; the parent is unaffected."""
+    x = torch.ones(3, device="tpu") + 1
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what each use raised, then leave without cleanup
+        messages = []
+        for use in (lambda: x.cpu(), lambda: x * 2, lambda: torch.zeros(2, device="tpu"), torch.tpu.synchronize):
+            try:
+                use()
+                messages.append("no error")
+            except RuntimeError as e:
+                messages.append("fork" if "'spawn'" in str(e) and "fork of it" in str(e) else str(e))
+        os.write(write, ";".join(messages).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 4096).decode() == ";".join(["fork"] * 4)
+    assert status == 0
+    assert torch.equal((x * 2).cpu(), torch.full((3,), 4.0))

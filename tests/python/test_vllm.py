@@ -154,6 +154,20 @@ def test_logprobs_equal_hugging_faces(model_dirs):
             assert abs(entry.logprob - expected[step, t].item()) < 1e-4, (step, t)
 
 
+def test_tensor_parallel_across_two_devices_gives_hugging_faces_tokens(model_dirs, monkeypatch):
+    """tensor_parallel_size=2: vLLM's executor spawns a worker process per device (each sees two
+    devices of the XLA CPU plugin and takes its rank's), each worker holds half of the heads and of
+    the MLP, and the partial results are all-reduced through torchtpu's c10d backend."""
+    monkeypatch.setenv("TORCHTPU_NUM_CPU_DEVICES", "2")
+    llm = _llm(model_dirs["llama"], tensor_parallel_size=2)
+    try:
+        greedy = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
+        got = _tokens(llm.generate([{"prompt_token_ids": p} for p in PROMPTS[:4]], greedy, use_tqdm=False))
+        assert got == [_hf_greedy(model_dirs["llama"], p) for p in PROMPTS[:4]]
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
 @pytest.mark.parametrize("options, feature", [(dict(enable_lora=True), "LoRA"),
                                               (dict(quantization="fp8"), "fp8")])
 def test_unsupported_features_are_refused_by_name(model_dirs, options, feature):

@@ -36,7 +36,10 @@ class _Staging:
         return self.give(host)
 
     def _copy_back(self, divide_by):
-        with torch.no_grad():
+        # on gloo's thread, where the caller's inference mode does not hold: a tensor made under
+        # it can only be written inside it
+        inference = any(t.is_inference() for t, _ in self.writes)
+        with torch.no_grad(), torch.inference_mode(inference):
             for t, host in self.writes:
                 if host is not t:
                     t.copy_(host)

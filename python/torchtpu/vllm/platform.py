@@ -1,6 +1,8 @@
 """The vLLM platform of the tpu device: what vLLM asks a device (names, memory, seeds, the
 distributed backend) answered from ``torch.tpu``, and the configuration torchtpu runs vLLM with."""
 
+import os
+
 import torch
 from vllm.platforms.interface import Platform, PlatformEnum
 
@@ -18,7 +20,8 @@ class TpuPlatform(Platform):
     dispatch_key = "PrivateUse1"
     device_control_env_var = "TORCHTPU_VISIBLE_DEVICES"
     simple_compile_backend = "tpu"  # torch.compile(backend="tpu") for vLLM's small compiled helpers
-    dist_backend = "gloo"
+    # gloo for vLLM's host-side groups, torchtpu's c10d backend for tpu tensors (tensor parallelism)
+    dist_backend = "cpu:gloo,tpu:tpu_dist"
     supported_quantization: list[str] = []  # none: any quantization method is refused by name
 
     @property
@@ -104,6 +107,9 @@ class TpuPlatform(Platform):
         vllm_config.scheduler_config.async_scheduling = False  # it needs CUDA streams
         parallel = vllm_config.parallel_config
         parallel.disable_custom_all_reduce = True
+        if torch.tpu.is_initialized() or parallel.world_size > 1:
+            # a process forked after the runtime started cannot use the device (as with CUDA)
+            os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
         if parallel.worker_cls == "auto":
             parallel.worker_cls = "torchtpu.vllm.worker.TpuWorker"
         cache = vllm_config.cache_config

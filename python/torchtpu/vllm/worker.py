@@ -20,7 +20,8 @@ CPU_PLUGIN_KV_CACHE_BYTES = 4 << 30
 
 class TpuWorker(Worker):
     def init_device(self):
-        self.device = torch.device(f"tpu:{self.local_rank}")
+        # PJRT's layout: each process has its own client and devices, numbered from 0
+        self.device = torch.device("tpu", self.local_rank % torch.tpu.device_count())
         torch.tpu.set_device(self.device)
         init_worker_distributed_environment(self.vllm_config, self.rank, self.distributed_init_method,
                                             self.local_rank, TpuPlatform.dist_backend)
