@@ -53,24 +53,35 @@ def child(runtime, new_tokens):
         seconds = time.perf_counter() - start
         if device == "tpu":
             compiles = torchtpu.metrics.counters()["compiles"] - compiles
-        results.append({"prompt": length, "seconds": seconds, "compiles": compiles, "tokens": tokens})
+        memory = None
+        if device == "tpu":
+            memory = {"peak_padded": torchtpu.metrics.counters()["peak_padded_bytes"],
+                      "peak": torch.tpu.max_memory_allocated()}
+            torchtpu.metrics.reset()  # the peaks: per prompt
+            torch.tpu.reset_peak_memory_stats()
+        results.append({"prompt": length, "seconds": seconds, "compiles": compiles, "tokens": tokens,
+                        "memory": memory})
     return {"prompts": results}
 
 
 def table(results):
     reference = {r["prompt"]: r for r in results.get("torch-cpu", {}).get("prompts", [])}
-    rows = ["| runtime | prompt | generate s | vs CPU | XLA compiles | tokens as CPU |",
-            "| --- | ---: | ---: | ---: | ---: | --- |"]
+    rows = ["| runtime | prompt | generate s | vs CPU | XLA compiles | tokens as CPU | peak device MiB "
+            "| of it padding, peak MiB |",
+            "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for runtime, result in results.items():
         if "error" in result:
-            rows.append(f"| {runtime} | error: {result['error']} | | | | |")
+            rows.append(f"| {runtime} | error: {result['error']} | | | | | | |")
             continue
         for r in result["prompts"]:
             ref = reference.get(r["prompt"])
             ratio = f"{r['seconds'] / ref['seconds']:.1f}×" if ref else "—"
             same = "—" if ref is None or runtime == "torch-cpu" else ("yes" if r["tokens"] == ref["tokens"] else "NO")
             compiles = "—" if r["compiles"] is None else r["compiles"]
-            rows.append(f"| {runtime} | {r['prompt']} | {r['seconds']:.2f} | {ratio} | {compiles} | {same} |")
+            memory = r.get("memory")
+            peaks = (" — | — |" if not memory else
+                     f" {memory['peak'] / 2**20:.2f} | {memory['peak_padded'] / 2**20:.2f} |")
+            rows.append(f"| {runtime} | {r['prompt']} | {r['seconds']:.2f} | {ratio} | {compiles} | {same} |{peaks}")
     return "\n".join(rows)
 
 

@@ -76,25 +76,33 @@ def child(runtime, steps, fixed=None):
         losses.append(loss.item())
         times.append(time.perf_counter() - t)
     total = time.perf_counter() - start
-    compiles = None
+    compiles = memory = None
     if runtime.startswith("torchtpu"):
         import torchtpu
         compiles = torchtpu.metrics.counters()["compiles"]
-    return {"total_s": total, "step_s": times, "losses": losses, "compiles": compiles}
+        memory = {"peak_padded": torchtpu.metrics.counters()["peak_padded_bytes"],
+                  "peak": torch.tpu.max_memory_allocated()}
+    return {"total_s": total, "step_s": times, "losses": losses, "compiles": compiles, "memory": memory}
+
+
+def mib(memory, key):
+    return "—" if not memory else f"{memory[key] / 2**20:.2f}"
 
 
 def table(results, steps):
     ref = results.get("torch-cpu", {}).get("losses")
-    rows = ["| runtime | whole run s | median step ms (last half) | XLA compiles | loss vs eager |",
-            "| --- | ---: | ---: | ---: | ---: |"]
+    rows = ["| runtime | whole run s | median step ms (last half) | XLA compiles | loss vs eager "
+            "| peak device MiB | of it padding, peak MiB |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for rt, r in results.items():
         if "error" in r:
-            rows.append(f"| {rt} | error: {r['error']} | | | |")
+            rows.append(f"| {rt} | error: {r['error']} | | | | | |")
             continue
         tail = r["step_s"][steps // 2:]
         diff = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], ref)) if ref else float("nan")
         rows.append(f"| {rt} | {r['total_s']:.1f} | {statistics.median(tail) * 1e3:.1f} | "
-                    f"{'—' if r['compiles'] is None else r['compiles']} | {diff:.1e} |")
+                    f"{'—' if r['compiles'] is None else r['compiles']} | {diff:.1e} | "
+                    f"{mib(r.get('memory'), 'peak')} | {mib(r.get('memory'), 'peak_padded')} |")
     return "\n".join(rows)
 
 

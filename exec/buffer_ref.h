@@ -26,7 +26,7 @@ class BufferRef {
   BufferRef& operator=(const BufferRef&) = delete;
   ~BufferRef() {
     tag_ = 0;
-    counters().padded_bytes -= padding_bytes();
+    record_padding_bytes(-padding_bytes());
     free_device_bytes(device_, static_cast<int64_t>(nbytes_));
     if (value_) value_->release();
   }
@@ -44,12 +44,12 @@ class BufferRef {
   const graph::ValuePtr& value() const { return value_; }
 
   void swap(graph::ValuePtr value) {
-    counters().padded_bytes -= padding_bytes();
+    int64_t before = padding_bytes();
     if (value_) value_->release();
     value->hold();
     value_ = std::move(value);
     varying_sizes_.clear();  // the writer of a padded value marks it after the swap
-    counters().padded_bytes += padding_bytes();
+    record_padding_bytes(padding_bytes() - before);
   }
 
   // The sizes of the padded tensor that vary between calls (set by the op that wrote it, which

@@ -123,7 +123,15 @@ std::map<std::string, int64_t> counters_snapshot() {
           {"compile_ns", c.compile_ns},         {"max_compile_ns", c.max_compile_ns},
           {"bytes_to_device", c.bytes_to_device}, {"async_bytes_to_device", c.async_bytes_to_device},
           {"bytes_to_host", c.bytes_to_host}, {"padded_ops", c.padded_ops},
-          {"padded_bytes", c.padded_bytes}};
+          {"padded_bytes", c.padded_bytes}, {"peak_padded_bytes", c.peak_padded_bytes}};
+}
+
+void record_padding_bytes(int64_t delta) {
+  Counters& c = counters();
+  int64_t now = c.padded_bytes += delta;
+  int64_t peak = c.peak_padded_bytes.load();
+  while (now > peak && !c.peak_padded_bytes.compare_exchange_weak(peak, now)) {
+  }
 }
 
 void reset_counters() {
@@ -134,6 +142,7 @@ void reset_counters() {
                       &c.max_compile_ns, &c.bytes_to_device, &c.async_bytes_to_device, &c.bytes_to_host,
                       &c.padded_ops})  // padded_bytes is what is held now, not a count
     field->store(0);
+  c.peak_padded_bytes.store(c.padded_bytes.load());
   std::lock_guard<std::mutex> lock(tables().mu);
   Tables& t = tables();
   t.fallbacks.clear();

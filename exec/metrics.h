@@ -28,6 +28,7 @@ struct Counters {
   std::atomic<int64_t> bytes_to_host{0};
   std::atomic<int64_t> padded_ops{0};    // ops run on padded operands (exec/padded_view.h)
   std::atomic<int64_t> padded_bytes{0};  // device bytes held beyond tensors' own by padded storages
+  std::atomic<int64_t> peak_padded_bytes{0};  // the most padded_bytes since the last reset
 };
 
 Counters& counters();
@@ -37,6 +38,8 @@ std::map<std::string, int64_t> counters_snapshot();
 void reset_counters();
 
 void record_compile(int64_t ns);
+// A padded storage now holds `delta` more bytes beyond its tensor's (negative: fewer).
+void record_padding_bytes(int64_t delta);
 void record_window(int64_t ops);
 // A host wait for device data, by reason ("item", "cpu", "print", "control flow", "sync", ...).
 void record_sync(const std::string& reason);
