@@ -96,6 +96,19 @@ def test_a_growing_cache_compiles_only_where_it_enters_a_bucket(tmp_path):
     assert {8, 17, 33, 65} <= set(compiled_at)  # it did compile where a bucket starts
 
 
+def test_the_peak_of_padding_is_kept_until_a_reset():
+    torchtpu.metrics.reset()
+    held_before = torchtpu.metrics.counters()["padded_bytes"]
+    outs, k, v = _decode("tpu", 6)
+    counters = torchtpu.metrics.counters()
+    assert counters["peak_padded_bytes"] >= counters["padded_bytes"] > held_before
+    del outs, k, v
+    counters = torchtpu.metrics.counters()
+    assert counters["padded_bytes"] <= held_before < counters["peak_padded_bytes"]
+    torchtpu.metrics.reset()  # the peak restarts at what is held now
+    assert torchtpu.metrics.counters()["peak_padded_bytes"] == torchtpu.metrics.counters()["padded_bytes"]
+
+
 def test_a_padded_tensor_looks_exact_everywhere():
     outs, k, v = _decode("tpu", 6)
     _, cpu_k, _ = _decode("cpu", 6)
