@@ -3,7 +3,9 @@ Face's on CPU for the same weights, continuous batching, seeded sampling, refusa
 model program for new prompt lengths. Models are built from configs and saved locally."""
 
 import gc
+import json
 import os
+import shutil
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -173,6 +175,15 @@ def test_tensor_parallel_across_two_devices_gives_hugging_faces_tokens(model_dir
 def test_unsupported_features_are_refused_by_name(model_dirs, options, feature):
     with pytest.raises(Exception, match=feature):
         _llm(model_dirs["gpt2"], **options)
+
+
+def test_an_unknown_architecture_is_refused_by_name(model_dirs, tmp_path):
+    directory = shutil.copytree(model_dirs["gpt2"], tmp_path / "made_up")
+    config = json.loads((directory / "config.json").read_text())
+    config["architectures"] = ["MadeUpForCausalLM"]
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Exception, match="MadeUpForCausalLM"):
+        _llm(str(directory))
 
 
 def test_the_platform_is_torchtpus():
