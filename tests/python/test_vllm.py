@@ -138,6 +138,26 @@ def test_sampling_with_seeds_temperature_top_k_and_top_p(model_dirs):
     assert all(0 <= t < VOCAB for row in seeded for t in row)
 
 
+def test_penalties_masks_and_logits_processors_sample_as_asked(model_dirs):
+    """Parameters the sampler pads to the requests' bucket (penalties, allowed tokens, logit bias)
+    and min-p, which samples at the exact number of requests."""
+    llm = _shared_llm(model_dirs["gpt2"])
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS[:3]]
+
+    def sample(**params):
+        return _tokens(llm.generate(prompts, vllm.SamplingParams(max_tokens=6, **params), use_tqdm=False))
+    model = AutoModelForCausalLM.from_pretrained(model_dirs["gpt2"])
+    assert sample(temperature=0, repetition_penalty=1.3) == [
+        model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, repetition_penalty=1.3)[0, len(p):].tolist()
+        for p in PROMPTS[:3]]
+    assert {t for row in sample(temperature=0, allowed_token_ids=[5, 6, 7]) for t in row} <= {5, 6, 7}
+    assert sample(temperature=0, logit_bias={9: 100.0}) == [[9] * 6] * 3
+    min_p = dict(temperature=0.7, min_p=0.1, seed=2)
+    assert sample(**min_p) == sample(**min_p)
+    penalized = dict(temperature=0.7, presence_penalty=0.5, frequency_penalty=0.3, seed=1)
+    assert sample(**penalized) == sample(**penalized)
+
+
 def test_logprobs_equal_hugging_faces(model_dirs):
     """Log-probabilities (vLLM computes them in a helper compiled with the platform's
     simple_compile_backend, torch.compile(backend="tpu")) equal Hugging Face's on CPU."""

@@ -114,16 +114,19 @@ class TpuModelRunner(GPUModelRunner):
         self.model.compute_logits = compute_logits
 
     def _sample(self, logits, spec_decode_metadata):
-        """Sampling at the requests' bucket (sampling.py), where the step's logits come padded."""
+        """Sampling at the requests' bucket (sampling.py), where the step's logits come padded;
+        at the exact number of requests where a logits processor needs that. Either way the
+        per-request parameters, kept on the host, go to the device with the logits' rows."""
         padded, exact = self.step_logits or (None, None)
         self.step_logits = None
-        metadata = self.input_batch.sampling_metadata
-        if spec_decode_metadata is not None or logits is not exact or not pads_safely(metadata):
+        if spec_decode_metadata is not None:
             return super()._sample(logits, spec_decode_metadata)
+        metadata = self.input_batch.sampling_metadata
         self.input_batch.update_async_output_token_ids()
-        rows = padded.shape[0]
-        output = self.sampler(logits=padded, sampling_metadata=padded_metadata(metadata, rows, self.device))
-        return cut_rows(output, exact.shape[0])
+        sampled = padded if logits is exact and pads_safely(metadata) else logits
+        output = self.sampler(logits=sampled,
+                              sampling_metadata=padded_metadata(metadata, sampled.shape[0], self.device))
+        return cut_rows(output, logits.shape[0])
 
     def _prepare_padding_mask(self, num_tokens_unpadded, num_tokens_padded):
         """Which of the batch's tokens are padding: made on the host (vLLM fills two slices of a

@@ -48,7 +48,8 @@ def pad_rows(tensor: torch.Tensor | None, rows: int, device) -> torch.Tensor | N
 
 
 def padded_metadata(metadata: SamplingMetadata, rows: int, device) -> SamplingMetadata:
-    """``metadata`` for ``rows`` requests, the batch's followed by copies of its first."""
+    """``metadata`` for ``rows`` requests, the batch's followed by copies of its first, its
+    tensors on the device."""
     padded = {name: pad_rows(getattr(metadata, name), rows, device)
               for name in ("temperature", "top_p", "top_k", "prompt_token_ids", "allowed_token_ids_mask")}
     if not metadata.no_penalties:
