@@ -57,6 +57,18 @@ def test_a_growing_kv_cache_matches_cpu_and_stops_compiling_inside_a_bucket(mode
     assert _counters()["compiles"] == compiles
 
 
+def _in_a_fresh_process(function, cache_dir):
+    """The list of integers this file's `function` returns, run in a new process with an empty
+    compile cache (no sizes marked as varying by earlier tests)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            f"from test_padded_eager import {function}\n"
+            f"print({function}())\n")
+    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], capture_output=True, text=True,
+                         env={**os.environ, "TORCHTPU_CACHE_DIR": str(cache_dir)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [int(n) for n in out.stdout.strip().splitlines()[-1].strip("[]").split(",")]
+
+
 def growing_cache_compiles():
     """The lengths at which growing a cache and attending to it compiled, from 8 to 70 (each
     step's result compared with CPU's)."""
@@ -84,13 +96,7 @@ def test_a_growing_cache_compiles_only_where_it_enters_a_bucket(tmp_path):
     # In a process of its own with an empty cache: the sizes earlier tests saw vary are marked
     # process-wide, and one of them (12 once, in a full suite's worker) can make a length a size
     # of its own.
-    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "from test_padded_eager import growing_cache_compiles\n"
-            "print(growing_cache_compiles())\n")
-    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], capture_output=True, text=True,
-                         env={**os.environ, "TORCHTPU_CACHE_DIR": str(tmp_path)}, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    compiled_at = [int(n) for n in out.stdout.strip().splitlines()[-1].strip("[]").split(",")]
+    compiled_at = _in_a_fresh_process("growing_cache_compiles", tmp_path)
     entering = {first + step for first in (17, 33, 65) for step in (0, 1)}
     assert set(compiled_at) - set(range(8, 11)) <= entering, compiled_at
     assert {8, 17, 33, 65} <= set(compiled_at)  # it did compile where a bucket starts
@@ -351,11 +357,5 @@ def test_zeros_a_backward_scatters_into_stay_padded(tmp_path):
     seen bucket; gradients equal CPU's. In a process of its own with an empty cache, as the growing
     cache's test above: sizes that earlier tests of a full suite's worker saw vary are marked
     process-wide and made length 25 compile 3 programs there once."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "from test_padded_eager import backward_zeros_compiles\n"
-            "print(backward_zeros_compiles())\n")
-    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], capture_output=True, text=True,
-                         env={**os.environ, "TORCHTPU_CACHE_DIR": str(tmp_path)}, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    compiles = [int(n) for n in out.stdout.strip().splitlines()[-1].strip("[]").split(",")]
+    compiles = _in_a_fresh_process("backward_zeros_compiles", tmp_path)
     assert compiles[0] > 0 and compiles[2:] == [0] * 6, compiles
