@@ -60,7 +60,22 @@ bool ranks_share_cores() {
   return shared;
 }
 
-runtime::CompileOptions compile_options(Tier tier) {
+// Programs that read and write at most this many bytes a run (TORCHTPU_LIGHT_PROGRAM_BYTES, 1 MiB)
+// are compiled without XLA CPU's fusion emitters, in every tier: the emitters' vectorized loops
+// pay off on large tensors, but cost 20-30% more compile time, and a small program's run is
+// mostly launch overhead (docs/design.md, "Tiered compiles"). A function of the text alone, so
+// that a program always gets the same bits.
+bool light(const std::string& program) {
+  static const int64_t limit = [] {
+    std::string setting = env_or("TORCHTPU_LIGHT_PROGRAM_BYTES", "1MiB");
+    std::optional<int64_t> parsed = parse_byte_size(setting);
+    if (!parsed) throw std::invalid_argument("TORCHTPU_LIGHT_PROGRAM_BYTES='" + setting + "' is not a byte size (1MiB, 0)");
+    return *parsed;
+  }();
+  return limit > 0 && bytes_per_run(program) <= limit;
+}
+
+runtime::CompileOptions compile_options(Tier tier, bool light_program) {
   runtime::CompileOptions options;
   options.portable = true;  // one executable serves every device
   options.xla_flags["xla_allow_excess_precision"] = excess_precision.load();
@@ -71,6 +86,7 @@ runtime::CompileOptions compile_options(Tier tier) {
     options.xla_flags["xla_llvm_disable_expensive_passes"] = true;
     options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
   }
+  if (light_program && client().platform_name() == "cpu") options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
   return options;
 }
 
@@ -120,14 +136,14 @@ int64_t promote_after_bytes() {
 }
 
 // What besides the program decides the compiled bytes.
-std::string environment_fingerprint(Tier tier) {
+std::string environment_fingerprint(Tier tier, bool light_program = false) {
   // The client first: starting it starts prefetching, which asks for this fingerprint.
   const runtime::Client& c = client();
   static const std::string platform = [&c] {
     return c.platform_name() + '\0' + c.platform_version() + '\0' + c.plugin().attribute("xla_version") +
            '\0' + TORCHTPU_VERSION;
   }();
-  return compile_options(tier).encode() + '\0' + platform;
+  return compile_options(tier, light_program).encode() + '\0' + platform;
 }
 
 // The local tier is private to the user; both tiers are bounded and share the optional key that
@@ -146,7 +162,7 @@ DiskCacheOptions tier_options(bool local) {
 // A digest of the whole program text and everything else that decides the compiled bytes, so a
 // key names one program's entry only.
 std::string persistent_key(const std::string& text, Tier tier) {
-  return sha256_hex(text + '\0' + environment_fingerprint(tier));
+  return sha256_hex(text + '\0' + environment_fingerprint(tier, light(text)));
 }
 
 // XLA's compiler frees what it allocated (LLVM modules, passes' state), but glibc keeps freed
@@ -248,6 +264,9 @@ class Cache {
     }
     if (ExecutablePtr exe = load(job)) return remember(key, exe);
     if (!wait) {
+      // A second shape of a window (a cache's next bucket) can wait for the caller's compiles;
+      // the first is what a training loop runs from its second step on.
+      job.yields = variants.count > 1;
       lock.lock();
       compiling_.insert(key);
       stats_.background_pending++;
@@ -349,6 +368,7 @@ class Cache {
     int64_t correlation = 0;    // and the host op
     Tier tier = Tier::kOptimized;
     bool promotion = false;     // a quick program's optimized successor
+    bool yields = false;        // waits for the callers' compiles to pause (until_callers_are_quiet)
   };
 
   // A quickly compiled program in memory: how to compile it optimized, and how often it ran. Held
@@ -368,6 +388,7 @@ class Cache {
     quick.pkey = persistent_key(job.text, Tier::kQuick);
     used_.note(quick.pkey);
     job.promotion = true;
+    job.yields = true;
     ExecutablePtr exe = load(quick);
     exe = exe ? remember(quick.key, exe) : compile_on_a_thread(std::move(quick));
     std::lock_guard<std::mutex> lock(mu_);
@@ -495,7 +516,7 @@ class Cache {
     }
     int64_t traced_start = tracing() ? trace_clock_ns() : 0;
     auto start = std::chrono::steady_clock::now();
-    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options(job.tier)));
+    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options(job.tier, light(text))));
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (traced_start) trace(TraceEvent::Kind::kCompile, job, traced_start, job.promotion ? "promotion" : "miss", how);
     if (!job.promotion) record_compile(static_cast<int64_t>(seconds * 1e9));  // nobody waited for a promotion
@@ -540,7 +561,9 @@ class Cache {
       if (exe) memory_.insert(job.key, exe);
       *outcome = {exe, error, true};
       waited_compiles_--;
+      last_waited_compile_ = std::chrono::steady_clock::now();
       compiled_.notify_all();
+      wakeup_.notify_all();
       idle_.notify_all();
     }).detach();  // waited for at exit (running()), like the background worker
     std::unique_lock<std::mutex> lock(mu_);
@@ -555,14 +578,35 @@ class Cache {
     std::thread([this] { work(); }).detach();  // lives as long as the process, like the cache
   }
 
+  // How long after a caller's compile a background compile that yields may start: on a host with
+  // few cores it would take the CPU from the compiles a caller waits for (a first prompt compiles
+  // a program per op, back to back). 0 while none has waited that long, else how long to wait.
+  std::chrono::steady_clock::duration until_callers_are_quiet() const {  // with mu_ held
+    static const auto quiet = std::chrono::milliseconds(std::stoll(env_or("TORCHTPU_BACKGROUND_QUIET_MS", "100")));
+    if (waited_compiles_ > 0) return quiet;
+    auto since = std::chrono::steady_clock::now() - last_waited_compile_;
+    return since >= quiet ? std::chrono::steady_clock::duration::zero() : quiet - since;
+  }
+
+  // The next background job, once it may start.
+  Job next_job(std::unique_lock<std::mutex>& lock) {
+    for (;;) {
+      wakeup_.wait(lock, [&] { return !queue_.empty(); });
+      auto wait = queue_.front().yields ? until_callers_are_quiet() : std::chrono::steady_clock::duration::zero();
+      if (wait == std::chrono::steady_clock::duration::zero()) break;
+      wakeup_.wait_for(lock, wait);
+    }
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    return job;
+  }
+
   void work() {
     for (;;) {
       Job job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        wakeup_.wait(lock, [&] { return !queue_.empty(); });
-        job = std::move(queue_.front());
-        queue_.pop_front();
+        job = next_job(lock);
         worker_busy_ = true;
       }
       ExecutablePtr exe;
@@ -594,6 +638,7 @@ class Cache {
   std::condition_variable wakeup_, idle_, compiled_;
   bool worker_started_ = false, worker_busy_ = false;
   int waited_compiles_ = 0;
+  std::chrono::steady_clock::time_point last_waited_compile_;  // when a caller's compile last ended
   std::once_flag prefetch_started_;
   Prefetcher<ExecutablePtr> prefetch_;
   int64_t prefetched_ = 0;              // disk hits a prefetching thread had loaded
