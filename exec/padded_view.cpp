@@ -205,6 +205,9 @@ bool attach_geometry(OpCall& call) {
   bool padded = false;
   size_t k = 0;
   bool offsets = !capturing();  // a captured graph runs at the geometry it was captured at
+  auto is_padded = [](const Operand& o) { return o.padding.has_value(); };
+  bool beside_padding = std::any_of(call.inputs.begin(), call.inputs.end(), is_padded) ||
+                        std::any_of(call.outputs.begin(), call.outputs.end(), is_padded);
   auto number = [&](Operand& o) {
     size_t index = k++;
     if (o.padding) {
@@ -214,7 +217,7 @@ bool attach_geometry(OpCall& call) {
       geometry.push_back(o.view.offset);
       check_box(o.view, *o.padding);
       padded = true;
-    } else if (offsets && offset_varies(call, index, o)) {
+    } else if (offsets && offset_varies(call, index, o, beside_padding)) {
       o.offset_at = static_cast<int64_t>(geometry.size());
       geometry.push_back(o.view.offset);
     } else {

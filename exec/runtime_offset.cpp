@@ -55,8 +55,9 @@ OffsetsSeen& offsets_seen() {
 
 }  // namespace
 
-bool offset_varies(const OpCall& call, size_t k, const Operand& o) {
+bool offset_varies(const OpCall& call, size_t k, const Operand& o, bool beside_padding) {
   if (!call.origin || !qualifies(o)) return false;
+  if (beside_padding) return true;
   OffsetsSeen& s = offsets_seen();
   std::lock_guard<std::mutex> lock(s.mu);
   auto [it, added] = s.seen.try_emplace({call.origin.get(), k}, OffsetsSeen::Seen{o.view.offset, false});

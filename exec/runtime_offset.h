@@ -17,8 +17,11 @@
 namespace torchtpu::exec {
 
 // Whether the operand `k` of `call` (its inputs, then its outputs) reads its offset at run time;
-// records the offset seen. Only unpadded operands of calls with an origin qualify.
-bool offset_varies(const OpCall& call, size_t k, const Operand& o);
+// records the offset seen. Only unpadded operands of calls with an origin qualify. Beside padded
+// operands (`beside_padding`) every one that qualifies does, from the first call: the program has
+// a geometry input anyway, and calls at other lines on other parts of one storage (a key and a
+// value sliced from one projection, cat into two caches) then share one program.
+bool offset_varies(const OpCall& call, size_t k, const Operand& o, bool beside_padding);
 
 // The view's elements from the 1-D `flat` of the view's dtype, the view starting at `offset`
 // (a 0-d s64 value) instead of view.offset.

@@ -3,6 +3,7 @@ whose sizes vary from call to call run padded to buckets, one program per bucket
 stored with a bucket's capacity. Every result is compared with CPU PyTorch."""
 
 import copy
+import inspect
 import os
 import subprocess
 import sys
@@ -100,6 +101,38 @@ def test_a_growing_cache_compiles_only_where_it_enters_a_bucket(tmp_path):
     entering = {first + step for first in (17, 33, 65) for step in (0, 1)}
     assert set(compiled_at) - set(range(8, 11)) <= entering, compiled_at
     assert {8, 17, 33, 65} <= set(compiled_at)  # it did compile where a bucket starts
+
+
+def caches_from_one_projection():
+    """How many programs the key cache's cat and the value cache's cat (a line each) compiled
+    from length 8 to 40, after checking both caches against CPU: key and value are parts of one
+    projection's storage, at other offsets."""
+    def grow(device):
+        g = torch.Generator().manual_seed(0)
+        k = torch.randn(1, 2, 7, 16, generator=g).to(device)
+        v = torch.randn(1, 2, 7, 16, generator=g).to(device)
+        for _ in range(33):
+            qkv = torch.randn(1, 2, 1, 48, generator=g).to(device)
+            k = torch.cat([k, qkv[..., 16:32]], dim=2)
+            v = torch.cat([v, qkv[..., 32:]], dim=2)
+        return k, v
+    for tpu, cpu in zip(grow("tpu"), grow("cpu")):
+        torch.testing.assert_close(tpu.cpu(), cpu)
+    lines, first = inspect.getsourcelines(grow)
+    compiled = [what for what, *_ in torchtpu.cache.stats()["compiles"]]
+    counts = []
+    for cat in ("k = torch.cat", "v = torch.cat"):
+        line = first + next(n for n, text in enumerate(lines) if cat in text)
+        counts.append(sum(what.endswith(f"{os.path.basename(__file__)}:{line}") for what in compiled))
+    return counts
+
+
+def test_two_caches_grown_from_one_projection_share_their_programs(tmp_path):
+    # The key's and value's parts of the projection sit at other offsets of one storage: beside
+    # the padded cache, each reads its offset at run time, so the value's cat runs the key's
+    # programs. Only its first call, at exact sizes (a line's first size is not padded), compiles.
+    key, value = _in_a_fresh_process("caches_from_one_projection", tmp_path)
+    assert key >= 4 and value == 1, (key, value)
 
 
 def test_the_peak_of_padding_is_kept_until_a_reset():
