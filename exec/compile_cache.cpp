@@ -264,9 +264,6 @@ class Cache {
     }
     if (ExecutablePtr exe = load(job)) return remember(key, exe);
     if (!wait) {
-      // A second shape of a window (a cache's next bucket) can wait for the caller's compiles;
-      // the first is what a training loop runs from its second step on.
-      job.yields = variants.count > 1;
       lock.lock();
       compiling_.insert(key);
       stats_.background_pending++;
@@ -368,7 +365,6 @@ class Cache {
     int64_t correlation = 0;    // and the host op
     Tier tier = Tier::kOptimized;
     bool promotion = false;     // a quick program's optimized successor
-    bool yields = false;        // waits for the callers' compiles to pause (until_callers_are_quiet)
   };
 
   // A quickly compiled program in memory: how to compile it optimized, and how often it ran. Held
@@ -388,7 +384,6 @@ class Cache {
     quick.pkey = persistent_key(job.text, Tier::kQuick);
     used_.note(quick.pkey);
     job.promotion = true;
-    job.yields = true;
     ExecutablePtr exe = load(quick);
     exe = exe ? remember(quick.key, exe) : compile_on_a_thread(std::move(quick));
     std::lock_guard<std::mutex> lock(mu_);
@@ -561,9 +556,7 @@ class Cache {
       if (exe) memory_.insert(job.key, exe);
       *outcome = {exe, error, true};
       waited_compiles_--;
-      last_waited_compile_ = std::chrono::steady_clock::now();
       compiled_.notify_all();
-      wakeup_.notify_all();
       idle_.notify_all();
     }).detach();  // waited for at exit (running()), like the background worker
     std::unique_lock<std::mutex> lock(mu_);
@@ -578,35 +571,14 @@ class Cache {
     std::thread([this] { work(); }).detach();  // lives as long as the process, like the cache
   }
 
-  // How long after a caller's compile a background compile that yields may start: on a host with
-  // few cores it would take the CPU from the compiles a caller waits for (a first prompt compiles
-  // a program per op, back to back). 0 while none has waited that long, else how long to wait.
-  std::chrono::steady_clock::duration until_callers_are_quiet() const {  // with mu_ held
-    static const auto quiet = std::chrono::milliseconds(std::stoll(env_or("TORCHTPU_BACKGROUND_QUIET_MS", "100")));
-    if (waited_compiles_ > 0) return quiet;
-    auto since = std::chrono::steady_clock::now() - last_waited_compile_;
-    return since >= quiet ? std::chrono::steady_clock::duration::zero() : quiet - since;
-  }
-
-  // The next background job, once it may start.
-  Job next_job(std::unique_lock<std::mutex>& lock) {
-    for (;;) {
-      wakeup_.wait(lock, [&] { return !queue_.empty(); });
-      auto wait = queue_.front().yields ? until_callers_are_quiet() : std::chrono::steady_clock::duration::zero();
-      if (wait == std::chrono::steady_clock::duration::zero()) break;
-      wakeup_.wait_for(lock, wait);
-    }
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
-    return job;
-  }
-
   void work() {
     for (;;) {
       Job job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        job = next_job(lock);
+        wakeup_.wait(lock, [&] { return !queue_.empty(); });
+        job = std::move(queue_.front());
+        queue_.pop_front();
         worker_busy_ = true;
       }
       ExecutablePtr exe;
@@ -638,7 +610,6 @@ class Cache {
   std::condition_variable wakeup_, idle_, compiled_;
   bool worker_started_ = false, worker_busy_ = false;
   int waited_compiles_ = 0;
-  std::chrono::steady_clock::time_point last_waited_compile_;  // when a caller's compile last ended
   std::once_flag prefetch_started_;
   Prefetcher<ExecutablePtr> prefetch_;
   int64_t prefetched_ = 0;              // disk hits a prefetching thread had loaded
