@@ -63,8 +63,9 @@ bool ranks_share_cores() {
 // Programs that read and write at most this many bytes a run (TORCHTPU_LIGHT_PROGRAM_BYTES, 1 MiB)
 // are compiled without XLA CPU's fusion emitters, in every tier: the emitters' vectorized loops
 // pay off on large tensors, but cost 20-30% more compile time, and a small program's run is
-// mostly launch overhead (docs/design.md, "Tiered compiles"). A function of the text alone, so
-// that a program always gets the same bits.
+// mostly launch overhead (docs/design.md, "Tiered compiles"). Not programs with types the CPU
+// emulates, which the older emitters get wrong (a float8 conversion's rounding) or cannot compile
+// (a complex comparison). A function of the text alone, so that a program always gets the same bits.
 bool light(const std::string& program) {
   static const int64_t limit = [] {
     std::string setting = env_or("TORCHTPU_LIGHT_PROGRAM_BYTES", "1MiB");
@@ -72,7 +73,7 @@ bool light(const std::string& program) {
     if (!parsed) throw std::invalid_argument("TORCHTPU_LIGHT_PROGRAM_BYTES='" + setting + "' is not a byte size (1MiB, 0)");
     return *parsed;
   }();
-  return limit > 0 && bytes_per_run(program) <= limit;
+  return limit > 0 && bytes_per_run(program) <= limit && !has_emulated_types(program);
 }
 
 runtime::CompileOptions compile_options(Tier tier, bool light_program) {

@@ -79,6 +79,8 @@ int64_t tensor_bytes(std::string_view type) {
 
 }  // namespace
 
+bool has_emulated_types(const std::string& program) { return mentions_emulated_types(program); }
+
 int64_t bytes_per_run(const std::string& program) {
   size_t main = program.find("@main(");
   if (main == std::string::npos) return 0;

@@ -21,6 +21,11 @@ namespace torchtpu::exec {
 // however it is compiled.
 bool same_bits_however_compiled(const std::string& program);
 
+// Whether `program` has float8, float16, bfloat16 or complex values anywhere: the CPU emulates
+// them, and how depends on code generation (a float8 conversion rounds otherwise without XLA's
+// fusion emitters or LLVM's optimizations, and one complex comparison does not compile).
+bool has_emulated_types(const std::string& program);
+
 // The bytes of `program`'s operands and results (its main function's types): what one run reads and
 // writes, which decides whether compiling it optimized can pay back (exec/compile_cache.cpp).
 int64_t bytes_per_run(const std::string& program);

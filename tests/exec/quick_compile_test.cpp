@@ -77,5 +77,13 @@ TEST(QuickCompile, BytesPerRunCountEveryOperandAndResult) {
   EXPECT_EQ(bytes_per_run("no main function"), 0);
 }
 
+TEST(QuickCompile, EmulatedTypesAnywhereInTheProgram) {
+  EXPECT_FALSE(has_emulated_types("func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xi1>) {"));
+  EXPECT_TRUE(has_emulated_types("func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>) {\n"
+                                 "  %0 = \"stablehlo.convert\"(%arg0) : (tensor<4xf32>) -> tensor<4xf8E4M3FN>\n"));
+  EXPECT_TRUE(has_emulated_types("func.func public @main(%arg0: tensor<bf16>) -> (tensor<f32>) {"));
+  EXPECT_TRUE(has_emulated_types("func.func public @main(%arg0: tensor<2xcomplex<f32>>) -> (tensor<2xi1>) {"));
+}
+
 }  // namespace
 }  // namespace torchtpu::exec
