@@ -65,7 +65,7 @@ bool ranks_share_cores() {
 // pay off on large tensors, but cost 20-30% more compile time, and a small program's run is
 // mostly launch overhead (docs/design.md, "Tiered compiles"). Not programs with types the CPU
 // emulates, which the older emitters get wrong (a float8 conversion's rounding) or cannot compile
-// (a complex comparison). A function of the text alone, so that a program always gets the same bits.
+// (a complex comparison).
 bool light(const std::string& program) {
   static const int64_t limit = [] {
     std::string setting = env_or("TORCHTPU_LIGHT_PROGRAM_BYTES", "1MiB");
@@ -76,7 +76,18 @@ bool light(const std::string& program) {
   return limit > 0 && bytes_per_run(program) <= limit && !has_emulated_types(program);
 }
 
-runtime::CompileOptions compile_options(Tier tier, bool light_program) {
+// What in a program's text changes how XLA CPU compiles it: a function of the text alone, so that
+// a program always gets the same bits.
+struct CodegenHints {
+  bool light = false;          // no fusion emitters (above)
+  bool matrix_vector = false;  // no fusion pass: its dot stays a library call (exec/quick_compile.h)
+};
+
+CodegenHints hints_for(const std::string& program) {
+  return {light(program), matrix_vector_without_reductions(program)};
+}
+
+runtime::CompileOptions compile_options(Tier tier, CodegenHints hints) {
   runtime::CompileOptions options;
   options.portable = true;  // one executable serves every device
   options.xla_flags["xla_allow_excess_precision"] = excess_precision.load();
@@ -87,7 +98,10 @@ runtime::CompileOptions compile_options(Tier tier, bool light_program) {
     options.xla_flags["xla_llvm_disable_expensive_passes"] = true;
     options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
   }
-  if (light_program && client().platform_name() == "cpu") options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
+  if (client().platform_name() == "cpu") {
+    if (hints.light) options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
+    if (hints.matrix_vector) options.xla_string_flags["xla_disable_hlo_passes"] = "fusion";
+  }
   return options;
 }
 
@@ -137,14 +151,14 @@ int64_t promote_after_bytes() {
 }
 
 // What besides the program decides the compiled bytes.
-std::string environment_fingerprint(Tier tier, bool light_program = false) {
+std::string environment_fingerprint(Tier tier, CodegenHints hints = {}) {
   // The client first: starting it starts prefetching, which asks for this fingerprint.
   const runtime::Client& c = client();
   static const std::string platform = [&c] {
     return c.platform_name() + '\0' + c.platform_version() + '\0' + c.plugin().attribute("xla_version") +
            '\0' + TORCHTPU_VERSION;
   }();
-  return compile_options(tier, light_program).encode() + '\0' + platform;
+  return compile_options(tier, hints).encode() + '\0' + platform;
 }
 
 // The local tier is private to the user; both tiers are bounded and share the optional key that
@@ -163,7 +177,7 @@ DiskCacheOptions tier_options(bool local) {
 // A digest of the whole program text and everything else that decides the compiled bytes, so a
 // key names one program's entry only.
 std::string persistent_key(const std::string& text, Tier tier) {
-  return sha256_hex(text + '\0' + environment_fingerprint(tier, light(text)));
+  return sha256_hex(text + '\0' + environment_fingerprint(tier, hints_for(text)));
 }
 
 // XLA's compiler frees what it allocated (LLVM modules, passes' state), but glibc keeps freed
@@ -512,7 +526,7 @@ class Cache {
     }
     int64_t traced_start = tracing() ? trace_clock_ns() : 0;
     auto start = std::chrono::steady_clock::now();
-    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options(job.tier, light(text))));
+    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options(job.tier, hints_for(text))));
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (traced_start) trace(TraceEvent::Kind::kCompile, job, traced_start, job.promotion ? "promotion" : "miss", how);
     if (!job.promotion) record_compile(static_cast<int64_t>(seconds * 1e9));  // nobody waited for a promotion

@@ -1,9 +1,11 @@
 #include "exec/quick_compile.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <initializer_list>
 #include <string_view>
+#include <vector>
 
 namespace torchtpu::exec {
 namespace {
@@ -63,21 +65,65 @@ int64_t element_bytes(std::string_view type) {
   return bits <= 8 ? 1 : bits / 8;  // f8E4M3FN: 8 bits
 }
 
-// The bytes of a tensor type's contents: "4x256xf32" -> 4096.
-int64_t tensor_bytes(std::string_view type) {
-  int64_t elements = 1;
+// The dimensions of a tensor type's text, and where its element type starts ("1x768xf32" ->
+// {1, 768}, 6).
+std::vector<int64_t> dimensions(std::string_view type, size_t* element_at = nullptr) {
+  std::vector<int64_t> dims;
   size_t start = 0;
   for (size_t x = type.find('x'); x != std::string_view::npos && std::isdigit(static_cast<unsigned char>(type[start]));
        x = type.find('x', start)) {
     int64_t n = 0;
     for (size_t i = start; i < x; ++i) n = 10 * n + (type[i] - '0');
-    elements *= n;
+    dims.push_back(n);
     start = x + 1;
   }
-  return elements * element_bytes(type.substr(start));
+  if (element_at) *element_at = start;
+  return dims;
+}
+
+// The bytes of a tensor type's contents: "4x256xf32" -> 4096.
+int64_t tensor_bytes(std::string_view type) {
+  size_t element_at = 0;
+  int64_t elements = 1;
+  for (int64_t n : dimensions(type, &element_at)) elements *= n;
+  return elements * element_bytes(type.substr(element_at));
+}
+
+// How many numbers the list after `name` holds on `line` ("lhs_batching_dimensions = [0, 1]" -> 2).
+size_t listed(std::string_view line, std::string_view name) {
+  size_t at = line.find(name);
+  if (at == std::string_view::npos) return 0;
+  size_t open = line.find('[', at), close = line.find(']', at);
+  if (open == std::string_view::npos || close == std::string_view::npos || close == open + 1) return 0;
+  return 1 + static_cast<size_t>(std::count(line.begin() + open, line.begin() + close, ','));
+}
+
+bool is_matrix_vector(std::string_view dot_line) {
+  size_t arrow = dot_line.rfind("-> tensor<");
+  if (arrow == std::string_view::npos) return false;
+  std::string_view type = dot_line.substr(arrow + 10);
+  std::vector<int64_t> dims = dimensions(type.substr(0, type.find('>')));
+  size_t batch = listed(dot_line, "lhs_batching_dimensions");
+  if (dims.size() < batch + 2) return true;
+  return std::find(dims.begin() + static_cast<std::ptrdiff_t>(batch), dims.end(), 1) != dims.end();
 }
 
 }  // namespace
+
+bool matrix_vector_without_reductions(const std::string& program) {
+  std::string_view text(program);
+  bool matrix_vector = false;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    std::string_view op = op_of(line);
+    if (op == "reduce" || op == "reduce_window") return false;
+    if (op == "dot_general" && is_matrix_vector(line)) matrix_vector = true;
+  }
+  return matrix_vector;
+}
 
 bool has_emulated_types(const std::string& program) { return mentions_emulated_types(program); }
 

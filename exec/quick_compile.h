@@ -26,6 +26,13 @@ bool same_bits_however_compiled(const std::string& program);
 // fusion emitters or LLVM's optimizations, and one complex comparison does not compile).
 bool has_emulated_types(const std::string& program);
 
+// Whether `program` multiplies a matrix by a vector (a dot_general whose result has one row or one
+// column past its batch dimensions: a decode step's projection) and reduces nothing else. XLA
+// CPU's fusion pass makes such a dot of a reshaped parameter (every torchtpu operand is a flat
+// buffer) an element-by-element loop fusion instead of its library call, 10-20x slower; without
+// the pass, the dot stays a library call (exec/compile_cache.cpp).
+bool matrix_vector_without_reductions(const std::string& program);
+
 // The bytes of `program`'s operands and results (its main function's types): what one run reads and
 // writes, which decides whether compiling it optimized can pay back (exec/compile_cache.cpp).
 int64_t bytes_per_run(const std::string& program);

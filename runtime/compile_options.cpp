@@ -11,7 +11,8 @@ constexpr int kCompileOptionsBuildOptions = 3;       // CompileOptionsProto.exec
 constexpr int kCompileOptionsPortable = 4;           // .compile_portable_executable
 constexpr int kCompileOptionsOverrides = 7;          // .env_option_overrides (map<string, OptionOverrideProto>)
 constexpr int kMapKey = 1, kMapValue = 2;            // a map entry's fields
-constexpr int kOverrideBool = 2;                     // OptionOverrideProto.bool_field
+constexpr int kOverrideString = 1;                   // OptionOverrideProto.string_field
+constexpr int kOverrideBool = 2;                     // .bool_field
 constexpr int kOverrideInt = 3;                      // OptionOverrideProto.int_field
 constexpr int kBuildDeviceOrdinal = 1;               // ExecutableBuildOptionsProto.device_ordinal
 constexpr int kBuildNumReplicas = 4;                 // .num_replicas
@@ -93,15 +94,19 @@ std::string CompileOptions::encode() const {
   ProtoWriter options;
   options.bytes_field(kCompileOptionsBuildOptions, build.bytes());
   if (portable) options.varint_field(kCompileOptionsPortable, 1);
-  auto add_override = [&](const std::string& name, int field, int64_t value) {
+  auto add_override = [&](const std::string& name, auto write_value) {
     ProtoWriter override_value, entry;
-    override_value.varint_field(field, value);
+    write_value(override_value);
     entry.bytes_field(kMapKey, name);
     entry.bytes_field(kMapValue, override_value.bytes());
     options.bytes_field(kCompileOptionsOverrides, entry.bytes());
   };
-  for (const auto& [name, value] : xla_flags) add_override(name, kOverrideBool, value ? 1 : 0);
-  for (const auto& [name, value] : xla_int_flags) add_override(name, kOverrideInt, value);
+  for (const auto& [name, value] : xla_flags)
+    add_override(name, [&](ProtoWriter& w) { w.varint_field(kOverrideBool, value ? 1 : 0); });
+  for (const auto& [name, value] : xla_int_flags)
+    add_override(name, [&](ProtoWriter& w) { w.varint_field(kOverrideInt, value); });
+  for (const auto& [name, value] : xla_string_flags)
+    add_override(name, [&](ProtoWriter& w) { w.bytes_field(kOverrideString, value); });
   return options.bytes();
 }
 

@@ -22,6 +22,7 @@ struct CompileOptions {
   // on top of the plugin's defaults (CompileOptionsProto.env_option_overrides).
   std::map<std::string, bool> xla_flags;
   std::map<std::string, int64_t> xla_int_flags;  // the same for integer options
+  std::map<std::string, std::string> xla_string_flags;  // and for strings ("xla_disable_hlo_passes")
 
   // The serialized xla.CompileOptionsProto.
   std::string encode() const;

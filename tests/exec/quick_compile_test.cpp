@@ -85,5 +85,23 @@ TEST(QuickCompile, EmulatedTypesAnywhereInTheProgram) {
   EXPECT_TRUE(has_emulated_types("func.func public @main(%arg0: tensor<2xcomplex<f32>>) -> (tensor<2xi1>) {"));
 }
 
+TEST(QuickCompile, MatrixVectorProductsWithoutReductions) {
+  const std::string gemv =
+      "  %2 = \"stablehlo.dot_general\"(%0, %1) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = "
+      "[1], rhs_contracting_dimensions = [0]>} : (tensor<1x256xf32>, tensor<256x768xf32>) -> tensor<1x768xf32>\n";
+  const std::string gemm =
+      "  %2 = \"stablehlo.dot_general\"(%0, %1) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = "
+      "[1], rhs_contracting_dimensions = [0]>} : (tensor<16x256xf32>, tensor<256x768xf32>) -> tensor<16x768xf32>\n";
+  const std::string batched =
+      "  %2 = \"stablehlo.dot_general\"(%0, %1) {dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [0], "
+      "rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]>} : "
+      "(tensor<1x8x64xf32>, tensor<1x64x32xf32>) -> tensor<1x8x32xf32>\n";
+  const std::string reduce = "  %3 = \"stablehlo.reduce\"(%2, %c) ({\n";
+  EXPECT_TRUE(matrix_vector_without_reductions(gemv));
+  EXPECT_FALSE(matrix_vector_without_reductions(gemm));
+  EXPECT_FALSE(matrix_vector_without_reductions(batched));  // a batch of one is not a row of one
+  EXPECT_FALSE(matrix_vector_without_reductions(gemv + reduce));
+}
+
 }  // namespace
 }  // namespace torchtpu::exec

@@ -296,5 +296,26 @@ TEST(Compute, ManyDTypesAdd) {
   }
 }
 
+// A vector times a matrix held as a flat buffer, compiled with XLA's fusion pass off by a string
+// option (exec/compile_cache.cpp does so for such programs): the plugin takes the option, and the
+// product is right.
+TEST(Compute, MatrixVectorProductWithoutTheFusionPass) {
+  Builder b;
+  const int64_t k = 3, n = 4;
+  Value x = b.parameter({DType::kF32, {k}}), w = b.parameter({DType::kF32, {k * n}});
+  Value product = b.dot_general(b.reshape(x, {1, k}), b.reshape(w, {k, n}), {{}, {}, {1}, {0}}, DType::kF32);
+  b.results({b.reshape(product, {n})});
+  runtime::CompileOptions options;
+  options.xla_string_flags["xla_disable_hlo_passes"] = "fusion";
+  runtime::Executable exe = testing::client().compile(b.module_text(), options);
+  std::vector<float> xs{1, 2, 3}, ws(k * n);
+  for (int64_t i = 0; i < k * n; ++i) ws[i] = static_cast<float>(i);
+  auto bx = upload(xs, DType::kF32, {k}), bw = upload(ws, DType::kF32, {k * n});
+  runtime::ExecuteResult r = exe.execute({{&bx, &bw}});
+  r.done[0].await();
+  auto out = download<float>(r.outputs[0][0]);
+  for (int64_t j = 0; j < n; ++j) EXPECT_FLOAT_EQ(out[j], xs[0] * ws[j] + xs[1] * ws[n + j] + xs[2] * ws[2 * n + j]);
+}
+
 }  // namespace
 }  // namespace torchtpu
