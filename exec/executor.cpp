@@ -520,8 +520,13 @@ void run(OpCall&& call) {
   }
   std::lock_guard<std::recursive_mutex> lock(deferred().mu);
   std::optional<int> device = deferred().graph.device();
+  bool alone = call.runs_alone && m == Mode::kFused;
   NodePtr node = record_op(std::move(call));
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
+  if (alone) {  // inside a window, XLA would make its dot a slow loop (OpCall::runs_alone)
+    flush_locked(m, "matrix-vector product");
+    return execute_single(node);
+  }
   if (node->zero_bytes && one_program_block()) return upload_zeros(*node->outputs.at(0).lock());
   if (device && *device != node_device) flush_locked(m, "device change");
   deferred().graph.append(std::move(node));
