@@ -113,6 +113,29 @@ def test_a_window_materializes_only_live_values():
     torch.testing.assert_close(got, ((x.cpu() * 2).sin() + 1).relu())
 
 
+def test_fused_mode_runs_a_matrix_vector_product_between_windows():
+    """Inside a window XLA CPU makes a matrix-vector dot an element loop; fused mode runs one (a
+    decode step's projection) as a program of its own and fuses what comes before and after."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(1, 48, generator=g), torch.randn(48, 40, generator=g)
+    tx, tw = x.to("tpu"), w.to("tpu")
+    with torchtpu.eager_mode("fused"):
+        (((tx * 2).relu() @ tw).sin() + 1).cpu()  # the windows compile in the background
+        torchtpu.cache.wait_for_background_compiles()
+        torchtpu.metrics.reset()
+        got = (((tx * 2).relu() @ tw).sin() + 1).cpu()
+    counters = torchtpu.metrics.counters()
+    torch.testing.assert_close(got, (((x * 2).relu() @ w).sin() + 1))
+    # two windows of two ops (mul, relu; sin, add) and the product between them
+    assert (counters["executions"], counters["windows"], counters["window_ops"]) == (3, 2, 4), counters
+    with torchtpu.eager_mode("fused"):  # a matrix times a matrix stays in its window
+        ((tx.expand(8, 48) * 2).relu() @ tw).sin().cpu()
+        torchtpu.cache.wait_for_background_compiles()
+        torchtpu.metrics.reset()
+        ((tx.expand(8, 48) * 2).relu() @ tw).sin().cpu()
+    assert torchtpu.metrics.counters()["executions"] == 1
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused", "lazy"])
 def test_one_program_blocks_donate_the_old_contents_of_what_they_update(mode):
     """In a one-program block (an optimizer step), an in-place update's old contents, held by no
