@@ -98,6 +98,17 @@ size_t listed(std::string_view line, std::string_view name) {
   return 1 + static_cast<size_t>(std::count(line.begin() + open, line.begin() + close, ','));
 }
 
+std::vector<std::string_view> lines_of(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
 bool is_matrix_vector(std::string_view dot_line) {
   size_t arrow = dot_line.rfind("-> tensor<");
   if (arrow == std::string_view::npos) return false;
@@ -113,11 +124,7 @@ bool is_matrix_vector(std::string_view dot_line) {
 bool matrix_vector_without_reductions(const std::string& program) {
   std::string_view text(program);
   bool matrix_vector = false;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
+  for (std::string_view line : lines_of(text)) {
     std::string_view op = op_of(line);
     if (op == "reduce" || op == "reduce_window") return false;
     if (op == "dot_general" && is_matrix_vector(line)) matrix_vector = true;
@@ -150,11 +157,7 @@ bool same_bits_however_compiled(const std::string& program) {
   // A float product or quotient is exact on its own; only beside a float sum can optimization
   // contract it into a fused multiply-add.
   bool float_sums = false, float_products = false;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
+  for (std::string_view line : lines_of(text)) {
     std::string_view op = op_of(line);
     if (op.empty() || op == "return") continue;
     if (mentions_emulated_types(line)) return false;
