@@ -530,14 +530,6 @@ struct LoweringCall {
 
 namespace {
 
-// A matmul whose one result is a matrix with one row or one column, or a vector (a decode step's
-// projection): fused mode runs it alone (exec::OpCall::runs_alone).
-bool is_matrix_vector(const std::vector<at::Tensor>& results) {
-  if (results.size() != 1) return false;
-  c10::IntArrayRef sizes = results[0].sizes();
-  return sizes.size() == 1 || (sizes.size() == 2 && (sizes[0] == 1 || sizes[1] == 1));
-}
-
 // The shared lowering of calls with `meta`, built now if none is there yet (or for another precision).
 std::shared_ptr<const LoweringCall> lowering_call(const OpPlan& plan, const std::vector<c10::IValue>& args,
                                                   const MetaResult& meta, const Destinations& d,
@@ -628,7 +620,7 @@ void run_program(const c10::OperatorHandle& op, const OpPlan& plan, const std::v
   if (box_meta) varying = varying_results(outputs, in.varying);
   exec::OpCall program{std::move(in.key), std::move(lower), std::move(in.operands), std::move(outputs), origin};
   program.sizes_to_lowering = sizes;
-  program.runs_alone = o.matmul && is_matrix_vector(d.tensors);
+  program.matmul = o.matmul;
   run_on_device(std::move(program));
   for (auto& [storage, sizes_of_it] : varying) storage->set_varying_sizes(std::move(sizes_of_it));
   if (ok) {

@@ -18,6 +18,7 @@
 #include "exec/metrics.h"
 #include "exec/op_record.h"
 #include "exec/padded_view.h"
+#include "exec/quick_compile.h"
 #include "exec/runtime_context.h"
 #include "exec/trace.h"
 #include "graph/pending_graph.h"
@@ -520,10 +521,11 @@ void run(OpCall&& call) {
   }
   std::lock_guard<std::recursive_mutex> lock(deferred().mu);
   std::optional<int> device = deferred().graph.device();
-  bool alone = call.runs_alone && m == Mode::kFused;
+  bool alone = m == Mode::kFused && call.matmul && call.outputs.size() == 1 &&
+               matrix_vector_result(call.outputs[0].view.sizes);
   NodePtr node = record_op(std::move(call));
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
-  if (alone) {  // inside a window, XLA would make its dot a slow loop (OpCall::runs_alone)
+  if (alone) {  // inside a window, XLA would make its dot a slow loop (exec/quick_compile.h)
     flush_locked(m, "matrix-vector product");
     return execute_single(node);
   }

@@ -58,9 +58,9 @@ struct OpCall {
   // The lowering also gets each input's exact sizes (an s64[rank] value per input, after the
   // inputs): a padded op whose result depends on them (cat's offsets, attention's key length).
   bool sizes_to_lowering = false;
-  // A matrix times a vector: fused mode runs it as a program of its own, between windows, where
-  // XLA keeps its dot a library call (exec/quick_compile.h, matrix_vector_without_reductions).
-  bool runs_alone = false;
+  // A matmul or convolution (the op record's LoweringOptions::matmul). Fused mode runs one whose
+  // result is a matrix times a vector as a program of its own (exec/quick_compile.h).
+  bool matmul = false;
   // Set by the executor when an operand is padded or has a run-time offset: the s64 storage
   // holding their geometry, read by the program as its last input.
   std::shared_ptr<BufferRef> geometry = nullptr;

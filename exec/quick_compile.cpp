@@ -132,6 +132,10 @@ bool matrix_vector_without_reductions(const std::string& program) {
   return matrix_vector;
 }
 
+bool matrix_vector_result(const std::vector<int64_t>& sizes) {
+  return sizes.size() == 1 || (sizes.size() == 2 && (sizes[0] == 1 || sizes[1] == 1));
+}
+
 bool has_emulated_types(const std::string& program) { return mentions_emulated_types(program); }
 
 int64_t bytes_per_run(const std::string& program) {

@@ -1,4 +1,6 @@
-// Which programs may be compiled quickly first (exec/compile_cache.h, Tier::kQuick).
+// What a program's text tells the compile cache about compiling it (exec/compile_cache.cpp): which
+// programs may be compiled quickly first (Tier::kQuick, below), how many bytes a run moves, whether
+// it holds types the CPU emulates, whether it multiplies a matrix by a vector.
 //
 // A quick compile turns LLVM's optimizations off, and with them the fused multiply-adds that XLA
 // lets LLVM contract: float results can then differ from the optimized program's in the last bit
@@ -14,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace torchtpu::exec {
 
@@ -32,6 +35,11 @@ bool has_emulated_types(const std::string& program);
 // buffer) an element-by-element loop fusion instead of its library call, 10-20x slower; without
 // the pass, the dot stays a library call (exec/compile_cache.cpp).
 bool matrix_vector_without_reductions(const std::string& program);
+
+// Whether a matmul's result of these sizes is a matrix times a vector: a vector, or a matrix of one
+// row or one column. Fused mode runs such a matmul alone, between windows: inside one, XLA needs
+// its fusion pass for everything else and makes the dot a loop.
+bool matrix_vector_result(const std::vector<int64_t>& sizes);
 
 // The bytes of `program`'s operands and results (its main function's types): what one run reads and
 // writes, which decides whether compiling it optimized can pay back (exec/compile_cache.cpp).
