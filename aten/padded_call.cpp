@@ -15,15 +15,35 @@
 namespace torchtpu::aten {
 namespace {
 
-// `probe` > 0 gives boxes that much larger: which result sizes follow them (aten::cat's does, a
-// reduction's does not) says which of a result's sizes vary.
+// Whether dimension `d` of tensor argument `arg` has a varying size the rule lets vary.
+bool boxed(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg, int64_t size, int64_t d,
+           const std::vector<int64_t>& varying) {
+  return std::binary_search(varying.begin(), varying.end(), size) && (!rule.paddable || rule.paddable(args, arg, d));
+}
+
 std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
-                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying, int64_t probe = 0) {
+                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying) {
   std::vector<int64_t> box(sizes.begin(), sizes.end());
   for (size_t d = 0; d < box.size(); ++d)
-    if (std::binary_search(varying.begin(), varying.end(), box[d]) &&
-        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
-      box[d] = box_size(box[d], varying) + probe;
+    if (boxed(rule, args, arg, box[d], static_cast<int64_t>(d), varying)) box[d] = box_size(box[d], varying);
+  return box;
+}
+
+// `t`'s box one larger where it varies, to see which result sizes follow it (aten::cat's does, a
+// reduction's does not). Of dimensions of one varying size, only the outermost in memory grows:
+// marks are sizes, and at L = 64 a [B·L, d_ff] matrix with d_ff = 512 = B·L would otherwise make a
+// weight gradient's d_ff vary too, and compile a program of its own at that length.
+std::vector<int64_t> probe_box_of(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
+                                  const at::Tensor& t, const std::vector<int64_t>& varying) {
+  std::vector<int64_t> box = box_of(rule, args, arg, t.sizes(), varying);
+  exec::View view{DType::kF32, box, {t.strides().begin(), t.strides().end()}};
+  std::vector<int64_t> grown;
+  for (int64_t d : view.storage_order()) {
+    int64_t n = t.size(d);
+    if (!boxed(rule, args, arg, n, d, varying) || std::find(grown.begin(), grown.end(), n) != grown.end()) continue;
+    grown.push_back(n);
+    box[d] += 1;
+  }
   return box;
 }
 
@@ -31,7 +51,7 @@ std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IVal
 // null when PyTorch refuses the boxes (sizes that must match did not pad alike).
 std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
                                                const std::vector<c10::IValue>& args,
-                                               const std::vector<int64_t>& varying, int64_t probe = 0) {
+                                               const std::vector<int64_t>& varying, bool probe = false) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
   const PaddingRule& rule = *plan.entry->options.padding;
@@ -39,7 +59,8 @@ std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, co
   for (size_t i = 0; i < args.size(); ++i)
     result->args.push_back(map_tensors(plan.args[i], args[i], [&](const at::Tensor& t) {
       if (!t.defined() || !on_tpu(t)) return t;
-      return at::empty(box_of(rule, args, i, t.sizes(), varying, probe), t.options().device(c10::kMeta));
+      return at::empty(probe ? probe_box_of(rule, args, i, t, varying) : box_of(rule, args, i, t.sizes(), varying),
+                       t.options().device(c10::kMeta));
     }));
   std::string key = meta_key(plan, result->args);
   {
@@ -89,9 +110,7 @@ bool holds(const std::vector<int64_t>& box, const std::vector<int64_t>& sizes) {
 bool pads_any(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
               const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
   for (size_t d = 0; d < sizes.size(); ++d)
-    if (sizes[d] > 1 && std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
-        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
-      return true;
+    if (sizes[d] > 1 && boxed(rule, args, arg, sizes[d], static_cast<int64_t>(d), varying)) return true;
   return false;
 }
 
@@ -157,7 +176,7 @@ std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpP
                                         const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying) {
   std::vector<at::Tensor> metas = destination_metas(plan, box_meta);
   if (metas.size() != outputs.size()) return std::nullopt;
-  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/1);
+  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/true);
   std::vector<at::Tensor> probes = probe_meta ? destination_metas(plan, *probe_meta) : std::vector<at::Tensor>{};
   ResultBoxes r;
   r.varying.resize(outputs.size());
@@ -208,6 +227,21 @@ std::vector<int64_t> with_factors(std::vector<int64_t> marked, const std::vector
   return marked;
 }
 
+// A result's marks: the runs of its dimensions holding a varying size, in PyTorch's order and,
+// for a result stored transposed (attention's [B, H, L, D] in [B, L, H, D] order), in its storage's:
+// the view merging B and L that a projection reads next then finds B·L marked, where otherwise it
+// saw an unmarked split of B·L·H·D and took the other part (H·D) for a varying size too.
+std::vector<int64_t> marks_in_layout(const exec::View& view, const std::vector<int64_t>& result_varying) {
+  std::vector<int64_t> marked = marks(view.sizes, result_varying);
+  if (view.is_contiguous() || !view.is_dense()) return marked;
+  std::vector<int64_t> stored;
+  for (int64_t d : view.storage_order()) stored.push_back(view.sizes[d]);
+  for (int64_t n : marks(stored, result_varying)) marked.push_back(n);
+  std::sort(marked.begin(), marked.end());
+  marked.erase(std::unique(marked.begin(), marked.end()), marked.end());
+  return marked;
+}
+
 bool pads_result(const ResultBoxes& results, const std::vector<exec::Operand>& outputs, size_t k) {
   return results.boxes[k] != outputs[k].view.sizes || !results.varying[k].empty();
 }
@@ -219,7 +253,7 @@ void pad_inputs(const PaddingRule& rule, const std::vector<c10::IValue>& args, c
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
       if (!boxes[k]) continue;
       const std::vector<int64_t>& sizes = in.operands[k].view.sizes;
-      in.operands[k].padding = padding_of(std::move(*boxes[k]), sizes, [&](size_t d) {
+      in.operands[k].padding = padding_of(std::move(*boxes[k]), in.operands[k].view, [&](size_t d) {
         return std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
                (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d)));
       }, rule.fill);
@@ -234,10 +268,10 @@ void pad_results(ResultBoxes& results, const std::vector<int64_t>& varying, std:
     if (!pads_result(results, outputs, k)) continue;
     const std::vector<int64_t>& sizes = outputs[k].view.sizes;
     const std::vector<int64_t>& result_varying = results.varying[k];
-    outputs[k].padding = padding_of(std::move(results.boxes[k]), sizes, [&](size_t d) {
+    outputs[k].padding = padding_of(std::move(results.boxes[k]), outputs[k].view, [&](size_t d) {
       return std::find(result_varying.begin(), result_varying.end(), sizes[d]) != result_varying.end();
     });
-    marked.push_back(with_factors(marks(sizes, result_varying), result_varying, varying));
+    marked.push_back(with_factors(marks_in_layout(outputs[k].view, result_varying), result_varying, varying));
   }
 }
 

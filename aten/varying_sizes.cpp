@@ -204,7 +204,15 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
       }
     }
   }
-  if (origin && !origin->location.empty()) seen_shapes().compare(origin, shapes_of(inputs, output_sizes), varying);
+  if (origin && !origin->location.empty()) {
+    seen_shapes().compare(origin, shapes_of(inputs, output_sizes), varying);
+    // A result as long as what varies now (`arange` of a padded batch's length) varies from its
+    // first call: run exact first, its programs and those of everything reading it would be
+    // compiled twice, once for that first length and once padded (a fused window too).
+    for (const std::vector<int64_t>& sizes : output_sizes)
+      for (int64_t n : sizes)
+        if (recently_varied(n)) add(varying, n);
+  }
   std::sort(varying.begin(), varying.end());
   return varying;
 }
@@ -245,19 +253,21 @@ bool merges_others(const std::vector<int64_t>& sizes, size_t d) {
 
 }  // namespace
 
-exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& sizes,
+exec::Padding padding_of(std::vector<int64_t> box, const exec::View& view,
                          const std::function<bool(size_t dim)>& varies, exec::Fill fill) {
   exec::Padding p{std::move(box), fill};
-  for (size_t d = 0; d < sizes.size(); ++d) {
+  const std::vector<int64_t>& sizes = view.sizes;
+  for (int64_t d : view.storage_order()) {
     if (sizes[d] <= 1 || !varies(d) || merges_others(sizes, d)) continue;
     // Marks are sizes, so a static size equal to the varying one (d_ff = B·L at L = 64) looks varying
-    // too: the first is taken, as where the sizes differ (L = 57), and the program is the same.
+    // too: the outermost in memory is taken (the rows of a matrix, the rows of a transposed one's
+    // storage), as where the sizes differ (L = 57), and the program is the same.
     if (p.rows >= 0 && sizes[d] == sizes[p.rows]) continue;
     if (p.rows >= 0) {
       p.rows = -1;
       break;
     }
-    p.rows = static_cast<int64_t>(d);
+    p.rows = d;
   }
   return p;
 }
@@ -291,7 +301,7 @@ std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::ve
   for (auto* operands : {&inputs, &outputs})
     for (exec::Operand& o : *operands)
       if (pads(o))
-        o.padding = padding_of(box_of(o.view.sizes, varying), o.view.sizes, [&](size_t d) {
+        o.padding = padding_of(box_of(o.view.sizes, varying), o.view, [&](size_t d) {
           return std::binary_search(varying.begin(), varying.end(), o.view.sizes[d]);
         });
   return marks(outputs.at(0).view.sizes, varying);

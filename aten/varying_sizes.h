@@ -25,7 +25,7 @@ int64_t bucket(int64_t n);
 
 // The sizes that vary in a call: those the padded input storages vary in (marked by the op that
 // wrote them), and, given the user's line (`origin`) of an op that seeds padding, those that have
-// differed between calls there. Sorted; never 0 or 1.
+// differed between calls there, and the results' sizes that recently_varied(). Sorted; never 0 or 1.
 std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vector<exec::Operand>& inputs,
                                    const std::vector<std::vector<int64_t>>& output_sizes);
 
@@ -53,9 +53,9 @@ int64_t box_size(int64_t n, const std::vector<int64_t>& varying);
 // `sizes` with each varying size padded (box_size).
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
-// The padding of a view of `sizes` in `box` whose dimensions `varies` says vary: with the one
-// that does as Padding::rows.
-exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& sizes,
+// The padding of `view` in `box` whose dimensions `varies` says vary: with the one that does as
+// Padding::rows (of equal varying sizes, the outermost in memory).
+exec::Padding padding_of(std::vector<int64_t> box, const exec::View& view,
                          const std::function<bool(size_t dim)>& varies, exec::Fill fill = exec::Fill::kZero);
 
 // Pads the operands of an element-wise call made outside the lowering registry (a copy between
