@@ -237,6 +237,12 @@ class _TinyGPT(torch.nn.Module):
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode):
+    # Nothing compiles after the first step: the positions' `arange` is as long as the padded ids
+    # and pads from its first call, and at length 32, the bucket's own, B·L = 64 equals fc1's width
+    # (marks are sizes), which must not give the weight gradients programs of their own. (Where
+    # B·L equals a static size inside its box, at length 20 the vocabulary of 40, that size is
+    # still padded at that length: not covered here.) Fused mode's windows, compiled in the
+    # background, are waited for after each step.
     torch.manual_seed(0)
     cpu_model = _TinyGPT()
     tpu_model = _TinyGPT().to("tpu")
@@ -246,8 +252,8 @@ def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode):
     g = torch.Generator().manual_seed(1)
     compiled = []
     with torchtpu.eager_mode(mode):
-        for length in [20, 23, 17, 29, 31, 18, 25]:  # one bucket (17..32)
-            ids, targets = torch.randint(0, 40, (3, length), generator=g), torch.randint(0, 40, (3, length), generator=g)
+        for length in [21, 23, 17, 32, 29, 31, 18, 25]:  # one bucket (17..32)
+            ids, targets = torch.randint(0, 40, (2, length), generator=g), torch.randint(0, 40, (2, length), generator=g)
             torchtpu.metrics.reset()
             losses = {}
             for device, model in models.items():
@@ -256,9 +262,10 @@ def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode):
                 loss.backward()
                 optimizers[device].step()
                 losses[device] = loss.item()
+            torchtpu.cache.wait_for_background_compiles()
             compiled.append(torchtpu.metrics.counters()["compiles"])
             assert losses["tpu"] == pytest.approx(losses["cpu"], rel=1e-5), length
-    assert compiled[2:] == [0] * 5, compiled
+    assert compiled[0] > 0 and compiled[1:] == [0] * 7, compiled
     assert torchtpu.metrics.cpu_fallbacks() == {}
     for name, p in tpu_model.named_parameters():
         torch.testing.assert_close(p.detach().cpu(), cpu_model.get_parameter(name).detach(), rtol=1e-4, atol=1e-5,
