@@ -58,12 +58,12 @@ def test_a_growing_kv_cache_matches_cpu_and_stops_compiling_inside_a_bucket(mode
     assert _counters()["compiles"] == compiles
 
 
-def _in_a_fresh_process(function, cache_dir):
-    """The list of integers this file's `function` returns, run in a new process with an empty
-    compile cache (no sizes marked as varying by earlier tests)."""
+def _in_a_fresh_process(function, cache_dir, *args):
+    """The list of integers this file's `function` returns for `args`, run in a new process with
+    an empty compile cache (no sizes marked as varying by earlier tests)."""
     code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
             f"from test_padded_eager import {function}\n"
-            f"print({function}())\n")
+            f"print({function}(*{args!r}))\n")
     out = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], capture_output=True, text=True,
                          env={**os.environ, "TORCHTPU_CACHE_DIR": str(cache_dir)}, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -235,14 +235,9 @@ class _TinyGPT(torch.nn.Module):
         return self.head(x)
 
 
-@pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode):
-    # Nothing compiles after the first step: the positions' `arange` is as long as the padded ids
-    # and pads from its first call, and at length 32, the bucket's own, B·L = 64 equals fc1's width
-    # (marks are sizes), which must not give the weight gradients programs of their own. (Where
-    # B·L equals a static size inside its box, at length 20 the vocabulary of 40, that size is
-    # still padded at that length: not covered here.) Fused mode's windows, compiled in the
-    # background, are waited for after each step.
+def varying_length_training_compiles(mode):
+    """The programs compiled at each step of training a _TinyGPT at lengths of one bucket (batch 2),
+    after checking each step's loss and the final parameters against CPU's."""
     torch.manual_seed(0)
     cpu_model = _TinyGPT()
     tpu_model = _TinyGPT().to("tpu")
@@ -265,11 +260,24 @@ def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode):
             torchtpu.cache.wait_for_background_compiles()
             compiled.append(torchtpu.metrics.counters()["compiles"])
             assert losses["tpu"] == pytest.approx(losses["cpu"], rel=1e-5), length
-    assert compiled[0] > 0 and compiled[1:] == [0] * 7, compiled
     assert torchtpu.metrics.cpu_fallbacks() == {}
     for name, p in tpu_model.named_parameters():
         torch.testing.assert_close(p.detach().cpu(), cpu_model.get_parameter(name).detach(), rtol=1e-4, atol=1e-5,
                                    msg=lambda m: f"{name}: {m}")
+    return compiled
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode, tmp_path):
+    # Nothing compiles after the first step: the positions' `arange` is as long as the padded ids
+    # and pads from its first call, and at length 32, the bucket's own, B·L = 64 equals fc1's width
+    # (marks are sizes), which must not give the weight gradients programs of their own. (Where
+    # B·L equals a static size inside its box, at length 20 the vocabulary of 40, that size is
+    # still padded at that length: not covered here.) Fused mode's windows, compiled in the
+    # background, are waited for after each step. In a fresh process: the model's lines, shared
+    # with other tests here at other batch sizes, would make the batch vary too.
+    compiled = _in_a_fresh_process("varying_length_training_compiles", tmp_path, mode)
+    assert compiled[0] > 0 and compiled[1:] == [0] * 7, compiled
 
 
 def test_a_compiled_graph_is_captured_at_exact_sizes_after_eager_padding():
