@@ -15,35 +15,15 @@
 namespace torchtpu::aten {
 namespace {
 
-// Whether dimension `d` of tensor argument `arg` has a varying size the rule lets vary.
-bool boxed(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg, int64_t size, int64_t d,
-           const std::vector<int64_t>& varying) {
-  return std::binary_search(varying.begin(), varying.end(), size) && (!rule.paddable || rule.paddable(args, arg, d));
-}
-
+// `probe` > 0 gives boxes that much larger: which result sizes follow them (aten::cat's does, a
+// reduction's does not) says which of a result's sizes vary.
 std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
-                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying) {
+                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying, int64_t probe = 0) {
   std::vector<int64_t> box(sizes.begin(), sizes.end());
   for (size_t d = 0; d < box.size(); ++d)
-    if (boxed(rule, args, arg, box[d], static_cast<int64_t>(d), varying)) box[d] = box_size(box[d], varying);
-  return box;
-}
-
-// `t`'s box one larger where it varies, to see which result sizes follow it (aten::cat's does, a
-// reduction's does not). Of dimensions of one varying size, only the outermost in memory grows:
-// marks are sizes, and at L = 64 a [B·L, d_ff] matrix with d_ff = 512 = B·L would otherwise make a
-// weight gradient's d_ff vary too, and compile a program of its own at that length.
-std::vector<int64_t> probe_box_of(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
-                                  const at::Tensor& t, const std::vector<int64_t>& varying) {
-  std::vector<int64_t> box = box_of(rule, args, arg, t.sizes(), varying);
-  exec::View view{DType::kF32, box, {t.strides().begin(), t.strides().end()}};
-  std::vector<int64_t> grown;
-  for (int64_t d : view.storage_order()) {
-    int64_t n = t.size(d);
-    if (!boxed(rule, args, arg, n, d, varying) || std::find(grown.begin(), grown.end(), n) != grown.end()) continue;
-    grown.push_back(n);
-    box[d] += 1;
-  }
+    if (std::binary_search(varying.begin(), varying.end(), box[d]) &&
+        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
+      box[d] = box_size(box[d], varying) + probe;
   return box;
 }
 
@@ -51,7 +31,7 @@ std::vector<int64_t> probe_box_of(const PaddingRule& rule, const std::vector<c10
 // null when PyTorch refuses the boxes (sizes that must match did not pad alike).
 std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
                                                const std::vector<c10::IValue>& args,
-                                               const std::vector<int64_t>& varying, bool probe = false) {
+                                               const std::vector<int64_t>& varying, int64_t probe = 0) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
   const PaddingRule& rule = *plan.entry->options.padding;
@@ -59,8 +39,7 @@ std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, co
   for (size_t i = 0; i < args.size(); ++i)
     result->args.push_back(map_tensors(plan.args[i], args[i], [&](const at::Tensor& t) {
       if (!t.defined() || !on_tpu(t)) return t;
-      return at::empty(probe ? probe_box_of(rule, args, i, t, varying) : box_of(rule, args, i, t.sizes(), varying),
-                       t.options().device(c10::kMeta));
+      return at::empty(box_of(rule, args, i, t.sizes(), varying, probe), t.options().device(c10::kMeta));
     }));
   std::string key = meta_key(plan, result->args);
   {
@@ -110,7 +89,9 @@ bool holds(const std::vector<int64_t>& box, const std::vector<int64_t>& sizes) {
 bool pads_any(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
               const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
   for (size_t d = 0; d < sizes.size(); ++d)
-    if (sizes[d] > 1 && boxed(rule, args, arg, sizes[d], static_cast<int64_t>(d), varying)) return true;
+    if (sizes[d] > 1 && std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
+        (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
+      return true;
   return false;
 }
 
@@ -176,7 +157,7 @@ std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpP
                                         const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying) {
   std::vector<at::Tensor> metas = destination_metas(plan, box_meta);
   if (metas.size() != outputs.size()) return std::nullopt;
-  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/true);
+  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/1);
   std::vector<at::Tensor> probes = probe_meta ? destination_metas(plan, *probe_meta) : std::vector<at::Tensor>{};
   ResultBoxes r;
   r.varying.resize(outputs.size());
