@@ -61,11 +61,12 @@ bool ranks_share_cores() {
 }
 
 // Programs that read and write at most this many bytes a run (TORCHTPU_LIGHT_PROGRAM_BYTES, 1 MiB)
-// are compiled without XLA CPU's fusion emitters, in every tier: the emitters' vectorized loops
-// pay off on large tensors, but cost 20-30% more compile time, and a small program's run is
-// mostly launch overhead (docs/design.md, "Tiered compiles"). Not programs with types the CPU
-// emulates, which the older emitters get wrong (a float8 conversion's rounding) or cannot compile
-// (a complex comparison).
+// are compiled as the quick tier compiles (LLVM's optimizations and XLA CPU's fusion emitters
+// off), once, never promoted: optimizing pays off on large tensors, but costs 2-3x the compile
+// time, and a small program's run is mostly launch overhead (docs/design.md, "Tiered compiles").
+// Being a function of the program's text, the choice gives a program the same bits every time.
+// Not programs with types the CPU emulates, which the older emitters get wrong (a float8
+// conversion's rounding) or cannot compile (a complex comparison).
 bool light(const std::string& program) {
   static const int64_t limit = [] {
     std::string setting = env_or("TORCHTPU_LIGHT_PROGRAM_BYTES", "1MiB");
@@ -79,7 +80,7 @@ bool light(const std::string& program) {
 // What in a program's text changes how XLA CPU compiles it: a function of the text alone, so that
 // a program always gets the same bits.
 struct CodegenHints {
-  bool light = false;          // no fusion emitters (above)
+  bool light = false;          // compiled quickly, in every tier (above)
   bool matrix_vector = false;  // no fusion pass: its dot stays a library call (exec/quick_compile.h)
 };
 
@@ -91,17 +92,15 @@ runtime::CompileOptions compile_options(Tier tier, CodegenHints hints) {
   runtime::CompileOptions options;
   options.portable = true;  // one executable serves every device
   options.xla_flags["xla_allow_excess_precision"] = excess_precision.load();
-  if (client().platform_name() == "cpu" && ranks_share_cores())
-    options.xla_flags["xla_cpu_multi_thread_eigen"] = false;
-  if (tier == Tier::kQuick) {  // XLA CPU's options: LLVM's optimizations and fusion emitters off
+  bool cpu = client().platform_name() == "cpu";
+  if (cpu && ranks_share_cores()) options.xla_flags["xla_cpu_multi_thread_eigen"] = false;
+  // XLA CPU's options: LLVM's optimizations and the fusion emitters off.
+  if (tier == Tier::kQuick || (cpu && hints.light)) {
     options.xla_int_flags["xla_backend_optimization_level"] = 0;
     options.xla_flags["xla_llvm_disable_expensive_passes"] = true;
     options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
   }
-  if (client().platform_name() == "cpu") {
-    if (hints.light) options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
-    if (hints.matrix_vector) options.xla_string_flags["xla_disable_hlo_passes"] = "fusion";
-  }
+  if (cpu && hints.matrix_vector) options.xla_string_flags["xla_disable_hlo_passes"] = "fusion";
   return options;
 }
 
@@ -290,7 +289,8 @@ class Cache {
       wakeup_.notify_one();
       return nullptr;
     }
-    if (first == Tier::kQuick && compile_quickly(job.text)) return get_quick(std::move(job));
+    // (A light program's optimized tier is compiled quickly already: nothing to promote.)
+    if (first == Tier::kQuick && compile_quickly(job.text) && !light(job.text)) return get_quick(std::move(job));
     return compile_on_a_thread(std::move(job));
   }
 

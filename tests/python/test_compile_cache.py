@@ -305,8 +305,9 @@ TIERS = textwrap.dedent("""
 
 def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often_on_enough_bytes(tmp_path):
     # each run of mul and softmax reads and writes 2 x 768 bytes: 3 runs move 4.5 KiB
+    # (Programs this small are light and skip the tiers, below: the limit is turned off here.)
     env = {"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_PROMOTE_AFTER": "3", "TORCHTPU_PROMOTE_AFTER_BYTES": "4KiB",
-           "TORCHTPU_QUICK_COMPILE": "all"}
+           "TORCHTPU_QUICK_COMPILE": "all", "TORCHTPU_LIGHT_PROGRAM_BYTES": "0"}
     cold, _ = run(env, workload=TIERS)
     assert cold["quick"] == cold["misses"] > 0, cold
     # mul and softmax each ran 6 times: both were promoted, which the compile count does not show
@@ -324,6 +325,18 @@ def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often_on
     assert small["quick"] == small["misses"] > 0 and small["promotions"] == 0, small
 
 
+def test_a_light_program_is_compiled_quickly_once_and_never_promoted(tmp_path):
+    """Programs of at most TORCHTPU_LIGHT_PROGRAM_BYTES a run are compiled with the quick tier's
+    options in every tier: once, never again optimized, so their bits never change."""
+    env = {"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_PROMOTE_AFTER": "3", "TORCHTPU_PROMOTE_AFTER_BYTES": "4KiB",
+           "TORCHTPU_QUICK_COMPILE": "all"}
+    out, _ = run(env, workload=TIERS)
+    assert out["misses"] > 0 and out["quick"] == 0 and out["promotions"] == 0, out
+    expected = torch.softmax(torch.randn(8, 24, generator=torch.manual_seed(0)) * 3, dim=1)
+    for r in out["runs"]:
+        torch.testing.assert_close(torch.tensor(r), expected)
+
+
 EXACT = textwrap.dedent("""
     import json, torch, torchtpu
     f, i = torch.arange(6.0).to("tpu"), torch.arange(6).to("tpu")
@@ -336,11 +349,13 @@ EXACT = textwrap.dedent("""
 def test_by_default_only_programs_whose_bits_cannot_change_compile_quickly(tmp_path):
     """A float product and a sum may become a fused multiply-add when optimized: a quick program
     could differ from its promoted successor in the last bit, so f + 3 * f is not quick."""
-    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_QUICK_COMPILE": "exact"}, workload=EXACT)
+    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_QUICK_COMPILE": "exact", "TORCHTPU_LIGHT_PROGRAM_BYTES": "0"},
+                 workload=EXACT)
     assert out["misses"] == 3 and out["quick"] == 2, out  # cat and the integer add; not f + 3 * f
     assert out["cat"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] * 2
 
 
 def test_quick_compiles_can_be_turned_off(tmp_path):
-    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_QUICK_COMPILE": "0"}, workload=TIERS)
+    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_QUICK_COMPILE": "0", "TORCHTPU_LIGHT_PROGRAM_BYTES": "0"},
+                 workload=TIERS)
     assert out["misses"] > 0 and out["quick"] == 0 and out["promotions"] == 0, out
