@@ -61,12 +61,11 @@ bool ranks_share_cores() {
 }
 
 // Programs that read and write at most this many bytes a run (TORCHTPU_LIGHT_PROGRAM_BYTES, 1 MiB)
-// are compiled as the quick tier compiles (LLVM's optimizations and XLA CPU's fusion emitters
-// off), once, never promoted: optimizing pays off on large tensors, but costs 2-3x the compile
-// time, and a small program's run is mostly launch overhead (docs/design.md, "Tiered compiles").
-// Being a function of the program's text, the choice gives a program the same bits every time.
-// Not programs with types the CPU emulates, which the older emitters get wrong (a float8
-// conversion's rounding) or cannot compile (a complex comparison).
+// are compiled without XLA CPU's fusion emitters, in every tier: the emitters' vectorized loops
+// pay off on large tensors, but cost 20-30% more compile time, and a small program's run is
+// mostly launch overhead (docs/design.md, "Tiered compiles"). Not programs with types the CPU
+// emulates, which the older emitters get wrong (a float8 conversion's rounding) or cannot compile
+// (a complex comparison).
 bool light(const std::string& program) {
   static const int64_t limit = [] {
     std::string setting = env_or("TORCHTPU_LIGHT_PROGRAM_BYTES", "1MiB");
@@ -77,15 +76,24 @@ bool light(const std::string& program) {
   return limit > 0 && bytes_per_run(program) <= limit && !has_emulated_types(program);
 }
 
+// A light program computing at most this many bytes a run (a decode step's, a short prompt's) is
+// compiled as the quick tier compiles, once, never promoted: LLVM's optimizations cost 2-3x the
+// compile time, and on a few thousand elements they save microseconds a run (a first `generate`
+// compiles ~100 such programs). Larger results keep them: a small model's training step at
+// [8, 64, 128] ran 1.7x slower with every light program unoptimized.
+constexpr int64_t kSmallResultBytes = 64 << 10;
+
 // What in a program's text changes how XLA CPU compiles it: a function of the text alone, so that
 // a program always gets the same bits.
 struct CodegenHints {
-  bool light = false;          // compiled quickly, in every tier (above)
+  bool light = false;          // no fusion emitters (above)
+  bool small = false;          // light, with small results: compiled quickly, in every tier (above)
   bool matrix_vector = false;  // no fusion pass: its dot stays a library call (exec/quick_compile.h)
 };
 
 CodegenHints hints_for(const std::string& program) {
-  return {light(program), matrix_vector_without_reductions(program)};
+  bool is_light = light(program);
+  return {is_light, is_light && result_bytes(program) <= kSmallResultBytes, matrix_vector_without_reductions(program)};
 }
 
 runtime::CompileOptions compile_options(Tier tier, CodegenHints hints) {
@@ -95,11 +103,12 @@ runtime::CompileOptions compile_options(Tier tier, CodegenHints hints) {
   bool cpu = client().platform_name() == "cpu";
   if (cpu && ranks_share_cores()) options.xla_flags["xla_cpu_multi_thread_eigen"] = false;
   // XLA CPU's options: LLVM's optimizations and the fusion emitters off.
-  if (tier == Tier::kQuick || (cpu && hints.light)) {
+  if (tier == Tier::kQuick || (cpu && hints.small)) {
     options.xla_int_flags["xla_backend_optimization_level"] = 0;
     options.xla_flags["xla_llvm_disable_expensive_passes"] = true;
     options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
   }
+  if (cpu && hints.light) options.xla_flags["xla_cpu_use_fusion_emitters"] = false;
   if (cpu && hints.matrix_vector) options.xla_string_flags["xla_disable_hlo_passes"] = "fusion";
   return options;
 }
@@ -289,8 +298,8 @@ class Cache {
       wakeup_.notify_one();
       return nullptr;
     }
-    // (A light program's optimized tier is compiled quickly already: nothing to promote.)
-    if (first == Tier::kQuick && compile_quickly(job.text) && !light(job.text)) return get_quick(std::move(job));
+    // (A small program's optimized tier is compiled quickly already: nothing to promote.)
+    if (first == Tier::kQuick && compile_quickly(job.text) && !hints_for(job.text).small) return get_quick(std::move(job));
     return compile_on_a_thread(std::move(job));
   }
 

@@ -138,11 +138,16 @@ bool matrix_vector_result(const std::vector<int64_t>& sizes) {
 
 bool has_emulated_types(const std::string& program) { return mentions_emulated_types(program); }
 
-int64_t bytes_per_run(const std::string& program) {
+namespace {
+
+// The bytes of the tensor types on the main function's line from `from` ("@main(": operands and
+// results; ") -> (": results).
+int64_t main_bytes(const std::string& program, std::string_view from) {
   size_t main = program.find("@main(");
   if (main == std::string::npos) return 0;
   std::string_view line(program);
   line = line.substr(main, line.find('\n', main) - main);
+  line = line.substr(std::min(line.find(from), line.size()));
   int64_t bytes = 0;
   for (size_t open = line.find("tensor<"); open != std::string_view::npos; open = line.find("tensor<", open)) {
     open += 7;
@@ -153,6 +158,12 @@ int64_t bytes_per_run(const std::string& program) {
   }
   return bytes;
 }
+
+}  // namespace
+
+int64_t bytes_per_run(const std::string& program) { return main_bytes(program, "@main("); }
+
+int64_t result_bytes(const std::string& program) { return main_bytes(program, ") -> ("); }
 
 bool same_bits_however_compiled(const std::string& program) {
   std::string_view text(program);

@@ -45,4 +45,7 @@ bool matrix_vector_result(const std::vector<int64_t>& sizes);
 // writes, which decides whether compiling it optimized can pay back (exec/compile_cache.cpp).
 int64_t bytes_per_run(const std::string& program);
 
+// The bytes of `program`'s results: what one run computes.
+int64_t result_bytes(const std::string& program);
+
 }  // namespace torchtpu::exec
