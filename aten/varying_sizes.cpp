@@ -204,18 +204,7 @@ std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vecto
       }
     }
   }
-  if (origin && !origin->location.empty()) {
-    seen_shapes().compare(origin, shapes_of(inputs, output_sizes), varying);
-    // A result of an op that reads nothing varying, as long as what varies now (`arange` of a
-    // padded batch's length), varies from its first call: run exact first, its programs and those
-    // of everything reading it would be compiled twice, once for that first length and once
-    // padded (a fused window too). Not beside varying sizes: a cache's head size equal to a
-    // length seen earlier would vary too.
-    if (varying.empty())
-      for (const std::vector<int64_t>& sizes : output_sizes)
-        for (int64_t n : sizes)
-          if (recently_varied(n)) add(varying, n);
-  }
+  if (origin && !origin->location.empty()) seen_shapes().compare(origin, shapes_of(inputs, output_sizes), varying);
   std::sort(varying.begin(), varying.end());
   return varying;
 }

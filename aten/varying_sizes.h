@@ -25,7 +25,7 @@ int64_t bucket(int64_t n);
 
 // The sizes that vary in a call: those the padded input storages vary in (marked by the op that
 // wrote them), and, given the user's line (`origin`) of an op that seeds padding, those that have
-// differed between calls there, and the results' sizes that recently_varied(). Sorted; never 0 or 1.
+// differed between calls there. Sorted; never 0 or 1.
 std::vector<int64_t> varying_sizes(const graph::Origin* origin, const std::vector<exec::Operand>& inputs,
                                    const std::vector<std::vector<int64_t>>& output_sizes);
 

@@ -80,7 +80,8 @@ bool light(const std::string& program) {
 // compiled as the quick tier compiles, once, never promoted: LLVM's optimizations cost 2-3x the
 // compile time, and on a few thousand elements they save microseconds a run (a first `generate`
 // compiles ~100 such programs). Larger results keep them: a small model's training step at
-// [8, 64, 128] ran 1.7x slower with every light program unoptimized.
+// [8, 64, 128] ran 1.7x slower with every light program unoptimized. So do element-wise
+// multiply-adds (exec/quick_compile.h), whose fused multiply-adds match PyTorch's CPU bits.
 constexpr int64_t kSmallResultBytes = 64 << 10;
 
 // What in a program's text changes how XLA CPU compiles it: a function of the text alone, so that
@@ -93,7 +94,8 @@ struct CodegenHints {
 
 CodegenHints hints_for(const std::string& program) {
   bool is_light = light(program);
-  return {is_light, is_light && result_bytes(program) <= kSmallResultBytes, matrix_vector_without_reductions(program)};
+  bool small = is_light && result_bytes(program) <= kSmallResultBytes && !only_multiply_adds(program);
+  return {is_light, small, matrix_vector_without_reductions(program)};
 }
 
 runtime::CompileOptions compile_options(Tier tier, CodegenHints hints) {

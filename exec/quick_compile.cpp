@@ -141,7 +141,7 @@ bool has_emulated_types(const std::string& program) { return mentions_emulated_t
 namespace {
 
 // The bytes of the tensor types on the main function's line from `from` ("@main(": operands and
-// results; ") -> (": results).
+// results; ") -> ": results).
 int64_t main_bytes(const std::string& program, std::string_view from) {
   size_t main = program.find("@main(");
   if (main == std::string::npos) return 0;
@@ -163,19 +163,27 @@ int64_t main_bytes(const std::string& program, std::string_view from) {
 
 int64_t bytes_per_run(const std::string& program) { return main_bytes(program, "@main("); }
 
-int64_t result_bytes(const std::string& program) { return main_bytes(program, ") -> ("); }
+int64_t result_bytes(const std::string& program) { return main_bytes(program, ") -> "); }
 
-bool same_bits_however_compiled(const std::string& program) {
+namespace {
+
+enum class FloatArithmetic {
+  kExact,        // none that code generation can change
+  kMultiplyAdd,  // float products beside float sums, and nothing else inexact
+  kOther,        // reductions, regions, transcendental functions, ...
+};
+
+FloatArithmetic float_arithmetic(const std::string& program) {
   std::string_view text(program);
   // Integer and boolean programs are exact whatever they do, reductions and loops included.
-  if (!mentions_floats(text) && !mentions_emulated_types(text)) return true;
+  if (!mentions_floats(text) && !mentions_emulated_types(text)) return FloatArithmetic::kExact;
   // A float product or quotient is exact on its own; only beside a float sum can optimization
   // contract it into a fused multiply-add.
   bool float_sums = false, float_products = false;
   for (std::string_view line : lines_of(text)) {
     std::string_view op = op_of(line);
     if (op.empty() || op == "return") continue;
-    if (mentions_emulated_types(line)) return false;
+    if (mentions_emulated_types(line)) return FloatArithmetic::kOther;
     bool floats = mentions_floats(line);
     if (floats && (op == "add" || op == "subtract")) float_sums = true;
     if (exact_on_floats(op)) continue;
@@ -185,9 +193,19 @@ bool same_bits_however_compiled(const std::string& program) {
     }
     // An op with regions (reduce, sort, while) has its types on a later line: not judged here.
     bool typed_here = line.find(" : (") != std::string_view::npos;
-    if (floats || !typed_here) return false;
+    if (floats || !typed_here) return FloatArithmetic::kOther;
   }
-  return !(float_sums && float_products);
+  return float_sums && float_products ? FloatArithmetic::kMultiplyAdd : FloatArithmetic::kExact;
+}
+
+}  // namespace
+
+bool same_bits_however_compiled(const std::string& program) {
+  return float_arithmetic(program) == FloatArithmetic::kExact;
+}
+
+bool only_multiply_adds(const std::string& program) {
+  return float_arithmetic(program) == FloatArithmetic::kMultiplyAdd;
 }
 
 }  // namespace torchtpu::exec

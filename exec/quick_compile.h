@@ -24,6 +24,11 @@ namespace torchtpu::exec {
 // however it is compiled.
 bool same_bits_however_compiled(const std::string& program);
 
+// Whether `program`'s only float arithmetic that code generation can change is products beside
+// sums (lerp's a + w * (b - a), linspace's start + i * step): optimized, they become the fused
+// multiply-adds PyTorch's CPU kernels compute too; unoptimized, they round twice.
+bool only_multiply_adds(const std::string& program);
+
 // Whether `program` has float8, float16, bfloat16 or complex values anywhere: the CPU emulates
 // them, and how depends on code generation (a float8 conversion rounds otherwise without XLA's
 // fusion emitters or LLVM's optimizations, and one complex comparison does not compile).

@@ -77,6 +77,14 @@ TEST(QuickCompile, BytesPerRunCountEveryOperandAndResult) {
   EXPECT_EQ(bytes_per_run("no main function"), 0);
 }
 
+TEST(QuickCompile, ResultBytesCountOnlyResults) {
+  EXPECT_EQ(result_bytes("module @m {\n  func.func public @main(%arg0: tensor<4x256xf32>, %arg1: tensor<i1>) -> "
+                         "(tensor<2x3xcomplex<f64>>, tensor<8xbf16>) {\n  }\n}"),
+            2 * 3 * 16 + 8 * 2);
+  EXPECT_EQ(result_bytes("func.func public @main(%arg0: tensor<1024xf32>) -> tensor<f32> {"), 4);
+  EXPECT_EQ(result_bytes("no main function"), 0);
+}
+
 TEST(QuickCompile, EmulatedTypesAnywhereInTheProgram) {
   EXPECT_FALSE(has_emulated_types("func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xi1>) {"));
   EXPECT_TRUE(has_emulated_types("func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>) {\n"
