@@ -131,8 +131,7 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
     for (const std::vector<int64_t>& sizes : output_sizes)
       for (int64_t n : sizes)
         if (n >= 16 && recently_varied(n) && std::find(varying.begin(), varying.end(), n) == varying.end())
-          varying.push_back(n);
-  std::sort(varying.begin(), varying.end());
+          varying.insert(std::upper_bound(varying.begin(), varying.end(), n), n);
   if (varying.empty() && !reads_padded) return std::nullopt;
   return varying;
 }
@@ -246,7 +245,7 @@ void pad_inputs(const PaddingRule& rule, const std::vector<c10::IValue>& args, c
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
       if (!boxes[k]) continue;
       const std::vector<int64_t>& sizes = in.operands[k].view.sizes;
-      in.operands[k].padding = padding_of(std::move(*boxes[k]), in.operands[k].view, [&](size_t d) {
+      in.operands[k].padding = padding_of(std::move(*boxes[k]), sizes, [&](size_t d) {
         return std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
                (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d)));
       }, rule.fill);
@@ -261,7 +260,7 @@ void pad_results(ResultBoxes& results, const std::vector<int64_t>& varying, std:
     if (!pads_result(results, outputs, k)) continue;
     const std::vector<int64_t>& sizes = outputs[k].view.sizes;
     const std::vector<int64_t>& result_varying = results.varying[k];
-    outputs[k].padding = padding_of(std::move(results.boxes[k]), outputs[k].view, [&](size_t d) {
+    outputs[k].padding = padding_of(std::move(results.boxes[k]), sizes, [&](size_t d) {
       return std::find(result_varying.begin(), result_varying.end(), sizes[d]) != result_varying.end();
     });
     marked.push_back(with_factors(marks_in_layout(outputs[k].view, result_varying), result_varying, varying));

@@ -245,21 +245,19 @@ bool merges_others(const std::vector<int64_t>& sizes, size_t d) {
 
 }  // namespace
 
-exec::Padding padding_of(std::vector<int64_t> box, const exec::View& view,
+exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& sizes,
                          const std::function<bool(size_t dim)>& varies, exec::Fill fill) {
   exec::Padding p{std::move(box), fill};
-  const std::vector<int64_t>& sizes = view.sizes;
-  for (int64_t d : view.storage_order()) {
+  for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] <= 1 || !varies(d) || merges_others(sizes, d)) continue;
     // Marks are sizes, so a static size equal to the varying one (d_ff = B·L at L = 64) looks varying
-    // too: the outermost in memory is taken (the rows of a matrix, the rows of a transposed one's
-    // storage), as where the sizes differ (L = 57), and the program is the same.
+    // too: the first is taken, as where the sizes differ (L = 57), and the program is the same.
     if (p.rows >= 0 && sizes[d] == sizes[p.rows]) continue;
     if (p.rows >= 0) {
       p.rows = -1;
       break;
     }
-    p.rows = d;
+    p.rows = static_cast<int64_t>(d);
   }
   return p;
 }
@@ -293,7 +291,7 @@ std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::ve
   for (auto* operands : {&inputs, &outputs})
     for (exec::Operand& o : *operands)
       if (pads(o))
-        o.padding = padding_of(box_of(o.view.sizes, varying), o.view, [&](size_t d) {
+        o.padding = padding_of(box_of(o.view.sizes, varying), o.view.sizes, [&](size_t d) {
           return std::binary_search(varying.begin(), varying.end(), o.view.sizes[d]);
         });
   return marks(outputs.at(0).view.sizes, varying);

@@ -53,9 +53,9 @@ int64_t box_size(int64_t n, const std::vector<int64_t>& varying);
 // `sizes` with each varying size padded (box_size).
 std::vector<int64_t> box_of(const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying);
 
-// The padding of `view` in `box` whose dimensions `varies` says vary: with the one that does as
-// Padding::rows (of equal varying sizes, the outermost in memory).
-exec::Padding padding_of(std::vector<int64_t> box, const exec::View& view,
+// The padding of a view of `sizes` in `box` whose dimensions `varies` says vary: with the one
+// that does as Padding::rows.
+exec::Padding padding_of(std::vector<int64_t> box, const std::vector<int64_t>& sizes,
                          const std::function<bool(size_t dim)>& varies, exec::Fill fill = exec::Fill::kZero);
 
 // Pads the operands of an element-wise call made outside the lowering registry (a copy between

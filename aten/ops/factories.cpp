@@ -80,7 +80,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   exec::Operand out = operand(self);
   std::vector<int64_t> varying = zero_bytes(value) ? varying_in_backward_zeros(self, out) : std::vector<int64_t>{};
   if (!varying.empty())
-    out.padding = padding_of(box_of(out.view.sizes, varying), out.view, [&](size_t d) {
+    out.padding = padding_of(box_of(out.view.sizes, varying), out.view.sizes, [&](size_t d) {
       return std::binary_search(varying.begin(), varying.end(), out.view.sizes[d]);
     });
   hlo::TensorType type{computed_as(out.view.dtype), out.padding ? out.padding->box : out.view.sizes};

@@ -326,8 +326,9 @@ def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often_on
 
 
 def test_a_light_program_is_compiled_quickly_once_and_never_promoted(tmp_path):
-    """Programs of at most TORCHTPU_LIGHT_PROGRAM_BYTES a run are compiled with the quick tier's
-    options in every tier: once, never again optimized, so their bits never change."""
+    """Light programs (at most TORCHTPU_LIGHT_PROGRAM_BYTES a run) with small results, other than
+    element-wise multiply-adds, are compiled with the quick tier's options in every tier: once,
+    never again optimized, so their bits never change (this mul and softmax)."""
     env = {"TORCHTPU_CACHE_DIR": str(tmp_path), "TORCHTPU_PROMOTE_AFTER": "3", "TORCHTPU_PROMOTE_AFTER_BYTES": "4KiB",
            "TORCHTPU_QUICK_COMPILE": "all"}
     out, _ = run(env, workload=TIERS)
