@@ -124,13 +124,11 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
   // A seeding op's result as long as what varies now (`arange` of a padded batch's length) varies
   // from its first call: run exact first, its programs and those of everything reading it would
   // be compiled twice, once for that first length and once padded (a fused window too). Only
-  // where nothing else varies (beside a cache, a head size equal to a length seen earlier would),
-  // and for lengths of a bucket's size (16) or more: the sparse kernels' internal `arange`s over
-  // a handful of entries, padded so, hit an unresolved failure in a later fill.
+  // where nothing else varies (beside a cache, a head size equal to a length seen earlier would).
   if (rule.seeds && varying.empty() && !reads_padded)
     for (const std::vector<int64_t>& sizes : output_sizes)
       for (int64_t n : sizes)
-        if (n >= 16 && recently_varied(n) && std::find(varying.begin(), varying.end(), n) == varying.end())
+        if (recently_varied(n) && std::find(varying.begin(), varying.end(), n) == varying.end())
           varying.insert(std::upper_bound(varying.begin(), varying.end(), n), n);
   if (varying.empty() && !reads_padded) return std::nullopt;
   return varying;

@@ -161,7 +161,7 @@ struct Fragment {
       if (out.padding)
         target = write_padded(b, s.read ? std::optional<hlo::Value>(target) : std::nullopt, s.flat_length, *geometry,
                               out.view, *out.padding, results[i]);
-      else if (out.offset_at >= 0)
+      else if (out.offset_at >= 0 && s.read)  // unread: written whole, so its offset is 0
         target = write_at_offset(b, target, offset(b, *geometry, out), out.view, results[i]);
       else
         target = s.read ? write_view(b, target, out.view, results[i]) : b.reshape(results[i], {s.flat_length});

@@ -321,6 +321,23 @@ def test_indexing_a_padded_tensor_wraps_and_checks_at_its_exact_size():
         x[torch.tensor([-6], device="tpu")].cpu()
 
 
+def _zero_row(x, i):
+    x[i].zero_()  # one line, so its offset varies between calls
+
+
+def test_a_whole_write_at_a_line_whose_offset_varies_lands_in_a_padded_storage():
+    """A line that wrote rows at several offsets (run-time offsets since) then writes the only row of
+    a tensor stored in a box: the write covers the whole storage. It failed to build its program
+    (a sparse softmax's index clone hit it)."""
+    rows = torch.ones(3, 4, device="tpu")
+    _zero_row(rows, 0)
+    _zero_row(rows, 1)
+    x = torchtpu._C._to_tpu_padded(torch.ones(1, 20), [20]).add(1)
+    _zero_row(x, 0)
+    torch.testing.assert_close(x.cpu(), torch.zeros(1, 20))
+    torch.testing.assert_close(rows.cpu(), torch.tensor([[0.] * 4, [0.] * 4, [1.] * 4]))
+
+
 def test_ops_run_at_exact_sizes_on_padded_tensors_are_counted_by_name():
     x = torch.ones(2, 3, device="tpu")
     for _ in range(3):
