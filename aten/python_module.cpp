@@ -120,6 +120,7 @@ py::dict cache_stats() {
   out["promotions"] = s.promotions;
   out["background_pending"] = s.background_pending;
   out["skipped_background"] = s.skipped_background;
+  out["deferred"] = s.deferred;
   out["prefetched"] = s.prefetched;
   py::list compiles;
   for (const auto& c : s.compiles) compiles.append(py::make_tuple(c.what, c.seconds, c.temp_bytes));

@@ -1,6 +1,8 @@
 #include "exec/compile_cache.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -8,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +142,13 @@ bool compile_quickly(const std::string& program) {
 // window asked for twice in a row is compiled all the same: it has settled.
 constexpr int64_t kBackgroundVariants = 8;
 
+// Programs compiled only once asked for a second time wait, deferred, at most this many; the
+// oldest go. Waiting for the background compiles compiles the deferred ones too.
+constexpr size_t kMostDeferredWindows = 64;
+
+// The background worker's nice value: the lowest priority.
+constexpr int kBackgroundNice = 19;
+
 // How often a quickly compiled program runs, and how many bytes its runs read and write, before it
 // is compiled again, optimized. An optimized compile costs tens of milliseconds of a core (a padded
 // cat's 100-200); it pays back only where a program moves enough data for unoptimized code to be
@@ -259,7 +269,7 @@ class Cache {
         shared_(env_or("TORCHTPU_SHARED_CACHE_DIR", ""), tier_options(false)) {}
 
   ExecutablePtr get(const std::string& key, const ProgramText& program, const NameProgram& names, bool wait,
-                    Tier first, bool skip_many_variants = false) {
+                    Tier first, bool skip_many_variants = false, bool until_asked_twice = false) {
     std::unique_lock<std::mutex> lock(mu_);
     stats_.requests++;
     if (ExecutablePtr exe = memory_.find(key)) {
@@ -267,7 +277,10 @@ class Cache {
       if (!quick_.empty()) note_run(exe);
       return exe;
     }
-    if (compiling_.count(key)) return nullptr;  // the background worker has it: the caller decides
+    if (compiling_.count(key)) {  // the background worker has it: the caller decides
+      if (!wait) undefer(key);     // a second sighting
+      return nullptr;
+    }
     ProgramNames name = names();
     Variants variants = note_recompile(key, name.what, name.identity);
     // Nobody waits for this program, and its op or window keeps changing shape (a growing cache,
@@ -292,10 +305,11 @@ class Cache {
       lock.lock();
       compiling_.insert(key);
       stats_.background_pending++;
-      // A fused window goes first: the workload runs it now, while the variants queued before it
-      // (a first length's exact window) may not recur.
-      if (skip_many_variants) queue_.push_front(std::move(job));
-      else queue_.push_back(std::move(job));
+      if (until_asked_twice) {
+        defer(std::move(job));
+        return nullptr;
+      }
+      queue_.push_back(std::move(job));
       ensure_worker();
       wakeup_.notify_one();
       return nullptr;
@@ -318,14 +332,17 @@ class Cache {
 
   void wait_for_background() {
     std::unique_lock<std::mutex> lock(mu_);
+    while (!deferred_.empty()) undefer(deferred_.front().key);
     wait_interruptibly(lock, idle_, [&] { return queue_.empty() && !worker_busy_ && waited_compiles_ == 0; });
   }
 
   void drop_queued() {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const Job& job : queue_) compiling_.erase(job.key);
-    stats_.background_pending -= static_cast<int64_t>(queue_.size());
-    queue_.clear();
+    for (std::deque<Job>* jobs : {&queue_, &deferred_}) {
+      for (const Job& job : *jobs) compiling_.erase(job.key);
+      stats_.background_pending -= static_cast<int64_t>(jobs->size());
+      jobs->clear();
+    }
   }
 
   int running() {
@@ -354,6 +371,7 @@ class Cache {
     CacheStats s = stats_;
     if (memory_hits_) s.hits["memory"] = memory_hits_;
     s.prefetched = prefetched_;
+    s.deferred = static_cast<int64_t>(deferred_.size());
     return s;
   }
   void reset_stats() {
@@ -371,6 +389,7 @@ class Cache {
   }
   // Drops the loaded executables (compile options changed); the persistent tiers keep theirs.
   void forget_loaded() {
+    drop_queued();
     wait_for_background();
     std::lock_guard<std::mutex> lock(mu_);
     memory_.clear();
@@ -537,7 +556,13 @@ class Cache {
     }
     int64_t traced_start = tracing() ? trace_clock_ns() : 0;
     auto start = std::chrono::steady_clock::now();
-    auto exe = std::make_shared<runtime::Executable>(client().compile(text, compile_options(job.tier, hints_for(text))));
+    runtime::CompileOptions options = compile_options(job.tier, hints_for(text));
+    // XLA CPU spreads a program's code generation over threads that do not share the worker's
+    // low priority: a compile nobody waits for keeps to one. (The code is the same; not a part of
+    // the persistent key.)
+    if (std::strcmp(how, "background") == 0 && client().platform_name() == "cpu")
+      options.xla_int_flags["xla_cpu_parallel_codegen_split_count"] = 1;
+    auto exe = std::make_shared<runtime::Executable>(client().compile(text, options));
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (traced_start) trace(TraceEvent::Kind::kCompile, job, traced_start, job.promotion ? "promotion" : "miss", how);
     if (!job.promotion) record_compile(static_cast<int64_t>(seconds * 1e9));  // nobody waited for a promotion
@@ -591,6 +616,26 @@ class Cache {
     return outcome->exe;
   }
 
+  // With mu_ held: a program asked for once waits for its second request.
+  void defer(Job job) {
+    deferred_.push_back(std::move(job));
+    if (deferred_.size() <= kMostDeferredWindows) return;
+    compiling_.erase(deferred_.front().key);
+    stats_.background_pending--;
+    deferred_.pop_front();
+  }
+
+  // With mu_ held: a deferred program is queued first (the workload runs it now, while the
+  // programs queued before it may not recur); nothing where `key` is not deferred.
+  void undefer(const std::string& key) {
+    auto it = std::find_if(deferred_.begin(), deferred_.end(), [&](const Job& job) { return job.key == key; });
+    if (it == deferred_.end()) return;
+    queue_.push_front(std::move(*it));
+    deferred_.erase(it);
+    ensure_worker();
+    wakeup_.notify_one();
+  }
+
   void ensure_worker() {  // with mu_ held
     if (worker_started_) return;
     worker_started_ = true;
@@ -598,6 +643,9 @@ class Cache {
   }
 
   void work() {
+    // Nobody waits for these compiles, and the caller's own (single ops it runs now) compete with
+    // them for the cores: they yield (Linux's per-thread nice value).
+    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kBackgroundNice);
     for (;;) {
       Job job;
       {
@@ -632,7 +680,7 @@ class Cache {
   std::unordered_map<std::string, int64_t> variants_;      // identity -> keys it has had
   std::unordered_set<std::string> compiling_;
   std::unordered_map<const runtime::Executable*, QuickProgram> quick_;  // until its promotion is queued
-  std::deque<Job> queue_;
+  std::deque<Job> queue_, deferred_;  // deferred_: fused windows seen once, oldest first
   std::condition_variable wakeup_, idle_, compiled_;
   bool worker_started_ = false, worker_busy_ = false;
   int waited_compiles_ = 0;
@@ -668,8 +716,9 @@ std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, c
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
                                                                         const NameProgram& names,
-                                                                        bool skip_many_variants) {
-  return cache().get(key, program, names, /*wait=*/false, Tier::kOptimized, skip_many_variants);
+                                                                        bool skip_many_variants,
+                                                                        bool until_asked_twice) {
+  return cache().get(key, program, names, /*wait=*/false, Tier::kOptimized, skip_many_variants, until_asked_twice);
 }
 
 std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key) { return cache().loaded(key); }

@@ -23,7 +23,8 @@ struct CacheStats {
   int64_t misses = 0;                   // compiled
   int64_t quick_compiles = 0;           // of those, compiled quickly (Tier::kQuick)
   int64_t promotions = 0;               // quick programs compiled again, optimized, in the background
-  int64_t background_pending = 0;
+  int64_t background_pending = 0;      // queued or compiling, and deferred
+  int64_t deferred = 0;                 // of those, waiting to be asked for a second time
   int64_t skipped_background = 0;       // background compiles not started: their window kept changing shape
   int64_t prefetched = 0;               // disk hits loaded ahead of need (exec/prefetch.h)
   struct Compile {
@@ -64,10 +65,13 @@ std::shared_ptr<runtime::Executable> cached_executable(const std::string& key, c
 // background thread (started by the first call for `key`); later calls return it once it is ready.
 // With `skip_many_variants` (fused windows), null without compiling once the program's op or
 // window has had more than 8 keys: a new shape each time, so the compile would likely be wasted.
+// With `until_asked_twice`, the compile starts at the second call for `key` (or when the
+// background compiles are waited for): a program run once is never compiled.
 std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const std::string& key,
                                                                         const ProgramText& program,
                                                                         const NameProgram& names,
-                                                                        bool skip_many_variants = false);
+                                                                        bool skip_many_variants = false,
+                                                                        bool until_asked_twice = false);
 
 // The executable for `key` if it is loaded in memory (counted as a hit), else null, counting
 // nothing: the caller then goes the long way (cached_executable).

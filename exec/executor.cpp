@@ -366,6 +366,16 @@ Deferred& deferred() {
   return *d;
 }
 
+// Whether a window ends where a training loop's step is cut (python/torchtpu/modes.py: the
+// backward pass or the optimizer step begins, the optimizer step ends, an explicit sync). Such a
+// window comes back every step: it is compiled at its first run. One cut anywhere else (a host
+// read, a matrix-vector product) is compiled at its second: a prompt's prefill runs once, and its
+// 90-op window compiled beside the caller's own single-op compiles made a first fused `generate`
+// 1.6x slower (docs/design.md, "Windows compiled when they come back").
+bool ends_a_step_part(const std::string& reason) {
+  return reason == "backward" || reason == "optimizer step start" || reason == "optimizer step" || reason == "sync";
+}
+
 // Runs a cut window: one program from the cache; in fused mode, on a miss, op by op from the
 // single-op cache while the window's program compiles in the background. `reason`: why the
 // pending graph was cut here.
@@ -387,7 +397,8 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
   std::string key = w.key() + donation.key;
   std::shared_ptr<runtime::Executable> exe;
   try {
-    exe = m == Mode::kFused ? cached_executable_or_compile_async(key, text, names, /*skip_many_variants=*/true)
+    exe = m == Mode::kFused ? cached_executable_or_compile_async(key, text, names, /*skip_many_variants=*/true,
+                                                                 /*until_asked_twice=*/!ends_a_step_part(reason))
                             : cached_executable(key, text, names);
   } catch (const runtime::PjrtError&) {
     // A window XLA cannot compile runs op by op: an op that cannot compile alone is then named.

@@ -34,8 +34,10 @@ def stats() -> dict:
     """``requests``, ``hits`` per tier (memory, disk, shared), ``misses`` (compiled), of those
     ``quick_compiles`` (compiled quickly first, see docs/design.md "Tiered compiles"),
     ``promotions`` (quick programs that ran often enough to be compiled again, optimized, in the
-    background; not counted as misses), the pending background compiles, ``skipped_background``
-    (fused windows not compiled because their shape kept changing), ``prefetched`` (disk hits
+    background; not counted as misses), the pending background compiles (``background_pending``),
+    of those ``deferred`` (fused windows that ran once, compiled when they run again or the
+    background compiles are waited for), ``skipped_background`` (fused windows not compiled
+    because their shape kept changing), ``prefetched`` (disk hits
     that a background thread had loaded before they were needed: the executables this command used
     when it last ran, see docs/design.md), and ``compiles``: ``(what, seconds, temp_bytes)`` for
     the most recent compiles, ``temp_bytes`` being the memory one run of the program needs for its

@@ -23,7 +23,7 @@ def as_dict() -> dict:
     s = cache.stats()
     out["background_compiles_pending"] = s["background_pending"]
     out["cache"] = {k: s[k] for k in ("requests", "hits", "misses", "quick_compiles", "promotions", "prefetched",
-                                      "skipped_background", "dir", "shared_dir")}
+                                      "skipped_background", "deferred", "dir", "shared_dir")}
     return out
 
 

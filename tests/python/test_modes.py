@@ -92,6 +92,52 @@ def test_a_window_whose_shape_keeps_changing_stops_compiling_in_the_background()
         assert torchtpu.metrics.as_dict()["windows"] == 1
 
 
+def _window_compiles(function):
+    """The cache's recorded compiles of fused windows that start at `function`'s first line."""
+    where = f"test_modes.py:{function.__code__.co_firstlineno + 1})"
+    return [c for c in torchtpu.cache.stats()["compiles"] if c[0].startswith("a fused window") and where in c[0]]
+
+
+def test_a_fused_window_cut_by_a_host_read_compiles_when_it_comes_back():
+    """A window cut by a host read waits until it runs again: a prompt's prefill runs once, and
+    compiling it beside the caller's own single-op compiles made a first `generate` slower.
+    Waiting for the background compiles compiles a deferred window as well. A window cut where a
+    training step is (here `torchtpu.sync()`) compiles at its first run: it comes back every step."""
+    def once_then_again(x):
+        return ((x * 3 + 2).cos() * x).sum()
+
+    def once_then_waited(x):
+        return ((x * 5 - 1).sin() * x).sum()
+
+    def a_step(x):
+        return ((x * 7 + 4).tanh() * x).sum()
+
+    x = torch.randn(37)
+    with torchtpu.eager_mode("fused"):
+        torchtpu.cache.wait_for_background_compiles()
+        torchtpu.cache.reset_stats()
+        torch.testing.assert_close(once_then_again(x.to("tpu")).cpu(), once_then_again(x))
+        assert torchtpu.cache.stats()["deferred"] == 1
+        once_then_again(x.to("tpu")).cpu()  # it comes back: compiled in the background
+        assert torchtpu.cache.stats()["deferred"] == 0
+        torchtpu.cache.wait_for_background_compiles()
+        assert len(_window_compiles(once_then_again)) == 1
+        torch.testing.assert_close(once_then_waited(x.to("tpu")).cpu(), once_then_waited(x))
+        assert torchtpu.cache.stats()["deferred"] == 1
+        torchtpu.cache.wait_for_background_compiles()
+        assert torchtpu.cache.stats()["deferred"] == 0 and len(_window_compiles(once_then_waited)) == 1
+        loss = a_step(x.to("tpu"))
+        torchtpu.sync()
+        assert torchtpu.cache.stats()["deferred"] == 0 and torchtpu.cache.stats()["background_pending"] == 1
+        torch.testing.assert_close(loss.cpu(), a_step(x))
+        torchtpu.cache.wait_for_background_compiles()
+        assert len(_window_compiles(a_step)) == 1
+        torchtpu.metrics.reset()
+        torch.testing.assert_close(once_then_again(x.to("tpu")).cpu(), once_then_again(x))
+        torch.testing.assert_close(once_then_waited(x.to("tpu")).cpu(), once_then_waited(x))
+    assert torchtpu.metrics.as_dict()["windows"] == 2 and torchtpu.metrics.as_dict()["op_by_op_windows"] == 0
+
+
 def test_zero_fills_of_many_shapes_from_one_line_still_compile():
     """An optimizer's state is one zero fill per parameter shape, from one line: those programs are
     compiled however many shapes there are (without one, the zeros are uploaded from the host)."""
