@@ -118,17 +118,10 @@ runtime::CompileOptions compile_options(Tier tier, CodegenHints hints) {
   return options;
 }
 
-// A program moving more than this a run is compiled optimized at once: XLA CPU's unoptimized loops
-// move about 1 GB/s, so a training step's padded `cat` of 1.5 MiB took 2 ms a run instead of 0.3
-// until its promotion, 40 runs later (docs/design.md, "Tiered compiles"). The median step of the
-// varying-length GPT's last half fell 10-20%; its first step did not measurably lengthen.
-constexpr int64_t kQuickMostBytes = 1 << 20;
-
 // Which programs a waiting caller gets compiled quickly first (TORCHTPU_QUICK_COMPILE): "exact"
 // (the default where the options exist, the XLA CPU plugin) those whose bits cannot depend on
 // it (exec/quick_compile.h), "all" every one (a first-seen float program may then differ from its
-// promoted successor in the last bit), "0" none. Never one that moves more than kQuickMostBytes a
-// run (below).
+// promoted successor in the last bit), "0" none.
 bool compile_quickly(const std::string& program) {
   enum class Policy { kNone, kExact, kAll };
   static const Policy policy = [] {
@@ -138,8 +131,7 @@ bool compile_quickly(const std::string& program) {
     if (setting == "0") return Policy::kNone;
     throw std::invalid_argument("TORCHTPU_QUICK_COMPILE='" + setting + "' is not one of exact, all, 0");
   }();
-  if (policy == Policy::kNone || bytes_per_run(program) > kQuickMostBytes) return false;
-  return policy == Policy::kAll || same_bits_however_compiled(program);
+  return policy == Policy::kAll || (policy == Policy::kExact && same_bits_however_compiled(program));
 }
 
 // A fused window (nobody waits for it: its ops run one by one meanwhile) is not compiled in the

@@ -325,26 +325,6 @@ def test_a_program_is_compiled_quickly_first_and_optimized_once_it_runs_often_on
     assert small["quick"] == small["misses"] > 0 and small["promotions"] == 0, small
 
 
-HEAVY = textwrap.dedent("""
-    import json, torch, torchtpu
-    light, heavy = torch.arange(40000.0).to("tpu"), torch.arange(400000.0).to("tpu")
-    before = torchtpu.cache.stats()
-    assert torch.equal(torch.cat([light, light]).cpu(), torch.cat([torch.arange(40000.0)] * 2))
-    middle = torchtpu.cache.stats()
-    assert torch.equal(torch.cat([heavy, heavy]).cpu(), torch.cat([torch.arange(400000.0)] * 2))
-    after = torchtpu.cache.stats()
-    print(json.dumps({"light": [middle[k] - before[k] for k in ("misses", "quick_compiles")],
-                      "heavy": [after[k] - middle[k] for k in ("misses", "quick_compiles")]}))
-""")
-
-
-def test_a_program_moving_more_than_a_mebibyte_is_compiled_optimized_at_once(tmp_path):
-    """Unoptimized loops move about 1 GB/s: a cat of 3 MiB would run 10x slower until promoted.
-    The cat of 0.6 MiB (results over the small programs' 64 KiB) is compiled quickly first."""
-    out, _ = run({"TORCHTPU_CACHE_DIR": str(tmp_path)}, workload=HEAVY)
-    assert out["light"] == [1, 1] and out["heavy"] == [1, 0], out
-
-
 def test_a_light_program_is_compiled_quickly_once_and_never_promoted(tmp_path):
     """Light programs (at most TORCHTPU_LIGHT_PROGRAM_BYTES a run) with small results, other than
     element-wise multiply-adds, are compiled with the quick tier's options in every tier: once,
