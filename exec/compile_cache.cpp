@@ -309,7 +309,10 @@ class Cache {
         defer(std::move(job));
         return nullptr;
       }
-      queue_.push_back(std::move(job));
+      // A fused window goes first: the workload runs it now, while the variants queued before it
+      // (a first length's exact window) may not recur.
+      if (skip_many_variants) queue_.push_front(std::move(job));
+      else queue_.push_back(std::move(job));
       ensure_worker();
       wakeup_.notify_one();
       return nullptr;
@@ -558,8 +561,8 @@ class Cache {
     auto start = std::chrono::steady_clock::now();
     runtime::CompileOptions options = compile_options(job.tier, hints_for(text));
     // XLA CPU spreads a program's code generation over threads that do not share the worker's
-    // low priority: a compile nobody waits for keeps to one. (The code is the same; not a part of
-    // the persistent key.)
+    // low priority: a compile nobody waits for keeps to one. (What the program computes does not
+    // change, and the option is not part of the persistent key.)
     if (std::strcmp(how, "background") == 0 && client().platform_name() == "cpu")
       options.xla_int_flags["xla_cpu_parallel_codegen_split_count"] = 1;
     auto exe = std::make_shared<runtime::Executable>(client().compile(text, options));
