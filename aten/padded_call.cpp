@@ -128,7 +128,7 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
   if (rule.seeds && varying.empty() && !reads_padded)
     for (const std::vector<int64_t>& sizes : output_sizes)
       for (int64_t n : sizes)
-        if (recently_varied(n) && std::find(varying.begin(), varying.end(), n) == varying.end())
+        if (recently_varied(n) && !std::binary_search(varying.begin(), varying.end(), n))
           varying.insert(std::upper_bound(varying.begin(), varying.end(), n), n);
   if (varying.empty() && !reads_padded) return std::nullopt;
   return varying;

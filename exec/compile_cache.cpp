@@ -10,7 +10,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -549,8 +548,9 @@ class Cache {
     if (shared_too && !shared_.dir().empty()) shared_.store(pkey, bytes);
   }
 
-  // `how`: "background" (nobody waits) or "caller waits", for a profiler.
-  ExecutablePtr compile_and_store(const Job& job, const char* how) {
+  // `background`: nobody waits for it (else the caller does), which a profiler is told too.
+  ExecutablePtr compile_and_store(const Job& job, bool background) {
+    const char* how = background ? "background" : "caller waits";
     const std::string &text = job.text, &pkey = job.pkey, &what = job.what;
     if (const char* dump = std::getenv("TORCHTPU_DUMP_PROGRAMS"); dump && *dump) {
       std::error_code ignored;
@@ -563,7 +563,7 @@ class Cache {
     // XLA CPU spreads a program's code generation over threads that do not share the worker's
     // low priority: a compile nobody waits for keeps to one. (What the program computes does not
     // change, and the option is not part of the persistent key.)
-    if (std::strcmp(how, "background") == 0 && client().platform_name() == "cpu")
+    if (background && client().platform_name() == "cpu")
       options.xla_int_flags["xla_cpu_parallel_codegen_split_count"] = 1;
     auto exe = std::make_shared<runtime::Executable>(client().compile(text, options));
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -602,7 +602,7 @@ class Cache {
       ExecutablePtr exe;
       std::exception_ptr error;
       try {
-        exe = compile_and_store(job, "caller waits");
+        exe = compile_and_store(job, /*background=*/false);
       } catch (...) {
         error = std::current_exception();
       }
@@ -660,7 +660,7 @@ class Cache {
       }
       ExecutablePtr exe;
       try {
-        exe = compile_and_store(job, "background");
+        exe = compile_and_store(job, /*background=*/true);
       } catch (const std::exception& e) {
         // The op-by-op path keeps working; the failure shows when the window runs synchronously.
         warn("background compile of " + job.what + " failed: " + e.what());
