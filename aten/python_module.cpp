@@ -45,9 +45,12 @@ py::dict platform_info() {
   return info;
 }
 
+void run_waiting_ops(const std::string& reason);
+
 // torch.cuda.memory_stats's keys. Storages return their buffers when they die (no cache), so
 // reserved, active and requested bytes all equal allocated bytes.
 py::dict memory_stats(int index) {
+  run_waiting_ops("memory statistics");
   exec::DeviceMemory m = exec::device_memory(index);
   py::dict out;
   for (const char* kind : {"allocated_bytes", "active_bytes", "reserved_bytes", "requested_bytes"}) {
@@ -92,7 +95,14 @@ auto without_gil(F&& f) {
   }
 }
 
+// Strict mode's ops waiting for their programs (exec/executor.cpp, run_strict) run before what
+// they would change is read; the pending ops of the other modes wait for the user's reads.
+void run_waiting_ops(const std::string& reason) {
+  if (exec::mode() == exec::Mode::kStrict) without_gil([&] { aten::flush_pending(reason); });
+}
+
 py::dict metrics() {
+  run_waiting_ops("metrics");
   without_gil(exec::wait_for_first_runs);  // their compiles and executions count
   py::dict out;
   out["counters"] = exec::counters_snapshot();
@@ -280,7 +290,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_cpu_fallbacks", &exec::fallback_counts);
   m.def("_count_collective", [] { exec::counters().collectives++; });
-  m.def("_reset_counters", &exec::reset_counters);
+  m.def("_reset_counters", [] {
+    run_waiting_ops("metrics reset");
+    exec::reset_counters();
+  });
   // torch.tpu.precision(...): "highest", "high", "default", or None to follow
   // torch.set_float32_matmul_precision again.
   m.def("_set_precision_override", [](std::optional<std::string> name) {

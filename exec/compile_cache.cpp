@@ -148,6 +148,11 @@ constexpr size_t kMostDeferredWindows = 64;
 // The background worker's nice value: the lowest priority.
 constexpr int kBackgroundNice = 19;
 
+// Compiles started ahead of a caller's request at once (compile_ahead): with the caller's own, two
+// compile side by side, what two cores give; XLA spreads a large program's code generation over
+// the cores beyond.
+constexpr size_t kCompilesAhead = 1;
+
 // How often a quickly compiled program runs, and how many bytes its runs read and write, before it
 // is compiled again, optimized. An optimized compile costs tens of milliseconds of a core (a padded
 // cat's 100-200); it pays back only where a program moves enough data for unoptimized code to be
@@ -280,6 +285,13 @@ class Cache {
       if (!wait) undefer(key);     // a second sighting
       return nullptr;
     }
+    if (auto it = ahead_.find(key); it != ahead_.end()) {  // compiling ahead of this request
+      if (!wait) return nullptr;
+      std::shared_ptr<Outcome> ahead = it->second;
+      wait_interruptibly(lock, compiled_, [&] { return ahead->done; });
+      if (ahead->error) std::rethrow_exception(ahead->error);
+      return ahead->exe;
+    }
     ProgramNames name = names();
     Variants variants = note_recompile(key, name.what, name.identity);
     // Nobody waits for this program, and its op or window keeps changing shape (a growing cache,
@@ -316,9 +328,45 @@ class Cache {
       wakeup_.notify_one();
       return nullptr;
     }
-    // (A small program's optimized tier is compiled quickly already: nothing to promote.)
-    if (first == Tier::kQuick && compile_quickly(job.text) && !hints_for(job.text).small) return get_quick(std::move(job));
-    return compile_on_a_thread(std::move(job));
+    return compile_for_caller(std::move(job), first, /*here=*/false);
+  }
+
+  // Starts compiling `key`'s program on a thread of its own, as for a caller that waits, so that
+  // it compiles beside the one the caller waits for now: a window run op by op knows its next ops
+  // (exec/executor.cpp). Returns false, starting nothing, while another compile ahead runs; true
+  // when the program is loaded, compiling, or now started.
+  bool compile_ahead(const std::string& key, const ProgramText& program, const NameProgram& names) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (memory_.contains(key) || compiling_.count(key) || ahead_.count(key)) return true;
+    if (ahead_.size() >= kCompilesAhead) return false;
+    ProgramNames name = names();
+    note_recompile(key, name.what, name.identity);
+    auto outcome = std::make_shared<Outcome>();
+    ahead_[key] = outcome;
+    waited_compiles_++;
+    lock.unlock();
+    std::string text = program();
+    std::string pkey = persistent_key(text, Tier::kOptimized);
+    used_.note(pkey);
+    Job job{key, std::move(text), pkey, std::move(name.what)};
+    std::thread([this, outcome, key, job = std::move(job)]() mutable {
+      never_interrupt_this_thread();
+      ExecutablePtr exe;
+      std::exception_ptr error;
+      try {
+        exe = load(job);
+        exe = exe ? remember(job.key, exe) : compile_for_caller(std::move(job), Tier::kQuick, /*here=*/true);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      *outcome = {exe, error, true};
+      ahead_.erase(key);
+      waited_compiles_--;
+      compiled_.notify_all();
+      idle_.notify_all();
+    }).detach();  // waited for at exit (running()), like the background worker
+    return true;
   }
 
   ExecutablePtr loaded(const std::string& key) {
@@ -414,6 +462,13 @@ class Cache {
     bool promotion = false;     // a quick program's optimized successor
   };
 
+  // A compile on a thread of its own, for a caller that waits (or will: ahead_).
+  struct Outcome {
+    ExecutablePtr exe;
+    std::exception_ptr error;
+    bool done = false;
+  };
+
   // A quickly compiled program in memory: how to compile it optimized, and how often it ran. Held
   // (`exe`) so that its address, quick_'s key, is not reused while the entry lives.
   struct QuickProgram {
@@ -423,16 +478,32 @@ class Cache {
     int64_t runs = 0, bytes = 0;
   };
 
+  // A program no tier has, for a caller that waits: quickly first where `first` and the program
+  // allow it, else optimized. `here`: on this thread (one compiling ahead), else on a thread of
+  // its own.
+  ExecutablePtr compile_for_caller(Job job, Tier first, bool here) {
+    // (A small program's optimized tier is compiled quickly already: nothing to promote.)
+    if (first == Tier::kQuick && compile_quickly(job.text) && !hints_for(job.text).small)
+      return get_quick(std::move(job), here);
+    return compile_now(std::move(job), here);
+  }
+
+  ExecutablePtr compile_now(Job job, bool here) {
+    if (!here) return compile_on_a_thread(std::move(job));
+    ExecutablePtr exe = compile_and_store(job, /*background=*/false);
+    return remember(job.key, exe);
+  }
+
   // The quick tier of `job` (an optimized program no tier has): loaded from disk or compiled now,
   // and remembered for promotion.
-  ExecutablePtr get_quick(Job job) {
+  ExecutablePtr get_quick(Job job, bool here) {
     Job quick = job;
     quick.tier = Tier::kQuick;
     quick.pkey = persistent_key(job.text, Tier::kQuick);
     used_.note(quick.pkey);
     job.promotion = true;
     ExecutablePtr exe = load(quick);
-    exe = exe ? remember(quick.key, exe) : compile_on_a_thread(std::move(quick));
+    exe = exe ? remember(quick.key, exe) : compile_now(std::move(quick), here);
     std::lock_guard<std::mutex> lock(mu_);
     forget_evicted_quick_programs();
     int64_t bytes = bytes_per_run(job.text);
@@ -588,11 +659,6 @@ class Cache {
   // Compiles on a thread of its own while the caller waits, so that Ctrl-C interrupts the wait;
   // an abandoned compile still finishes and lands in the memory tier.
   ExecutablePtr compile_on_a_thread(Job job) {
-    struct Outcome {
-      ExecutablePtr exe;
-      std::exception_ptr error;
-      bool done = false;
-    };
     auto outcome = std::make_shared<Outcome>();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -682,6 +748,7 @@ class Cache {
   std::unordered_map<std::string, std::string> last_key_;  // identity -> key last compiled
   std::unordered_map<std::string, int64_t> variants_;      // identity -> keys it has had
   std::unordered_set<std::string> compiling_;
+  std::unordered_map<std::string, std::shared_ptr<Outcome>> ahead_;  // compile_ahead's, until done
   std::unordered_map<const runtime::Executable*, QuickProgram> quick_;  // until its promotion is queued
   std::deque<Job> queue_, deferred_;  // deferred_: fused windows seen once, oldest first
   std::condition_variable wakeup_, idle_, compiled_;
@@ -725,6 +792,10 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
 }
 
 std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key) { return cache().loaded(key); }
+
+bool compile_ahead(const std::string& key, const ProgramText& program, const NameProgram& names) {
+  return cache().compile_ahead(key, program, names);
+}
 
 void start_prefetching() { cache().start_prefetching(); }
 void wait_for_background_compiles() { cache().wait_for_background(); }

@@ -77,6 +77,12 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
 // nothing: the caller then goes the long way (cached_executable).
 std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key);
 
+// Starts compiling `key`'s program (loading it from disk, if there) on a thread of its own, as
+// cached_executable would, for a caller that will ask for it after the program it waits for now: the
+// two compile side by side. Returns false, starting nothing, while another compile ahead runs;
+// true when the program is loaded, being compiled, or now started.
+bool compile_ahead(const std::string& key, const ProgramText& program, const NameProgram& names);
+
 // Starts loading, on background threads, the executables this command used when it last ran
 // (exec/prefetch.h). Once per process; the client calls it when it starts.
 void start_prefetching();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "exec/byte_size.h"
@@ -312,6 +313,31 @@ void execute_single(const NodePtr& node, const char* kind = "op") {
   execute(w, *exe, what, {kind, node.get(), node.get()});
 }
 
+// Compiles the programs of a window's next ops while the caller waits for its current op's:
+// a first-seen window runs op by op, and most of its ops are first seen too.
+class CompileAhead {
+ public:
+  explicit CompileAhead(const std::vector<NodePtr>& nodes) : nodes_(nodes) {}
+
+  // Starts the compile of the first program not loaded among the ops from `first` on, unless one
+  // compile ahead runs already (then it waits for a later op).
+  void from(size_t first) {
+    for (next_ = std::max(next_, first); next_ < nodes_.size(); ++next_) {
+      const NodePtr& node = nodes_[next_];
+      if (node->zero_bytes) continue;  // compiled in the background, not waited for
+      Window w({node}, Window::Keep::kAlive);
+      if (w.results().empty()) continue;
+      auto text = [&] { return w.program_text(); };
+      auto names = [&] { return ProgramNames{op_of(*node), identity_of({node})}; };
+      if (!compile_ahead(w.key(), text, names)) return;
+    }
+  }
+
+ private:
+  const std::vector<NodePtr>& nodes_;
+  size_t next_ = 0;  // ops before it are loaded or compiling
+};
+
 // Strict mode's shortcut (exec/op_record.h): a loaded one-op program run without a node.
 void run_bound(const BoundOp& op, const OpCall& call) {
   counters().strict_ops++;
@@ -359,6 +385,10 @@ std::atomic<bool>& one_program_block() {
 struct Deferred {
   std::recursive_mutex mu;
   graph::PendingGraph graph;
+  // Strict mode's waiting ops' outputs, one entry per node, held until the node runs: its program
+  // is the one compiled for it when it was recorded, every output alive, however many of them its
+  // caller has dropped since.
+  std::vector<std::vector<ValuePtr>> outputs_held;
 };
 
 Deferred& deferred() {
@@ -376,12 +406,31 @@ bool ends_a_step_part(const std::string& reason) {
   return reason == "backward" || reason == "optimizer step start" || reason == "optimizer step" || reason == "sync";
 }
 
+// Runs `nodes` one by one, each from the single-op cache, the next op's program compiling while the
+// caller waits for the current one's. `kind` tells a profiler why.
+// `outputs_held`: per node, what to let go of once it ran (strict mode's waiting ops).
+void execute_op_by_op(const std::vector<NodePtr>& nodes, const char* kind,
+                      std::vector<std::vector<ValuePtr>> outputs_held = {}) {
+  CompileAhead ahead(nodes);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ahead.from(i + 1);
+    try {
+      execute_single(nodes[i], kind);
+    } catch (const runtime::PjrtError& e) {
+      throw std::runtime_error(op_of(*nodes[i]) + ": " + e.what());
+    }
+    if (i < outputs_held.size()) outputs_held[i].clear();
+  }
+}
+
 // Runs a cut window: one program from the cache; in fused mode, on a miss, op by op from the
 // single-op cache while the window's program compiles in the background. `reason`: why the
 // pending graph was cut here.
 void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reason) {
   DiscardUnmaterialized discard(nodes);
-  if (nodes.size() == 1) return execute_single(nodes[0]);
+  if (nodes.size() == 1 && m != Mode::kStrict) return execute_single(nodes[0]);
+  if (m == Mode::kStrict)
+    return execute_op_by_op(nodes, "op (its program was compiling)", std::exchange(deferred().outputs_held, {}));
   Window w(nodes, Window::Keep::kHeld);
   if (w.results().empty()) return;  // nothing anyone can observe
   const graph::Origin* cut_at = TraceCause::current();  // the host read or op that cut the window
@@ -412,13 +461,7 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
     record_window(ops);
   } else {
     counters().op_by_op_windows++;
-    for (const NodePtr& n : nodes) {
-      try {
-        execute_single(n, "op (its fused window is compiling)");
-      } catch (const runtime::PjrtError& e) {
-        throw std::runtime_error(op_of(*n) + ": " + e.what());
-      }
-    }
+    execute_op_by_op(nodes, "op (its fused window is compiling)");
   }
 }
 
@@ -458,7 +501,10 @@ std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executabl
                                                               const RunInfo& info) {
   std::vector<const runtime::Buffer*> buffers;
   buffers.reserve(args.size());
-  for (const ValuePtr& a : args) buffers.push_back(a->buffer().get());
+  for (const ValuePtr& a : args) {
+    if (!a->is_materialized()) throw std::logic_error(what + ": an input is produced outside the program and never materialized");
+    buffers.push_back(a->buffer().get());
+  }
   int64_t dispatched = tracing() ? trace_clock_ns() : 0;
   runtime::ExecuteResult result;
   try {
@@ -506,6 +552,33 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
 
 void set_one_program_block(bool inside) { one_program_block() = inside; }
 
+namespace {
+
+// Strict mode waits for a program no more than this many ops: they hold their inputs.
+constexpr size_t kMostOpsWaiting = 256;
+
+// Strict mode: an op whose program is loaded runs at once. One whose program is not waits, with
+// the ops recorded after it, until a result is read (a host read, a sync) or kMostOpsWaiting wait;
+// meanwhile its program compiles (compile_ahead), and then they run op by op, two programs
+// compiling at a time: a first-seen workload keeps both cores compiling.
+void run_strict(OpCall&& call, int device) {
+  std::lock_guard<std::recursive_mutex> lock(deferred().mu);
+  graph::PendingGraph& waiting = deferred().graph;
+  if (waiting.size() == 0)
+    if (std::optional<BoundOp> op = bind_loaded(call)) return run_bound(*op, call);
+  NodePtr node = record_op(std::move(call));
+  counters().strict_ops++;
+  if (node->zero_bytes && waiting.size() == 0) return execute_single(node);  // never waits for a compile
+  if (std::optional<int> d = waiting.device(); d && *d != device) flush_locked(Mode::kStrict, "device change");
+  std::vector<ValuePtr>& held = deferred().outputs_held.emplace_back();
+  for (const auto& output : node->outputs) held.push_back(output.lock());
+  CompileAhead({node}).from(0);
+  waiting.append(std::move(node));
+  if (waiting.size() >= kMostOpsWaiting) flush_locked(Mode::kStrict, "size limit");
+}
+
+}  // namespace
+
 void run(OpCall&& call) {
   refuse_if_forked();
   TraceCause cause(call.origin.get());
@@ -517,10 +590,10 @@ void run(OpCall&& call) {
   }
   Mode m = mode();
   int node_device = call.outputs.empty() ? 0 : call.outputs[0].storage->device();
+  // (A profiler's trace names each run's node and its compile: the long way.)
+  if (m == Mode::kStrict && !tracing()) return run_strict(std::move(call), node_device);
   if (m == Mode::kDebug || m == Mode::kStrict) {
     if (deferred().graph.size() > 0) flush("mode change");
-    if (m == Mode::kStrict && !tracing())  // a profiler's trace names each run's node: the long way
-      if (std::optional<BoundOp> op = bind_loaded(call)) return run_bound(*op, call);
     NodePtr node = record_op(std::move(call));
     (m == Mode::kDebug ? counters().debug_ops : counters().strict_ops)++;
     execute_single(node);
@@ -549,8 +622,9 @@ void run(OpCall&& call) {
 void flush(const std::string& reason) {
   std::lock_guard<std::recursive_mutex> lock(deferred().mu);
   if (deferred().graph.size() == 0) return;
-  record_cut(reason);
   Mode m = mode();
+  if (m == Mode::kStrict) return flush_locked(m, reason);  // ops that waited for their programs
+  record_cut(reason);
   flush_locked(m == Mode::kLazy ? Mode::kLazy : Mode::kFused, reason);
 }
 

@@ -44,8 +44,6 @@ Window::Window(std::vector<NodePtr> nodes, Keep keep) : nodes_(std::move(nodes))
         w.number(in->output_index()) << ',';
         continue;
       }
-      if (!in->is_materialized())
-        throw std::logic_error(node.key + ": input is produced outside the window and never materialized");
       size_t p = parameter(in);
       sources.push_back({false, p, 0});
       w << 'p';

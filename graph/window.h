@@ -16,7 +16,7 @@ class Window {
   enum class Keep { kHeld, kAlive };
 
   // `nodes` in recording order. Inputs produced by earlier nodes of the window are wired
-  // internally; all others (materialized values) become program parameters in first-use order.
+  // internally; all others (values materialized by the time the program runs) become program parameters in first-use order.
   Window(std::vector<NodePtr> nodes, Keep keep);
 
   const std::vector<NodePtr>& nodes() const { return nodes_; }

@@ -375,17 +375,17 @@ def test_bad_shapes_give_cpus_error(case):
 
 def test_a_dtype_the_lowering_cannot_compile_gives_cpus_error_or_names_the_op():
     """logcumsumexp of int8 failed in XLA's compiler ("'stablehlo.exponential' op operand #0 must
-    be ... float"): in strict and debug mode tpu now raises CPU's NotImplementedError; in fused and
-    lazy mode, where the op's program compiles later with others, the error names the op and its
-    line, and the tensors computed before it stay usable."""
+    be ... float"): in debug mode tpu now raises CPU's NotImplementedError; in strict, fused and
+    lazy mode, where a first-seen op's program compiles while the ops after it are recorded, the
+    error names the op and its line at the next read, and the tensors computed before it stay
+    usable."""
     x = torch.tensor([1, 2, 3], dtype=torch.int8)
     with pytest.raises(NotImplementedError) as cpu:
         torch.logcumsumexp(x, 0)
-    for mode in ("strict", "debug"):
-        with torchtpu.eager_mode(mode), pytest.raises(NotImplementedError) as tpu_error:
-            torch.logcumsumexp(x.to("tpu"), 0)
-        assert str(tpu_error.value) == str(cpu.value)
-    for mode in ("fused", "lazy"):
+    with torchtpu.eager_mode("debug"), pytest.raises(NotImplementedError) as tpu_error:
+        torch.logcumsumexp(x.to("tpu"), 0)
+    assert str(tpu_error.value) == str(cpu.value)
+    for mode in ("strict", "fused", "lazy"):
         with torchtpu.eager_mode(mode):
             doubled = x.to("tpu") * 2
             with pytest.raises(RuntimeError, match=r"aten::_logcumsumexp at .*test_device.py:\d+: compiling"):
