@@ -148,10 +148,10 @@ constexpr size_t kMostDeferredWindows = 64;
 // The background worker's nice value: the lowest priority.
 constexpr int kBackgroundNice = 19;
 
-// Compiles started ahead of a caller's request at once (compile_ahead): with the caller's own, two
-// compile side by side, what two cores give; XLA spreads a large program's code generation over
-// the cores beyond.
-constexpr size_t kCompilesAhead = 1;
+// Compiles started ahead of a caller's request at once (compile_ahead): the caller waits for the
+// first while the second compiles. XLA spreads a large program's code generation over the cores
+// beyond two.
+constexpr size_t kCompilesAhead = 2;
 
 // How often a quickly compiled program runs, and how many bytes its runs read and write, before it
 // is compiled again, optimized. An optimized compile costs tens of milliseconds of a core (a padded

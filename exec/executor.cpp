@@ -313,14 +313,14 @@ void execute_single(const NodePtr& node, const char* kind = "op") {
   execute(w, *exe, what, {kind, node.get(), node.get()});
 }
 
-// Compiles the programs of a window's next ops while the caller waits for its current op's:
-// a first-seen window runs op by op, and most of its ops are first seen too.
+// Compiles the programs of ops about to run op by op on threads of their own, so that two compile
+// side by side while the caller records or waits: ops that run op by op are mostly first seen.
 class CompileAhead {
  public:
   explicit CompileAhead(const std::vector<NodePtr>& nodes) : nodes_(nodes) {}
 
-  // Starts the compile of the first program not loaded among the ops from `first` on, unless one
-  // compile ahead runs already (then it waits for a later op).
+  // Starts the compiles of the programs not loaded among the ops from `first` on, in order, as
+  // many as compile_ahead takes at once (a later call starts the rest).
   void from(size_t first) {
     for (next_ = std::max(next_, first); next_ < nodes_.size(); ++next_) {
       const NodePtr& node = nodes_[next_];
@@ -406,14 +406,14 @@ bool ends_a_step_part(const std::string& reason) {
   return reason == "backward" || reason == "optimizer step start" || reason == "optimizer step" || reason == "sync";
 }
 
-// Runs `nodes` one by one, each from the single-op cache, the next op's program compiling while the
-// caller waits for the current one's. `kind` tells a profiler why.
-// `outputs_held`: per node, what to let go of once it ran (strict mode's waiting ops).
+// Runs `nodes` one by one, each from the single-op cache, their programs compiling ahead
+// (CompileAhead). `kind` tells a profiler why; `outputs_held`: per node, what to let go of once it
+// ran (strict mode's waiting ops).
 void execute_op_by_op(const std::vector<NodePtr>& nodes, const char* kind,
                       std::vector<std::vector<ValuePtr>> outputs_held = {}) {
   CompileAhead ahead(nodes);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    ahead.from(i + 1);
+    ahead.from(i);
     try {
       execute_single(nodes[i], kind);
     } catch (const runtime::PjrtError& e) {
