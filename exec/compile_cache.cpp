@@ -337,15 +337,19 @@ class Cache {
   // when the program is loaded, compiling, or now started.
   bool compile_ahead(const std::string& key, const ProgramText& program, const NameProgram& names) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (memory_.contains(key) || compiling_.count(key) || ahead_.count(key)) return true;
+    auto known = [&] { return memory_.contains(key) || compiling_.count(key) || ahead_.count(key); };
+    if (known()) return true;
     if (ahead_.size() >= kCompilesAhead) return false;
+    lock.unlock();
     ProgramNames name = names();
+    std::string text = program();  // may throw (a lowering's error): nothing is registered yet
+    lock.lock();
+    if (known()) return true;
     note_recompile(key, name.what, name.identity);
     auto outcome = std::make_shared<Outcome>();
     ahead_[key] = outcome;
     waited_compiles_++;
     lock.unlock();
-    std::string text = program();
     std::string pkey = persistent_key(text, Tier::kOptimized);
     used_.note(pkey);
     Job job{key, std::move(text), pkey, std::move(name.what)};

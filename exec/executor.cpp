@@ -320,16 +320,21 @@ class CompileAhead {
   explicit CompileAhead(const std::vector<NodePtr>& nodes) : nodes_(nodes) {}
 
   // Starts the compiles of the programs not loaded among the ops from `first` on, in order, as
-  // many as compile_ahead takes at once (a later call starts the rest).
+  // many as compile_ahead takes at once (a later call starts the rest). A lowering's error raises
+  // for `first` only: a later op's own run raises it, after the ops before it ran.
   void from(size_t first) {
     for (next_ = std::max(next_, first); next_ < nodes_.size(); ++next_) {
       const NodePtr& node = nodes_[next_];
       if (node->zero_bytes) continue;  // compiled in the background, not waited for
-      Window w({node}, Window::Keep::kAlive);
-      if (w.results().empty()) continue;
-      auto text = [&] { return w.program_text(); };
-      auto names = [&] { return ProgramNames{op_of(*node), identity_of({node})}; };
-      if (!compile_ahead(w.key(), text, names)) return;
+      try {
+        Window w({node}, Window::Keep::kAlive);
+        if (w.results().empty()) continue;
+        auto text = [&] { return w.program_text(); };
+        auto names = [&] { return ProgramNames{op_of(*node), identity_of({node})}; };
+        if (!compile_ahead(w.key(), text, names)) return;
+      } catch (...) {
+        if (next_ == first) throw;
+      }
     }
   }
 
@@ -570,9 +575,9 @@ void run_strict(OpCall&& call, int device) {
   counters().strict_ops++;
   if (node->zero_bytes && waiting.size() == 0) return execute_single(node);  // never waits for a compile
   if (std::optional<int> d = waiting.device(); d && *d != device) flush_locked(Mode::kStrict, "device change");
+  CompileAhead({node}).from(0);  // a lowering's error raises here, at the op
   std::vector<ValuePtr>& held = deferred().outputs_held.emplace_back();
   for (const auto& output : node->outputs) held.push_back(output.lock());
-  CompileAhead({node}).from(0);
   waiting.append(std::move(node));
   if (waiting.size() >= kMostOpsWaiting) flush_locked(Mode::kStrict, "size limit");
 }
@@ -610,6 +615,7 @@ void run(OpCall&& call) {
   NodePtr node = record_op(std::move(call));
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
   if (alone) {  // inside a window, XLA would make its dot a slow loop (exec/quick_compile.h)
+    CompileAhead({node}).from(0);  // while the window before it runs
     flush_locked(m, "matrix-vector product");
     return execute_single(node);
   }
