@@ -118,6 +118,7 @@ py::dict metrics() {
 }
 
 py::dict cache_stats() {
+  run_waiting_ops("compile cache statistics");
   without_gil(exec::wait_for_first_runs);
   exec::CacheStats s = exec::cache_stats();
   py::dict out;
@@ -253,11 +254,15 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_metrics", &metrics);
   m.def("_cache_stats", &cache_stats);
-  m.def("_cache_reset_stats", &exec::reset_cache_stats);
+  m.def("_cache_reset_stats", [] {
+    run_waiting_ops("compile cache statistics reset");
+    exec::reset_cache_stats();
+  });
   m.def("_cache_clear", [] { without_gil([] { aten::translating_errors(exec::clear_cache, "clearing the cache"); }); });
   m.def("_allow_excess_precision", &exec::allow_excess_precision);
   m.def("_set_allow_excess_precision", [](bool allow) { without_gil([=] { exec::set_allow_excess_precision(allow); }); });
   m.def("_wait_for_background_compiles", [] {
+    run_waiting_ops("waiting for compiles");
     without_gil([] {
       aten::translating_errors([] {
         exec::wait_for_first_runs();

@@ -341,8 +341,11 @@ class Cache {
     if (known()) return true;
     if (ahead_.size() >= kCompilesAhead) return false;
     lock.unlock();
+    // What may throw (a lowering's error, a client that does not start) comes before anything is
+    // registered.
     ProgramNames name = names();
-    std::string text = program();  // may throw (a lowering's error): nothing is registered yet
+    std::string text = program();
+    std::string pkey = persistent_key(text, Tier::kOptimized);
     lock.lock();
     if (known()) return true;
     note_recompile(key, name.what, name.identity);
@@ -350,7 +353,6 @@ class Cache {
     ahead_[key] = outcome;
     waited_compiles_++;
     lock.unlock();
-    std::string pkey = persistent_key(text, Tier::kOptimized);
     used_.note(pkey);
     Job job{key, std::move(text), pkey, std::move(name.what)};
     std::thread([this, outcome, key, job = std::move(job)]() mutable {

@@ -323,6 +323,7 @@ class CompileAhead {
   // many as compile_ahead takes at once (a later call starts the rest). A lowering's error raises
   // for `first` only: a later op's own run raises it, after the ops before it ran.
   void from(size_t first) {
+    if (tracing()) return;  // a profiler's trace names each compile's op and host call: at the op
     for (next_ = std::max(next_, first); next_ < nodes_.size(); ++next_) {
       const NodePtr& node = nodes_[next_];
       if (node->zero_bytes) continue;  // compiled in the background, not waited for
