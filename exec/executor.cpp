@@ -412,14 +412,15 @@ bool ends_a_step_part(const std::string& reason) {
   return reason == "backward" || reason == "optimizer step start" || reason == "optimizer step" || reason == "sync";
 }
 
-// Runs `nodes` one by one, each from the single-op cache, their programs compiling ahead
-// (CompileAhead). `kind` tells a profiler why; `outputs_held`: per node, what to let go of once it
-// ran (strict mode's waiting ops).
+// Runs `nodes` one by one, each from the single-op cache. Strict mode's waiting ops (their
+// outputs held, to let go of once each ran) compile ahead (CompileAhead); a fused window's ops do
+// not: there it made a varying-length training run's windows ready later (docs/design.md,
+// "Strict mode's first contact"). `kind` tells a profiler why.
 void execute_op_by_op(const std::vector<NodePtr>& nodes, const char* kind,
                       std::vector<std::vector<ValuePtr>> outputs_held = {}) {
   CompileAhead ahead(nodes);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    ahead.from(i);
+    if (!outputs_held.empty()) ahead.from(i);
     try {
       execute_single(nodes[i], kind);
     } catch (const runtime::PjrtError& e) {
@@ -616,7 +617,6 @@ void run(OpCall&& call) {
   NodePtr node = record_op(std::move(call));
   (m == Mode::kFused ? counters().fused_ops : counters().lazy_ops)++;
   if (alone) {  // inside a window, XLA would make its dot a slow loop (exec/quick_compile.h)
-    CompileAhead({node}).from(0);  // while the window before it runs
     flush_locked(m, "matrix-vector product");
     return execute_single(node);
   }
