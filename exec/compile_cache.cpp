@@ -331,10 +331,8 @@ class Cache {
     return compile_for_caller(std::move(job), first, /*here=*/false);
   }
 
-  // Starts compiling `key`'s program on a thread of its own, as for a caller that waits, so that
-  // it compiles beside the one the caller waits for now: a window run op by op knows its next ops
-  // (exec/executor.cpp). Returns false, starting nothing, while another compile ahead runs; true
-  // when the program is loaded, compiling, or now started.
+  // compile_ahead (exec/compile_cache.h): the miss path of a caller that waits, on a thread of its
+  // own; the caller's request then waits for it (get).
   bool compile_ahead(const std::string& key, const ProgramText& program, const NameProgram& names) {
     std::unique_lock<std::mutex> lock(mu_);
     auto known = [&] { return memory_.contains(key) || compiling_.count(key) || ahead_.count(key); };

@@ -78,9 +78,9 @@ std::shared_ptr<runtime::Executable> cached_executable_or_compile_async(const st
 std::shared_ptr<runtime::Executable> loaded_executable(const std::string& key);
 
 // Starts compiling `key`'s program (loading it from disk, if there) on a thread of its own, as
-// cached_executable would, for a caller that will ask for it after the program it waits for now: the
-// two compile side by side. Returns false, starting nothing, while another compile ahead runs;
-// true when the program is loaded, being compiled, or now started.
+// cached_executable would, for a caller that will ask for it soon (strict mode's ops waiting for
+// their programs): two compile side by side. Returns false, starting nothing, while two compiles
+// ahead run; true when the program is loaded, being compiled, or now started.
 bool compile_ahead(const std::string& key, const ProgramText& program, const NameProgram& names);
 
 // Starts loading, on background threads, the executables this command used when it last ran

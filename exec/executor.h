@@ -59,7 +59,8 @@ std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> execute_replicated(
     runtime::Executable& exe, const std::vector<int>& devices,
     const std::vector<std::vector<graph::ValuePtr>>& args, const std::string& what);
 
-// Executes every pending op (fused, lazy); `reason` is counted as a cut. A no-op in debug/strict.
+// Executes every pending op: fused and lazy mode's (`reason` counted as a cut), and strict mode's
+// ops waiting for their programs. A no-op in debug mode.
 void flush(const std::string& reason);
 size_t pending_ops();
 
