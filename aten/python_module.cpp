@@ -45,7 +45,26 @@ py::dict platform_info() {
   return info;
 }
 
-void run_waiting_ops(const std::string& reason);
+// Runs `f` without the GIL, raising PyTorch's errors as the Python exceptions torch raises.
+template <typename F>
+auto without_gil(F&& f) {
+  try {
+    py::gil_scoped_release no_gil;
+    return f();
+  } catch (const c10::IndexError& e) {
+    throw py::index_error(e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    throw py::value_error(e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(e.what_without_backtrace());
+  }
+}
+
+// Strict mode's ops waiting for their programs (exec/executor.cpp, run_strict) run before what
+// they would change is read; the pending ops of the other modes wait for the user's reads.
+void run_waiting_ops(const std::string& reason) {
+  if (exec::mode() == exec::Mode::kStrict) without_gil([&] { aten::flush_pending(reason); });
+}
 
 // torch.cuda.memory_stats's keys. Storages return their buffers when they die (no cache), so
 // reserved, active and requested bytes all equal allocated bytes.
@@ -78,27 +97,6 @@ py::dict memory_stats(int index) {
 void set_memory_limit(int index, std::optional<int64_t> bytes, const std::string& source) {
   exec::device(index);  // names the valid range for a bad index
   exec::set_device_memory_limit(index, bytes, source);
-}
-
-// Runs `f` without the GIL, raising PyTorch's errors as the Python exceptions torch raises.
-template <typename F>
-auto without_gil(F&& f) {
-  try {
-    py::gil_scoped_release no_gil;
-    return f();
-  } catch (const c10::IndexError& e) {
-    throw py::index_error(e.what_without_backtrace());
-  } catch (const c10::ValueError& e) {
-    throw py::value_error(e.what_without_backtrace());
-  } catch (const c10::Error& e) {
-    throw std::runtime_error(e.what_without_backtrace());
-  }
-}
-
-// Strict mode's ops waiting for their programs (exec/executor.cpp, run_strict) run before what
-// they would change is read; the pending ops of the other modes wait for the user's reads.
-void run_waiting_ops(const std::string& reason) {
-  if (exec::mode() == exec::Mode::kStrict) without_gil([&] { aten::flush_pending(reason); });
 }
 
 py::dict metrics() {

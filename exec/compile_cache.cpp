@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -30,6 +29,7 @@
 #include "exec/runtime_context.h"
 #include "exec/sha256.h"
 #include "exec/trace.h"
+#include "graph/key_change.h"
 #include "runtime/compile_options.h"
 
 #ifndef TORCHTPU_VERSION
@@ -222,49 +222,6 @@ int64_t temp_bytes(const runtime::Executable& exe) {
   return stats ? stats->temp_bytes : -1;
 }
 
-// The node keys of a window key ("<len>:<node key><wiring>..." per node, see graph/window.cpp).
-std::vector<std::string> node_keys(const std::string& key) {
-  std::vector<std::string> nodes;
-  size_t at = 0;
-  while (at < key.size() && std::isdigit(static_cast<unsigned char>(key[at]))) {
-    size_t colon = key.find(':', at);
-    size_t length = std::stoul(key.substr(at, colon - at));
-    nodes.push_back(key.substr(colon + 1, length));
-    at = key.find('>', colon + 1 + length);
-    if (at == std::string::npos) break;
-    ++at;
-  }
-  return nodes;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i)
-    if (i == s.size() || s[i] == sep) {
-      parts.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  return parts;
-}
-
-// Names what changed between two compiles of "the same" op or window: the first op whose key
-// differs and, within it, the first differing attribute or operand geometry.
-std::string describe_change(const std::string& before, const std::string& after) {
-  std::vector<std::string> a = node_keys(before), b = node_keys(after);
-  for (size_t n = 0; n < std::max(a.size(), b.size()); ++n) {
-    std::string where = b.size() > 1 ? "op #" + std::to_string(n) + " of the window: " : "";
-    if (n >= a.size() || n >= b.size()) return "the window now has " + std::to_string(b.size()) + " ops, not " + std::to_string(a.size());
-    if (a[n] == b[n]) continue;
-    std::vector<std::string> pa = split(a[n], '|'), pb = split(b[n], '|');
-    if (pa[0] != pb[0]) return where + pa[0] + " became " + pb[0];
-    for (size_t i = 1; i < std::min(pa.size(), pb.size()); ++i)
-      if (pa[i] != pb[i]) return where + pb[0] + " '" + pa[i] + "' became '" + pb[i] + "'";
-    return where + pb[0] + " changed";
-  }
-  return "the same ops, wired differently";
-}
-
 class Cache {
  public:
   Cache()
@@ -344,32 +301,19 @@ class Cache {
     ProgramNames name = names();
     std::string text = program();
     std::string pkey = persistent_key(text, Tier::kOptimized);
+    Job job{key, std::move(text), pkey, name.what};
     lock.lock();
     if (known()) return true;
     note_recompile(key, name.what, name.identity);
     auto outcome = std::make_shared<Outcome>();
     ahead_[key] = outcome;
-    waited_compiles_++;
+    auto work = [this, job = std::move(job)]() mutable {
+      ExecutablePtr exe = load(job);
+      return exe ? remember(job.key, exe) : compile_for_caller(std::move(job), Tier::kQuick, /*here=*/true);
+    };
+    on_a_thread(outcome, std::move(work), [this, key] { ahead_.erase(key); });
     lock.unlock();
     used_.note(pkey);
-    Job job{key, std::move(text), pkey, std::move(name.what)};
-    std::thread([this, outcome, key, job = std::move(job)]() mutable {
-      never_interrupt_this_thread();
-      ExecutablePtr exe;
-      std::exception_ptr error;
-      try {
-        exe = load(job);
-        exe = exe ? remember(job.key, exe) : compile_for_caller(std::move(job), Tier::kQuick, /*here=*/true);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      *outcome = {exe, error, true};
-      ahead_.erase(key);
-      waited_compiles_--;
-      compiled_.notify_all();
-      idle_.notify_all();
-    }).detach();  // waited for at exit (running()), like the background worker
     return true;
   }
 
@@ -563,7 +507,7 @@ class Cache {
     int64_t& variants = variants_[identity];
     if (fresh) return {variants = 1, false};
     if (it->second == key) return {variants, true};
-    record_recompile(what + ": " + describe_change(it->second, key));
+    record_recompile(what + ": " + graph::describe_change(it->second, key));
     it->second = key;
     return {++variants, false};
   }
@@ -664,29 +608,34 @@ class Cache {
   // an abandoned compile still finishes and lands in the memory tier.
   ExecutablePtr compile_on_a_thread(Job job) {
     auto outcome = std::make_shared<Outcome>();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      waited_compiles_++;
-    }
-    std::thread([this, outcome, job = std::move(job)] {
+    std::unique_lock<std::mutex> lock(mu_);
+    on_a_thread(outcome, [this, job = std::move(job)] { return remember(job.key, compile_and_store(job, /*background=*/false)); });
+    wait_interruptibly(lock, compiled_, [&] { return outcome->done; });
+    if (outcome->error) std::rethrow_exception(outcome->error);
+    return outcome->exe;
+  }
+
+  // With mu_ held: runs `work` on a thread of its own, counted among the running compiles (exit
+  // waits for them); when it ends, `outcome` is set and `finish` runs, with mu_ held.
+  void on_a_thread(std::shared_ptr<Outcome> outcome, std::function<ExecutablePtr()> work,
+                   std::function<void()> finish = [] {}) {
+    waited_compiles_++;
+    std::thread([this, outcome, work = std::move(work), finish = std::move(finish)] {
+      never_interrupt_this_thread();  // nobody waits on this thread: Ctrl-C stops the caller's wait
       ExecutablePtr exe;
       std::exception_ptr error;
       try {
-        exe = compile_and_store(job, /*background=*/false);
+        exe = work();
       } catch (...) {
         error = std::current_exception();
       }
       std::lock_guard<std::mutex> lock(mu_);
-      if (exe) memory_.insert(job.key, exe);
       *outcome = {exe, error, true};
+      finish();
       waited_compiles_--;
       compiled_.notify_all();
       idle_.notify_all();
     }).detach();  // waited for at exit (running()), like the background worker
-    std::unique_lock<std::mutex> lock(mu_);
-    wait_interruptibly(lock, compiled_, [&] { return outcome->done; });
-    if (outcome->error) std::rethrow_exception(outcome->error);
-    return outcome->exe;
   }
 
   // With mu_ held: a program asked for once waits for its second request.

@@ -214,6 +214,8 @@ size_t bytes_of(const std::vector<ValuePtr>& values) {
 
 void execute(const Window& w, runtime::Executable& exe, const std::string& what, const RunInfo& info,
              const std::vector<int64_t>& keep = {}) {
+  for (const ValuePtr& p : w.parameters())  // (a window is keyed, and may be compiled, before they are)
+    if (!p->is_materialized()) throw std::logic_error(what + ": an input is produced outside the window and never materialized");
   int device = w.results().empty() ? 0 : w.results()[0]->device();
   auto produced = execute_program(exe, device, w.parameters(), bytes_of(w.results()), what, keep, info);
   for (size_t i = 0; i < produced.size(); ++i) w.results()[i]->materialize(std::move(produced[i]));
@@ -435,9 +437,9 @@ void execute_op_by_op(const std::vector<NodePtr>& nodes, const char* kind,
 // pending graph was cut here.
 void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reason) {
   DiscardUnmaterialized discard(nodes);
-  if (nodes.size() == 1 && m != Mode::kStrict) return execute_single(nodes[0]);
   if (m == Mode::kStrict)
     return execute_op_by_op(nodes, "op (its program was compiling)", std::exchange(deferred().outputs_held, {}));
+  if (nodes.size() == 1) return execute_single(nodes[0]);
   Window w(nodes, Window::Keep::kHeld);
   if (w.results().empty()) return;  // nothing anyone can observe
   const graph::Origin* cut_at = TraceCause::current();  // the host read or op that cut the window
@@ -508,10 +510,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> execute_program(runtime::Executabl
                                                               const RunInfo& info) {
   std::vector<const runtime::Buffer*> buffers;
   buffers.reserve(args.size());
-  for (const ValuePtr& a : args) {
-    if (!a->is_materialized()) throw std::logic_error(what + ": an input is produced outside the program and never materialized");
-    buffers.push_back(a->buffer().get());
-  }
+  for (const ValuePtr& a : args) buffers.push_back(a->buffer().get());
   int64_t dispatched = tracing() ? trace_clock_ns() : 0;
   runtime::ExecuteResult result;
   try {
