@@ -159,7 +159,18 @@ struct PaddingRule {
   // position would be stored one row past a bucket, and compile once more per bucket); its
   // lowering fits what it computes into the smaller box.
   bool results_in_buckets = false;
+  // Each result element depends only on the operands' elements at its own position (element-wise
+  // ops): where the padded operands share one layout, the program reads and writes their buffers
+  // as stored instead of gathering boxes (exec::share_storage_order).
+  bool pointwise = false;
 };
+// The rule of the element-wise families.
+inline PaddingRule pointwise_padding(exec::Fill fill = exec::Fill::kZero) {
+  PaddingRule rule;
+  rule.fill = fill;
+  rule.pointwise = true;
+  return rule;
+}
 
 struct LoweringOptions {
   StaticScalars static_scalars;

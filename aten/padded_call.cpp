@@ -11,6 +11,7 @@
 #include "aten/lowering.h"
 #include "aten/varying_sizes.h"
 #include "exec/capture.h"
+#include "exec/padded_view.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -292,6 +293,9 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   pad_inputs(rule, args, varying, *inputs, in);
   drop_out_arguments(op.schema(), in);
   pad_results(*results, varying, outputs, in.varying);
+  const LoweringOptions& options = plan.entry->options;
+  bool checks = options.device_check && (!options.device_check_when || options.device_check_when(args));
+  if (rule.pointwise && !rule.needs_sizes && !checks) exec::share_storage_order(in.operands, outputs);
   return box_meta;
 }
 

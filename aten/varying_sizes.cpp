@@ -10,6 +10,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "exec/padded_view.h"
+
 namespace torchtpu::aten {
 namespace {
 
@@ -294,6 +296,7 @@ std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::ve
         o.padding = padding_of(box_of(o.view.sizes, varying), o.view.sizes, [&](size_t d) {
           return std::binary_search(varying.begin(), varying.end(), o.view.sizes[d]);
         });
+  exec::share_storage_order(inputs, outputs);
   return marks(outputs.at(0).view.sizes, varying);
 }
 

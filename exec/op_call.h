@@ -34,6 +34,10 @@ struct Padding {
   // The one dimension whose size varies, where there is one (-1: none or several): a view that
   // fits its box exactly then runs the program of the sizes inside it (exec/padded_view.cpp).
   int64_t rows = -1;
+  // The box holds the view's elements in storage order, not at their positions: the flat buffer's
+  // first elements, reshaped. Set where a pointwise op's padded operands all share one layout
+  // (exec/padded_view.h, share_storage_order), which then needs no gather and no per-row write.
+  bool in_storage_order = false;
 };
 
 struct Operand {

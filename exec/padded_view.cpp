@@ -194,6 +194,33 @@ Value write_packed(Builder& b, int64_t length, const Value& geometry, const View
   return length >= n ? flat : b.slice(flat, {0}, {length}, {1});
 }
 
+// The storage's first elements as the box, in storage order (Padding::in_storage_order).
+Value read_in_storage_order(Builder& b, const Value& flat, const View& view, const Padding& p) {
+  int64_t n = numel(p.box), length = flat.type.dims.at(0);
+  if (n == 0) return fill_value(b, p.fill, view.dtype, p.box);
+  Value data = length >= n ? b.slice(flat, {0}, {n}, {1})
+                           : b.pad(flat, b.constant(0, {view.dtype, {}}), {0}, {n - length}, {0});
+  return b.reshape(data, p.box);
+}
+
+// A box in storage order as its storage's flat value of `length` elements: zeros past the view's
+// elements, as every whole write leaves them (NaN checks read them); an in-place write (`flat`)
+// keeps what lies past the box.
+Value write_in_storage_order(Builder& b, const std::optional<Value>& flat, int64_t length, const Value& geometry,
+                             const View& view, const Padding& p, const Value& box) {
+  int64_t n = numel(p.box);
+  Value x = b.reshape(box, {n});
+  if (n > 0) {
+    Value count = b.constant(1, {DType::kS64, {}});
+    for (size_t d = 0; d < p.box.size(); ++d) count = count * entry(b, geometry, p.at + static_cast<int64_t>(d));
+    Value inside = b.compare(hlo::Compare::kLT, b.iota({DType::kS64, {n}}, 0), splat(b, count, {n}));
+    x = b.select(inside, x, b.constant(0, {view.dtype, {n}}));
+  }
+  if (length <= n) return length == n ? x : b.slice(x, {0}, {length}, {1});
+  if (flat) return b.concatenate({x, b.slice(*flat, {n}, {length}, {1})}, 0);
+  return b.pad(x, b.constant(0, {view.dtype, {}}), {0}, {length - n}, {0});
+}
+
 // Blocks written one update each: beyond this many, the element path's single gather is cheaper.
 constexpr int64_t kMostPackedBlocks = 64;
 
@@ -236,6 +263,7 @@ bool attach_geometry(OpCall& call) {
 
 Value read_padded(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p) {
   if (flat.type.dtype != view.dtype) throw std::logic_error("a padded view must have its storage's element type");
+  if (p.in_storage_order) return read_in_storage_order(b, flat, view, p);
   if (std::optional<int64_t> dim = packed_dim(view, p)) return read_packed(b, flat, geometry, view, p, *dim);
   auto [index, inside] = box_positions(b, geometry, p);
   int64_t n = numel(p.box);
@@ -246,6 +274,7 @@ Value read_padded(Builder& b, const Value& flat, const Value& geometry, const Vi
 
 Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length, const Value& geometry,
                    const View& view, const Padding& p, const Value& box) {
+  if (p.in_storage_order) return write_in_storage_order(b, flat, length, geometry, view, p, box);
   int64_t rank = static_cast<int64_t>(p.box.size());
   if (flat) {  // a scatter through the exact view; positions outside it aim past the end, and XLA skips those
     auto [index, inside] = box_positions(b, geometry, p);
@@ -275,6 +304,37 @@ Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length,
   Value gathered = b.gather(box, at, {{}, all, all, 1}, ones, {length});
   Value logical = b.compare(hlo::Compare::kLT, j, inner);
   return b.select(logical, gathered, b.constant(0, {view.dtype, {length}}));
+}
+
+bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& outputs) {
+  if (outputs.empty() || !std::all_of(outputs.begin(), outputs.end(), [](const Operand& o) { return o.padding.has_value(); }))
+    return false;
+  const std::vector<int64_t>& sizes = outputs[0].view.sizes;
+  const std::vector<int64_t>& box = outputs[0].padding->box;
+  auto shares = [&](const Operand& o) {
+    return o.view.is_contiguous() && o.view.offset == 0 && o.view.sizes == sizes && o.padding->box == box;
+  };
+  // The dimensions up to the last varying one lie differently in the buffer and in the box.
+  int64_t last = outputs[0].padding->rows;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] < box[d]) last = std::max(last, static_cast<int64_t>(d));
+  auto broadcasts_after_last = [&](const View& v) {
+    size_t rank = sizes.size(), r = v.sizes.size();
+    if (r > rank) return false;
+    for (size_t d = 0; d < r; ++d)
+      if (static_cast<int64_t>(rank - r + d) <= last && v.sizes[d] != 1) return false;
+    return true;
+  };
+  for (const Operand& o : outputs)
+    if (!shares(o) || o.view.numel() * static_cast<int64_t>(element_size(o.view.dtype)) !=
+                          static_cast<int64_t>(o.storage->nbytes()))
+      return false;
+  for (const Operand& o : inputs)
+    if (o.padding ? !shares(o) : !broadcasts_after_last(o.view)) return false;
+  for (auto* operands : {&inputs, &outputs})
+    for (Operand& o : *operands)
+      if (o.padding) o.padding->in_storage_order = true;
+  return true;
 }
 
 Value padded_sizes(Builder& b, const Value& geometry, const View& view, const Padding& p) {
@@ -308,6 +368,7 @@ void append_padded_key(std::string& key, const View& view, const Padding& p) {
     k << 'r';
     k.number(*dim);
   }
+  if (p.in_storage_order) key += 's';
   std::vector<int64_t> order = view.storage_order();  // a whole write follows it
   if (!std::is_sorted(order.begin(), order.end())) {
     graph::KeyWriter o(key, 2 + order.size() * (kNumber + 1));

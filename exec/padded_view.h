@@ -35,6 +35,14 @@ hlo::Value write_padded(hlo::Builder& b, const std::optional<hlo::Value>& flat, 
 // A padded operand's exact sizes, as an s64[rank] value.
 hlo::Value padded_sizes(hlo::Builder& b, const hlo::Value& geometry, const View& view, const Padding& padding);
 
+// For a pointwise op: lets its padded operands hold their elements in storage order
+// (Padding::in_storage_order) where that gives every element of a result the operands' elements
+// of its own position. That holds where every padded operand is a contiguous view from offset 0
+// of the same sizes and box, every result covers its whole storage, and the unpadded inputs
+// broadcast only along dimensions after the last varying one (a bias, a scalar). Returns whether
+// it did.
+bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& outputs);
+
 // Appends the padded operand's part of a cache key (its box and fill, not its exact geometry).
 void append_padded_key(std::string& key, const View& view, const Padding& padding);
 

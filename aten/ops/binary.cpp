@@ -183,7 +183,7 @@ LoweringOptions zero_divisor_checked() {
   };
   // Padded, the box's padding reads as ones: the check sees every position, and a zero there is
   // no divisor of the user's.
-  return padded(o, {exec::Fill::kOne});
+  return padded(o, pointwise_padding(exec::Fill::kOne));
 }
 
 Value divide(LoweringContext& c, const Value& a, const Value& b) {
@@ -511,10 +511,10 @@ Values next_after(LoweringContext& c) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(binary) {
-  PaddedFamily elementwise;  // every op here runs padded where sizes vary
+  PaddedFamily elementwise(pointwise_padding());  // every op here runs padded where sizes vary
   // ... but add, sub and rsub of 16-bit floats: their rounding follows CPU's loop over the exact
   // layout (add_scaled_by_alpha).
-  PaddingRule not_in_16_bits;
+  PaddingRule not_in_16_bits = pointwise_padding();
   not_in_16_bits.applies = [](const std::vector<c10::IValue>& args) {
     return std::none_of(args.begin(), args.end(), [](const c10::IValue& a) {
       return a.isTensor() && at::isReducedFloatingType(a.toTensor().scalar_type());

@@ -259,7 +259,7 @@ bool tanh_approximation(LoweringContext& c, size_t i) {
 }  // namespace
 
 TORCHTPU_LOWERINGS(unary) {
-  PaddedFamily elementwise;  // every op here runs padded where sizes vary
+  PaddedFamily elementwise(pointwise_padding());  // every op here runs padded where sizes vary
   struct Entry {
     const char* name;
     UnaryOp op;

@@ -423,3 +423,53 @@ def test_zeros_a_backward_scatters_into_stay_padded(tmp_path):
     process-wide and made length 25 compile 3 programs there once."""
     compiles = _in_a_fresh_process("backward_zeros_compiles", tmp_path)
     assert compiles[0] > 0 and compiles[2:] == [0] * 6, compiles
+
+
+def pointwise_programs_with_a_gather(dump_dir):
+    """Element-wise ops on activations of varying length [4, L, 24], with a bias, a per-row scale
+    and in place, each result compared with CPU's: returns how many of the dumped programs of
+    gelu, add_ and mul gather."""
+    os.environ["TORCHTPU_DUMP_PROGRAMS"] = dump_dir
+    g = torch.Generator().manual_seed(0)
+    bias = torch.randn(24, generator=g)
+    for length in (19, 23, 30):
+        ids = torch.randint(0, 50, (4, length), generator=g)
+        table = torch.randn(50, 24, generator=g)
+        scale = torch.randn(4, 1, 1, generator=g)
+        x_cpu = F.embedding(ids, table)
+        x = F.embedding(ids.to("tpu"), table.to("tpu"))  # padded: the ids' length varies
+        y_cpu, y = F.gelu(x_cpu + bias), F.gelu(x + bias.to("tpu"))
+        y_cpu.add_(x_cpu)
+        y.add_(x)
+        torch.testing.assert_close(y.cpu(), y_cpu, msg=f"length {length}")
+        # A scale per batch row broadcasts along a dimension before the varying one: read as a box.
+        torch.testing.assert_close((y * scale.to("tpu")).cpu(), y_cpu * scale, msg=f"length {length}")
+    names = {"aten::gelu", "aten::add_.Tensor", "aten::mul.Tensor"}
+    programs = [open(os.path.join(dump_dir, f)).read() for f in os.listdir(dump_dir)]
+    mine = [p for p in programs if p.split(" at ")[0].split("\n")[0][3:] in names]
+    assert len(mine) >= 3, [p.splitlines()[0] for p in programs]
+    return [sum("stablehlo.gather" in p for p in mine if "gelu" in p.splitlines()[0]),
+            sum("stablehlo.gather" in p for p in mine if "add_" in p.splitlines()[0]),
+            sum("stablehlo.gather" in p for p in mine if "mul" in p.splitlines()[0])]
+
+
+def test_pointwise_ops_read_padded_operands_as_stored(tmp_path):
+    """A pointwise op whose padded operands share one layout computes on their buffers as they are
+    stored: no gather into the box, no write per row; an operand broadcast along a dimension before
+    the varying one (a scale per batch row) still needs the box."""
+    gelu, add_, mul = _in_a_fresh_process("pointwise_programs_with_a_gather", tmp_path / "cache", str(tmp_path / "dump"))
+    assert (gelu, add_) == (0, 0)
+    assert mul > 0
+
+
+def test_the_capacity_past_a_pointwise_result_stays_zeros(monkeypatch):
+    """log of a padded tensor computes log(0) = -inf past its logical elements; what is stored there
+    must still be zeros (a NaN check reads the whole buffer)."""
+    monkeypatch.setenv("TORCHTPU_CHECK_NANS", "1")
+    g = torch.Generator().manual_seed(0)
+    with torchtpu.modes.eager_mode("debug"):
+        for length in (19, 23):
+            ids = torch.randint(0, 50, (4, length), generator=g)
+            table = torch.rand(50, 24, generator=g) + 0.5
+            x = F.embedding(ids.to("tpu"), table.to("tpu"))
+            torch.testing.assert_close(torch.log(x).cpu(), torch.log(F.embedding(ids, table)))
