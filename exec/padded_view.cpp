@@ -211,10 +211,15 @@ Value write_in_storage_order(Builder& b, const std::optional<Value>& flat, int64
   int64_t n = numel(p.box);
   Value x = b.reshape(box, {n});
   if (n > 0) {
+    // Masked as whole rows of the dimensions after the one that varies, where the key names it:
+    // a 2-D select XLA spreads over threads (a 1-D one of the elements it ran on one).
+    int64_t rank = static_cast<int64_t>(p.box.size()), last = p.rows >= 0 ? p.rows : rank - 1, inner = 1;
+    for (int64_t d = last + 1; d < rank; ++d) inner *= p.box[d];
     Value count = b.constant(1, {DType::kS64, {}});
-    for (size_t d = 0; d < p.box.size(); ++d) count = count * entry(b, geometry, p.at + static_cast<int64_t>(d));
-    Value inside = b.compare(hlo::Compare::kLT, b.iota({DType::kS64, {n}}, 0), splat(b, count, {n}));
-    x = b.select(inside, x, b.constant(0, {view.dtype, {n}}));
+    for (int64_t d = 0; d <= last; ++d) count = count * entry(b, geometry, p.at + d);
+    std::vector<int64_t> rows{n / inner, inner};
+    Value inside = b.compare(hlo::Compare::kLT, b.iota({DType::kS64, rows}, 0), splat(b, count, rows));
+    x = b.reshape(b.select(inside, b.reshape(box, rows), b.constant(0, {view.dtype, rows})), {n});
   }
   if (length <= n) return length == n ? x : b.slice(x, {0}, {length}, {1});
   if (flat) return b.concatenate({x, b.slice(*flat, {n}, {length}, {1})}, 0);
@@ -307,6 +312,9 @@ Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length,
 }
 
 bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& outputs) {
+  // Programs of one op only: in a fused or lazy window XLA fuses the unmasked buffers into each
+  // of their consumers and computes the op again in every one (docs/design.md).
+  if (mode() == Mode::kFused || mode() == Mode::kLazy) return false;
   if (outputs.empty() || !std::all_of(outputs.begin(), outputs.end(), [](const Operand& o) { return o.padding.has_value(); }))
     return false;
   const std::vector<int64_t>& sizes = outputs[0].view.sizes;
