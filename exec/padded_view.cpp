@@ -117,77 +117,144 @@ void check_box(const View& view, const Padding& p) {
     if (p.box[d] < view.sizes[d]) throw std::logic_error("a padded operand is larger than its box");
 }
 
-// A contiguous view from offset 0 padded in at most one dimension holds whole rows of the
-// others, packed: it is read by one window per block of rows and written by one update per block,
-// instead of an element gather (and a division per element to write it). Returns that dimension
-// (-1: none is padded now), or nothing for other views. Part of the key: it shapes the program.
-std::optional<int64_t> packed_dim(const View& view, const Padding& p) {
-  if (!view.is_contiguous() || view.offset != 0) return std::nullopt;
-  int64_t dim = -1;
-  for (size_t d = 0; d < p.box.size(); ++d)
-    if (view.sizes[d] < p.box[d]) {
-      if (dim >= 0) return std::nullopt;
-      dim = static_cast<int64_t>(d);
-    }
-  return dim < 0 && p.rows < static_cast<int64_t>(p.box.size()) ? p.rows : dim;
+// A view holding whole rows of its storage, padded in at most one dimension: in storage order its
+// dimensions are [outer..., varying, inner...], the inner ones dense (`width` elements of a row,
+// from `start`), the varying one stepping by `row` elements, the outer ones dense over its rows.
+// A contiguous activation has row = width and start 0; a transposed one (attention's output) too,
+// in another order; one head slice of a fused qkv projection seen as [B, H, L, D] has width H·D,
+// row 3·H·D and start 0, H·D or 2·H·D. It is read by one window of rows per block of the outer
+// dimensions and, written whole, by one update per block, instead of an element gather (and a
+// division per element to write it). Part of the key: it shapes the program.
+struct Packing {
+  std::vector<int64_t> order;  // the view's dimensions, outermost in memory first
+  int64_t dim = -1;            // the varying one; -1: none varies now (a contiguous view from 0)
+  int64_t row = 1, width = 1, start = 0;
+  int64_t at() const { return std::find(order.begin(), order.end(), dim) - order.begin(); }
+  bool dense() const { return row == width && start == 0; }
+};
+
+std::vector<int64_t> in_order(const std::vector<int64_t>& dims, const std::vector<int64_t>& order) {
+  std::vector<int64_t> out;
+  for (int64_t d : order) out.push_back(dims[d]);
+  return out;
 }
 
-// Blocks of a packed view: [outer, rows, inner] of the box around dimension `dim`.
+// Whether the view's dimensions order[from..to) are dense over `stride` elements each step of
+// the innermost (size-1 dimensions have any stride); sets `extent` to the elements they span.
+bool dense_run(const View& view, const std::vector<int64_t>& order, size_t from, size_t to, int64_t stride,
+               int64_t& extent) {
+  extent = stride;
+  for (size_t i = to; i-- > from;) {
+    int64_t d = order[i];
+    if (view.sizes[d] != 1 && view.strides[d] != extent) return false;
+    extent *= view.sizes[d];
+  }
+  return true;
+}
+
+std::optional<Packing> packing(const View& view, const Padding& p) {
+  int64_t rank = static_cast<int64_t>(p.box.size());
+  Packing k;
+  for (int64_t d = 0; d < rank; ++d)
+    if (view.sizes[d] < p.box[d]) {
+      if (k.dim >= 0) return std::nullopt;
+      k.dim = d;
+    }
+  if (k.dim < 0 && p.rows < rank) k.dim = p.rows;
+  if (view.is_contiguous() || k.dim < 0) {  // in PyTorch's order, from offset 0
+    if (!view.is_contiguous() || view.offset != 0) return std::nullopt;
+    for (int64_t d = 0; d < rank; ++d) k.order.push_back(d);
+    for (int64_t d = k.dim + 1; k.dim >= 0 && d < rank; ++d) k.width *= p.box[d];
+    k.row = k.width;
+    return k;
+  }
+  if (view.sizes[k.dim] <= 1) return std::nullopt;  // its stride says nothing
+  k.order = view.storage_order();
+  size_t at = k.at();
+  int64_t outer_step = 0;
+  k.row = view.strides[k.dim];
+  k.start = view.offset;
+  if (!dense_run(view, k.order, at + 1, k.order.size(), 1, k.width) || k.row < k.width ||
+      !dense_run(view, k.order, 0, at, view.sizes[k.dim] * k.row, outer_step) || k.start + k.width > k.row)
+    return std::nullopt;
+  return k;
+}
+
+// Blocks of a packed view: [outer, rows, width] of the box in storage order.
 struct Blocks {
-  int64_t outer = 1, rows = 1, inner = 1;
-  Blocks(const std::vector<int64_t>& box, int64_t dim) {
-    for (int64_t d = 0; d < static_cast<int64_t>(box.size()); ++d)
-      (d < dim ? outer : d == dim ? rows : inner) *= box[d];
+  int64_t outer = 1, rows = 1, width;
+  Blocks(const std::vector<int64_t>& box, const Packing& k) : width(k.width) {
+    if (k.dim < 0) return;
+    std::vector<int64_t> stored = in_order(box, k.order);
+    size_t at = k.at();
+    for (size_t i = 0; i < at; ++i) outer *= stored[i];
+    rows = stored[at];
   }
 };
 
-// Each block's first flat position (block o starts at o * exact rows * inner), as s64[outer, 1].
-Value block_starts(Builder& b, const Value& geometry, const Padding& p, int64_t dim, const Blocks& k) {
-  Value stride = entry(b, geometry, p.at + dim) * b.constant(static_cast<double>(k.inner), {DType::kS64, {}});
-  Value starts = b.iota({DType::kS64, {k.outer}}, 0) * splat(b, stride, {k.outer});
-  return b.reshape(starts, {k.outer, 1});
+// Each block's first flat position (block o starts at start + o * exact rows * row), as s64[outer, 1].
+Value block_starts(Builder& b, const Value& geometry, const Padding& p, const Packing& k, const Blocks& blocks) {
+  Value stride = entry(b, geometry, p.at + k.dim) * b.constant(static_cast<double>(k.row), {DType::kS64, {}});
+  Value starts = b.iota({DType::kS64, {blocks.outer}}, 0) * splat(b, stride, {blocks.outer});
+  if (k.start) starts = starts + b.constant(static_cast<double>(k.start), {DType::kS64, {blocks.outer}});
+  return b.reshape(starts, {blocks.outer, 1});
 }
 
-// Over [outer, rows, inner]: whether a row lies inside the exact size of dimension `dim`.
-Value rows_inside(Builder& b, const Value& geometry, const Padding& p, int64_t dim, const Blocks& k) {
-  std::vector<int64_t> dims{k.outer, k.rows, k.inner};
-  return b.compare(hlo::Compare::kLT, b.iota({DType::kS64, dims}, 1), splat(b, entry(b, geometry, p.at + dim), dims));
+// Over [outer, rows, width]: whether a row lies inside the exact size of the varying dimension.
+Value rows_inside(Builder& b, const Value& geometry, const Padding& p, const Packing& k, const Blocks& blocks) {
+  std::vector<int64_t> dims{blocks.outer, blocks.rows, blocks.width};
+  return b.compare(hlo::Compare::kLT, b.iota({DType::kS64, dims}, 1), splat(b, entry(b, geometry, p.at + k.dim), dims));
 }
+
+// The permutation taking a box in storage order to the view's order (stablehlo.transpose's).
+std::vector<int64_t> to_view_order(const Packing& k) {
+  std::vector<int64_t> permutation(k.order.size());
+  for (size_t i = 0; i < k.order.size(); ++i) permutation[k.order[i]] = static_cast<int64_t>(i);
+  return permutation;
+}
+
+bool is_identity(const std::vector<int64_t>& order) { return std::is_sorted(order.begin(), order.end()); }
 
 Value read_packed(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p,
-                  int64_t dim) {
+                  const Packing& k) {
   int64_t n = numel(p.box), length = flat.type.dims.at(0);
   if (n == 0) return fill_value(b, p.fill, view.dtype, p.box);  // nothing to read (XLA slices nothing from nothing)
+  Blocks blocks(p.box, k);
   // Windows may reach past an exact-size storage's end (XLA would move them back): pad it.
-  Value data = length >= n ? flat : b.pad(flat, b.constant(0, {view.dtype, {}}), {0}, {n - length}, {0});
-  if (dim < 0) return b.reshape(b.slice(data, {0}, {n}, {1}), p.box);
-  Blocks k(p.box, dim);
-  Value rows = b.gather(data, block_starts(b, geometry, p, dim, k), {{1}, {}, {0}, 1}, {k.rows * k.inner},
-                        {k.outer, k.rows * k.inner});
-  std::vector<int64_t> dims{k.outer, k.rows, k.inner};
-  Value x = b.select(rows_inside(b, geometry, p, dim, k), b.reshape(rows, dims), fill_value(b, p.fill, view.dtype, dims));
-  return b.reshape(x, p.box);
+  int64_t reach = k.start + blocks.outer * blocks.rows * k.row;
+  Value data = length >= reach ? flat : b.pad(flat, b.constant(0, {view.dtype, {}}), {0}, {reach - length}, {0});
+  if (k.dim < 0) return b.reshape(b.slice(data, {0}, {n}, {1}), p.box);
+  Value rows = b.gather(data, block_starts(b, geometry, p, k, blocks), {{1}, {}, {0}, 1}, {blocks.rows * k.row},
+                        {blocks.outer, blocks.rows * k.row});
+  Value x = b.reshape(rows, {blocks.outer, blocks.rows, k.row});
+  std::vector<int64_t> dims{blocks.outer, blocks.rows, blocks.width};
+  if (!k.dense()) x = b.slice(x, {0, 0, 0}, dims, {1, 1, 1});
+  x = b.reshape(b.select(rows_inside(b, geometry, p, k, blocks), x, fill_value(b, p.fill, view.dtype, dims)),
+                in_order(p.box, k.order));
+  return is_identity(k.order) ? x : b.transpose(x, to_view_order(k));
 }
 
-// The whole storage (`length` elements) from a packed view's box: each block's rows written over
-// the previous block's padded tail, in order; zeros past the logical elements.
+// The whole storage (`length` elements) from a dense packed view's box: each block's rows written
+// over the previous block's padded tail, in order; zeros past the logical elements.
 Value write_packed(Builder& b, int64_t length, const Value& geometry, const View& view, const Padding& p,
-                   const Value& box, int64_t dim) {
+                   const Value& box, const Packing& k) {
   int64_t n = numel(p.box);
   Value zero = b.constant(0, {view.dtype, {}});
-  if (dim < 0) {
+  if (k.dim < 0) {
     Value x = b.reshape(box, {n});
     return length == n ? x : b.pad(x, zero, {0}, {length - n}, {0});
   }
-  Blocks k(p.box, dim);
-  std::vector<int64_t> dims{k.outer, k.rows, k.inner};
-  Value x = b.reshape(b.select(rows_inside(b, geometry, p, dim, k), b.reshape(box, dims), b.constant(0, {view.dtype, dims})),
-                      {k.outer, k.rows * k.inner});
-  // The last block's window ends by o * rows * inner + rows * inner <= n: pad to that first.
+  Blocks blocks(p.box, k);
+  std::vector<int64_t> dims{blocks.outer, blocks.rows, blocks.width};
+  Value stored = is_identity(k.order) ? box : b.transpose(box, k.order);
+  Value x = b.reshape(
+      b.select(rows_inside(b, geometry, p, k, blocks), b.reshape(stored, dims), b.constant(0, {view.dtype, dims})),
+      {blocks.outer, blocks.rows * blocks.width});
+  // The last block's window ends by o * rows * width + rows * width <= n: pad to that first.
   Value flat = b.constant(0, {view.dtype, {std::max(length, n)}});
-  Value stride = entry(b, geometry, p.at + dim) * b.constant(static_cast<double>(k.inner), {DType::kS64, {}});
-  for (int64_t o = 0; o < k.outer; ++o) {
-    Value block = b.reshape(b.slice(x, {o, 0}, {o + 1, k.rows * k.inner}, {1, 1}), {k.rows * k.inner});
+  Value stride = entry(b, geometry, p.at + k.dim) * b.constant(static_cast<double>(k.row), {DType::kS64, {}});
+  for (int64_t o = 0; o < blocks.outer; ++o) {
+    Value block = b.reshape(b.slice(x, {o, 0}, {o + 1, blocks.rows * blocks.width}, {1, 1}), {blocks.rows * blocks.width});
     Value start = stride * b.constant(static_cast<double>(o), {DType::kS64, {}});
     flat = b.dynamic_update_slice(flat, block, {start});
   }
@@ -269,7 +336,7 @@ bool attach_geometry(OpCall& call) {
 Value read_padded(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p) {
   if (flat.type.dtype != view.dtype) throw std::logic_error("a padded view must have its storage's element type");
   if (p.in_storage_order) return read_in_storage_order(b, flat, view, p);
-  if (std::optional<int64_t> dim = packed_dim(view, p)) return read_packed(b, flat, geometry, view, p, *dim);
+  if (std::optional<Packing> k = packing(view, p)) return read_packed(b, flat, geometry, view, p, *k);
   auto [index, inside] = box_positions(b, geometry, p);
   int64_t n = numel(p.box);
   Value safe = b.select(inside, index, b.constant(0, index.type));
@@ -288,8 +355,8 @@ Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length,
     auto replace = [](Builder&, const std::vector<Value>& a) { return std::vector<Value>{a[1]}; };
     return b.scatter(*flat, b.reshape(aimed, {n, 1}), b.reshape(box, {n}), {{}, {0}, {0}, 1}, replace);
   }
-  if (std::optional<int64_t> dim = packed_dim(view, p); dim && (*dim < 0 || Blocks(p.box, *dim).outer <= kMostPackedBlocks))
-    return write_packed(b, length, geometry, view, p, box, *dim);
+  if (std::optional<Packing> k = packing(view, p); k && k->dense() && Blocks(p.box, *k).outer <= kMostPackedBlocks)
+    return write_packed(b, length, geometry, view, p, box, *k);
   // The whole storage: flat element j is the box element at j's position in the exact sizes,
   // laid out in the view's storage order; elements past the logical ones are zeros.
   TensorType index_type{DType::kS64, {length}};
@@ -347,19 +414,20 @@ bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& out
 
 Value padded_sizes(Builder& b, const Value& geometry, const View& view, const Padding& p) {
   int64_t rank = static_cast<int64_t>(view.sizes.size());
-  std::optional<int64_t> dim = packed_dim(view, p);
-  if (!dim) return b.slice(geometry, {p.at}, {p.at + rank}, {1});
+  std::optional<Packing> k = packing(view, p);
+  if (!k) return b.slice(geometry, {p.at}, {p.at + rank}, {1});
   // A packed view fills its box but in one dimension, which its key names: the others' sizes are
   // constants, so that XLA folds what a lowering computes from them (a padded cat along a fixed
   // dimension places its parts at static offsets).
   auto known = [&](int64_t from, int64_t to) {
     return b.constant_bytes(p.box.data() + from, {DType::kS64, {to - from}});
   };
-  if (*dim < 0) return known(0, rank);
+  int64_t dim = k->dim;
+  if (dim < 0) return known(0, rank);
   std::vector<Value> parts;
-  if (*dim > 0) parts.push_back(known(0, *dim));
-  parts.push_back(b.slice(geometry, {p.at + *dim}, {p.at + *dim + 1}, {1}));
-  if (*dim + 1 < rank) parts.push_back(known(*dim + 1, rank));
+  if (dim > 0) parts.push_back(known(0, dim));
+  parts.push_back(b.slice(geometry, {p.at + dim}, {p.at + dim + 1}, {1}));
+  if (dim + 1 < rank) parts.push_back(known(dim + 1, rank));
   return parts.size() == 1 ? parts[0] : b.concatenate(parts, 0);
 }
 
@@ -371,10 +439,15 @@ void append_padded_key(std::string& key, const View& view, const Padding& p) {
     for (int64_t d : p.box) w.number(d) << ',';
     w << ']';
   }  // (a writer's room ends with it: the next one appends after what it wrote)
-  if (std::optional<int64_t> dim = packed_dim(view, p)) {
-    graph::KeyWriter k(key, 2 + kNumber);
-    k << 'r';
-    k.number(*dim);
+  if (std::optional<Packing> k = packing(view, p)) {  // its order follows ('<') where not PyTorch's
+    graph::KeyWriter w(key, 4 + 3 * kNumber);
+    w << 'r';
+    w.number(k->dim);
+    if (!k->dense()) {
+      w << 'w';
+      w.number(k->row) << '+';
+      w.number(k->start);
+    }
   }
   if (p.in_storage_order) key += 's';
   std::vector<int64_t> order = view.storage_order();  // a whole write follows it
