@@ -54,6 +54,7 @@ struct Inputs {
   std::vector<std::shared_ptr<exec::BufferRef>> scalars;  // keeps scalar storages alive
   std::string key;
   std::vector<std::vector<int64_t>> varying;  // the sizes each padded result varies in
+  std::vector<std::vector<int64_t>> varying_strides;  // and the strides of its dimensions that do
 };
 
 struct LoweringCall;

@@ -616,13 +616,13 @@ void run_program(const c10::OperatorHandle& op, const OpPlan& plan, const std::v
   if (ok)
     for (const exec::Operand& out : outputs)
       if (out.storage != ok.get()) checked.push_back(out.storage);
-  std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> varying;  // what padded results vary in
-  if (box_meta) varying = varying_results(outputs, in.varying);
+  std::vector<VaryingResult> varying;  // what padded results vary in
+  if (box_meta) varying = varying_results(outputs, in);
   exec::OpCall program{std::move(in.key), std::move(lower), std::move(in.operands), std::move(outputs), origin};
   program.sizes_to_lowering = sizes;
   program.matmul = o.matmul;
   run_on_device(std::move(program));
-  for (auto& [storage, sizes_of_it] : varying) storage->set_varying_sizes(std::move(sizes_of_it));
+  for (VaryingResult& v : varying) v.storage->set_varying(std::move(v.sizes), std::move(v.strides));
   if (ok) {
     std::vector<graph::ValuePtr> results;
     for (exec::BufferRef* storage : checked) results.push_back(storage->value());

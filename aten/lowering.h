@@ -163,7 +163,17 @@ struct PaddingRule {
   // ops): where the padded operands share one layout, the program reads and writes their buffers
   // as stored instead of gathering boxes (exec::share_storage_order).
   bool pointwise = false;
+  // Its meta kernel checks every pair of sizes that must match (a matmul's contraction): an
+  // unmarked operand then keeps sizes that only equal a varying one (a weight [3·D, D] beside
+  // activations of B·L = 3·D rows) wherever PyTorch accepts them beside the boxes.
+  bool meta_checks_sizes = false;
 };
+// The rule of the matmuls (PaddingRule::meta_checks_sizes).
+inline PaddingRule matmul_padding() {
+  PaddingRule rule;
+  rule.meta_checks_sizes = true;
+  return rule;
+}
 // The rule of the element-wise families.
 inline PaddingRule pointwise_padding(exec::Fill fill = exec::Fill::kZero) {
   PaddingRule rule;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "aten/lowering.h"
+#include "aten/tensor_operand.h"
 #include "aten/varying_sizes.h"
 #include "exec/capture.h"
 #include "exec/padded_view.h"
@@ -16,13 +17,32 @@
 namespace torchtpu::aten {
 namespace {
 
+// Per dimension of a tensor reading `storage` with `sizes` and `strides`: whether it keeps its
+// size though that size varies in the call. Marks are sizes (docs/design.md, "Shapes that
+// change"), so a fixed size equal to a varying one looks varying too; two things tell them apart:
+// - an unmarked tensor read exact (`ducks` false: pad_operands tries that first) keeps all its
+//   sizes: a weight [3·D, D] beside activations of B·L = 3·D rows;
+// - among dimensions of one size, where one has a stride its storage varied along, the others keep
+//   theirs: [B·L, 3·D] = [384, 384] of a qkv projection at L = 48 varies in its rows only.
+std::vector<bool> fixed_dims(const exec::BufferRef& storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                             bool ducks) {
+  std::vector<bool> fixed(sizes.size(), !ducks && !storage.varies());
+  const std::vector<int64_t>& along = storage.varying_strides();
+  auto varies_here = [&](size_t d) { return std::find(along.begin(), along.end(), strides[d]) != along.end(); };
+  for (size_t d = 0; d < sizes.size() && !along.empty(); ++d)
+    for (size_t e = 0; e < sizes.size(); ++e)
+      if (e != d && sizes[e] == sizes[d] && varies_here(e) && !varies_here(d)) fixed[d] = true;
+  return fixed;
+}
+
 // `probe` > 0 gives boxes that much larger: which result sizes follow them (aten::cat's does, a
 // reduction's does not) says which of a result's sizes vary.
 std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
-                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying, int64_t probe = 0) {
+                            c10::IntArrayRef sizes, const std::vector<int64_t>& varying, const std::vector<bool>& fixed,
+                            int64_t probe = 0) {
   std::vector<int64_t> box(sizes.begin(), sizes.end());
   for (size_t d = 0; d < box.size(); ++d)
-    if (std::binary_search(varying.begin(), varying.end(), box[d]) &&
+    if (std::binary_search(varying.begin(), varying.end(), box[d]) && !fixed[d] &&
         (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
       box[d] = box_size(box[d], varying) + probe;
   return box;
@@ -32,7 +52,7 @@ std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IVal
 // null when PyTorch refuses the boxes (sizes that must match did not pad alike).
 std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
                                                const std::vector<c10::IValue>& args,
-                                               const std::vector<int64_t>& varying, int64_t probe = 0) {
+                                               const std::vector<int64_t>& varying, bool ducks, int64_t probe = 0) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
   const PaddingRule& rule = *plan.entry->options.padding;
@@ -40,7 +60,8 @@ std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, co
   for (size_t i = 0; i < args.size(); ++i)
     result->args.push_back(map_tensors(plan.args[i], args[i], [&](const at::Tensor& t) {
       if (!t.defined() || !on_tpu(t)) return t;
-      return at::empty(box_of(rule, args, i, t.sizes(), varying, probe), t.options().device(c10::kMeta));
+      std::vector<bool> fixed = fixed_dims(buffer_ref(t), t.sizes(), t.strides(), ducks);
+      return at::empty(box_of(rule, args, i, t.sizes(), varying, fixed, probe), t.options().device(c10::kMeta));
     }));
   std::string key = meta_key(plan, result->args);
   {
@@ -88,15 +109,25 @@ bool holds(const std::vector<int64_t>& box, const std::vector<int64_t>& sizes) {
 
 // Whether a dimension of tensor argument `arg` that the rule lets vary has a varying size.
 bool pads_any(const PaddingRule& rule, const std::vector<c10::IValue>& args, size_t arg,
-              const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying) {
+              const std::vector<int64_t>& sizes, const std::vector<int64_t>& varying, const std::vector<bool>& fixed) {
   for (size_t d = 0; d < sizes.size(); ++d)
-    if (sizes[d] > 1 && std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
+    if (sizes[d] > 1 && std::binary_search(varying.begin(), varying.end(), sizes[d]) && !fixed[d] &&
         (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d))))
       return true;
   return false;
 }
 
 using Box = std::vector<int64_t>;
+
+// Whether what varies in the call comes from its line's history, not only from marked storages:
+// an op that seeds padding, or one reading a part of a larger storage (the first L positions of a
+// model's position-id buffer), which can be read padded where L changes at this line: the storage
+// holds the box already.
+bool seeds_here(const PaddingRule& rule, const Inputs& in) {
+  return rule.seeds || std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) {
+    return o.view.numel() * static_cast<int64_t>(element_size(o.view.dtype)) < static_cast<int64_t>(o.storage->nbytes());
+  });
+}
 
 // The sizes that vary in a call the rule applies to; nothing where it runs at exact sizes (no
 // input is padded and the op seeds no padding, nothing varies, or an operand is empty).
@@ -105,12 +136,7 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
                                                  const std::vector<exec::Operand>& outputs) {
   bool reads_padded =
       std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) { return o.storage->varies(); });
-  // A part of a larger storage (the first L positions of a model's position-id buffer) can be read
-  // padded where L changes at this line: the storage holds the box already.
-  bool reads_part = std::any_of(in.operands.begin(), in.operands.end(), [](const exec::Operand& o) {
-    return o.view.numel() * static_cast<int64_t>(element_size(o.view.dtype)) < static_cast<int64_t>(o.storage->nbytes());
-  });
-  bool seeds = rule.seeds || reads_part;
+  bool seeds = seeds_here(rule, in);
   if (!reads_padded && !seeds) return std::nullopt;  // every op of a static workload leaves here
   if (rule.applies && !rule.applies(args)) return std::nullopt;
   // An empty contiguous input reads as an empty box (the cache a first `cat` appends to); other
@@ -138,7 +164,8 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
 // Each input's box, or nothing where it is read at its exact view; nothing at all where an input
 // to pad is a view of another type (a padded read gathers elements of its own type).
 std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& rule, const std::vector<c10::IValue>& args,
-                                                           const Inputs& in, const std::vector<int64_t>& varying) {
+                                                           const Inputs& in, const std::vector<int64_t>& varying,
+                                                           bool ducks) {
   std::vector<std::optional<Box>> boxes;
   for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
@@ -147,10 +174,12 @@ std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& ru
       // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time. An exact one
       // whose box is its size is read as it is: its size only equals a varying one (a weight's
       // d_ff = B·L at L = 64), which must not give it a program of its own.
-      bool pads = arg < args.size() && (o.storage->varies() || (pads_any(rule, args, arg, o.view.sizes, varying) &&
-                                                                box_of(rule, args, arg, o.view.sizes, varying) != o.view.sizes));
+      std::vector<bool> fixed = fixed_dims(*o.storage, o.view.sizes, o.view.strides, ducks);
+      Box box = arg < args.size() ? box_of(rule, args, arg, o.view.sizes, varying, fixed) : o.view.sizes;
+      bool pads = arg < args.size() &&
+                  (o.storage->varies() || (pads_any(rule, args, arg, o.view.sizes, varying, fixed) && box != o.view.sizes));
       if (pads && !holds_own_type(o)) return std::nullopt;
-      boxes.push_back(pads ? std::optional<Box>(box_of(rule, args, arg, o.view.sizes, varying)) : std::nullopt);
+      boxes.push_back(pads ? std::optional<Box>(std::move(box)) : std::nullopt);
     }
   return boxes;
 }
@@ -160,17 +189,19 @@ std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& ru
 // Nothing where a box cannot hold its result or a result is a view of another type.
 struct ResultBoxes {
   std::vector<Box> boxes;
-  std::vector<std::vector<int64_t>> varying;
+  std::vector<std::vector<int64_t>> varying, strides;  // per result: the sizes that vary, and their strides
 };
 std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpPlan& plan,
                                         const std::vector<c10::IValue>& args, const MetaResult& box_meta,
-                                        const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying) {
+                                        const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying,
+                                        bool ducks) {
   std::vector<at::Tensor> metas = destination_metas(plan, box_meta);
   if (metas.size() != outputs.size()) return std::nullopt;
-  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, /*probe=*/1);
+  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, ducks, /*probe=*/1);
   std::vector<at::Tensor> probes = probe_meta ? destination_metas(plan, *probe_meta) : std::vector<at::Tensor>{};
   ResultBoxes r;
   r.varying.resize(outputs.size());
+  r.strides.resize(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     Box box(metas[k].sizes().begin(), metas[k].sizes().end());
     const std::vector<int64_t>& sizes = outputs[k].view.sizes;
@@ -181,6 +212,7 @@ std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpP
                            : box[d] != sizes[d] || std::binary_search(varying.begin(), varying.end(), sizes[d]);
       if (!varies || sizes[d] <= 1) continue;
       r.varying[k].push_back(sizes[d]);
+      r.strides[k].push_back(outputs[k].view.strides[d]);
       if (plan.entry->options.padding->results_in_buckets) box[d] = box_size(sizes[d], varying);
     }
     std::sort(r.varying[k].begin(), r.varying[k].end());
@@ -239,13 +271,15 @@ bool pads_result(const ResultBoxes& results, const std::vector<exec::Operand>& o
 
 // Gives each input with a box its padding.
 void pad_inputs(const PaddingRule& rule, const std::vector<c10::IValue>& args, const std::vector<int64_t>& varying,
-                std::vector<std::optional<Box>>& boxes, Inputs& in) {
+                bool ducks, std::vector<std::optional<Box>>& boxes, Inputs& in) {
   for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
       if (!boxes[k]) continue;
-      const std::vector<int64_t>& sizes = in.operands[k].view.sizes;
+      const exec::Operand& o = in.operands[k];
+      const std::vector<int64_t>& sizes = o.view.sizes;
+      std::vector<bool> fixed = fixed_dims(*o.storage, sizes, o.view.strides, ducks);
       in.operands[k].padding = padding_of(std::move(*boxes[k]), sizes, [&](size_t d) {
-        return std::binary_search(varying.begin(), varying.end(), sizes[d]) &&
+        return std::binary_search(varying.begin(), varying.end(), sizes[d]) && !fixed[d] &&
                (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d)));
       }, rule.fill);
     }
@@ -253,8 +287,9 @@ void pad_inputs(const PaddingRule& rule, const std::vector<c10::IValue>& args, c
 
 // Gives each result that runs padded its padding, and `marked` what its storage will vary in.
 void pad_results(ResultBoxes& results, const std::vector<int64_t>& varying, std::vector<exec::Operand>& outputs,
-                 std::vector<std::vector<int64_t>>& marked) {
+                 std::vector<std::vector<int64_t>>& marked, std::vector<std::vector<int64_t>>& strides) {
   marked.clear();
+  strides.clear();
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!pads_result(results, outputs, k)) continue;
     const std::vector<int64_t>& sizes = outputs[k].view.sizes;
@@ -263,6 +298,7 @@ void pad_results(ResultBoxes& results, const std::vector<int64_t>& varying, std:
       return std::find(result_varying.begin(), result_varying.end(), sizes[d]) != result_varying.end();
     });
     marked.push_back(with_factors(marks_in_layout(outputs[k].view, result_varying), result_varying, varying));
+    strides.push_back(std::move(results.strides[k]));
   }
 }
 
@@ -279,32 +315,46 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   std::optional<std::vector<int64_t>> called_varying = call_varying(rule, args, origin, in, outputs);
   if (!called_varying) return nullptr;
   const std::vector<int64_t>& varying = *called_varying;
-  std::optional<std::vector<std::optional<Box>>> inputs = input_boxes(rule, args, in, varying);
-  if (!inputs) return nullptr;
-  bool pads_input = std::any_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); });
-  if (!pads_input && !rule.seeds) return nullptr;
-  std::shared_ptr<const MetaResult> box_meta = box_metadata(op, plan, args, varying);
-  if (!box_meta) return nullptr;
-  std::optional<ResultBoxes> results = result_boxes(op, plan, args, *box_meta, outputs, varying);
+  // An unmarked operand keeps its sizes where PyTorch accepts them beside the boxes (a weight beside
+  // padded activations), for an op whose meta kernel checks every size that pairs up (a matmul's;
+  // attention's does not check its mask) and unless what varies comes from the line's history;
+  // else every size of it that varies is padded (a mask made at the exact length).
+  bool ducks = !rule.meta_checks_sizes || seeds_here(rule, in);
+  std::optional<std::vector<std::optional<Box>>> inputs;
+  std::shared_ptr<const MetaResult> box_meta;
+  bool pads_input = false;
+  while (true) {
+    inputs = input_boxes(rule, args, in, varying, ducks);
+    if (!inputs) return nullptr;
+    pads_input = std::any_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); });
+    if (!pads_input && !rule.seeds) return nullptr;
+    box_meta = box_metadata(op, plan, args, varying, ducks);
+    if (box_meta) break;
+    if (ducks) return nullptr;
+    ducks = true;  // PyTorch refused an unmarked tensor's exact sizes beside the boxes: pad it too
+  }
+  std::optional<ResultBoxes> results = result_boxes(op, plan, args, *box_meta, outputs, varying, ducks);
   if (!results) return nullptr;
   bool pads_output = false;
   for (size_t k = 0; k < outputs.size(); ++k) pads_output |= pads_result(*results, outputs, k);
   if (!pads_input && !pads_output) return nullptr;  // a seeding op (arange) whose sizes did not vary
-  pad_inputs(rule, args, varying, *inputs, in);
+  pad_inputs(rule, args, varying, ducks, *inputs, in);
   drop_out_arguments(op.schema(), in);
-  pad_results(*results, varying, outputs, in.varying);
+  pad_results(*results, varying, outputs, in.varying, in.varying_strides);
   const LoweringOptions& options = plan.entry->options;
   bool checks = options.device_check && (!options.device_check_when || options.device_check_when(args));
   if (rule.pointwise && !rule.needs_sizes && !checks) exec::share_storage_order(in.operands, outputs);
   return box_meta;
 }
 
-std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> varying_results(
-    const std::vector<exec::Operand>& outputs, std::vector<std::vector<int64_t>>& varying) {
-  std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> marks;
+std::vector<VaryingResult> varying_results(const std::vector<exec::Operand>& outputs, Inputs& in) {
+  std::vector<VaryingResult> marks;
   size_t next = 0;
   for (const exec::Operand& o : outputs)
-    if (o.padding) marks.emplace_back(o.storage, std::move(varying.at(next++)));
+    if (o.padding) {
+      marks.push_back({o.storage, std::move(in.varying.at(next)), std::move(in.varying_strides.at(next))});
+      ++next;
+    }
   return marks;
 }
 

@@ -20,8 +20,12 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
                                                const std::vector<c10::IValue>& args, const graph::Origin* origin,
                                                Inputs& in, std::vector<exec::Operand>& outputs);
 
-// The storages of the padded results, with the sizes each varies in (pad_operands' list).
-std::vector<std::pair<exec::BufferRef*, std::vector<int64_t>>> varying_results(
-    const std::vector<exec::Operand>& outputs, std::vector<std::vector<int64_t>>& varying);
+// The storages of the padded results, with the sizes each varies in and their strides
+// (pad_operands' lists, moved out of `in`): what to mark each storage with once it is written.
+struct VaryingResult {
+  exec::BufferRef* storage;
+  std::vector<int64_t> sizes, strides;
+};
+std::vector<VaryingResult> varying_results(const std::vector<exec::Operand>& outputs, Inputs& in);
 
 }  // namespace torchtpu::aten

@@ -49,6 +49,7 @@ class BufferRef {
     value->hold();
     value_ = std::move(value);
     varying_sizes_.clear();  // the writer of a padded value marks it after the swap
+    varying_strides_.clear();
     record_padding_bytes(padding_bytes() - before);
   }
 
@@ -57,6 +58,13 @@ class BufferRef {
   const std::vector<int64_t>& varying_sizes() const { return varying_sizes_; }
   bool varies() const { return !varying_sizes_.empty(); }
   void set_varying_sizes(std::vector<int64_t> sizes) { varying_sizes_ = std::move(sizes); }
+  // The strides its varying dimensions had where a padded op wrote it (empty where not known): a
+  // view with several dimensions of one marked size varies only in those with one of these strides.
+  const std::vector<int64_t>& varying_strides() const { return varying_strides_; }
+  void set_varying(std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    varying_sizes_ = std::move(sizes);
+    varying_strides_ = std::move(strides);
+  }
 
  private:
   int64_t padding_bytes() const {
@@ -65,15 +73,12 @@ class BufferRef {
     return held > static_cast<int64_t>(nbytes_) ? held - static_cast<int64_t>(nbytes_) : 0;
   }
 
- public:
-
- private:
   static constexpr uint64_t kTag = 0x7470752d62756672;  // "tpu-bufr"
   uint64_t tag_ = kTag;
   int device_;
   size_t nbytes_;
   graph::ValuePtr value_;
-  std::vector<int64_t> varying_sizes_;
+  std::vector<int64_t> varying_sizes_, varying_strides_;
 };
 
 }  // namespace torchtpu::exec

@@ -128,7 +128,7 @@ TORCHTPU_LOWERINGS(linalg) {
   }, padded({}));
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
-  }, padded(same_dtype_matmul(0)));  // zeros in the padding add nothing to a product (nor below)
+  }, padded(same_dtype_matmul(0), matmul_padding()));  // zeros in the padding add nothing to a product (nor below)
   register_lowering({"_int_mm", "_int_mm.out"}, [](LoweringContext& c) {  // int8 operands, summed exactly in int32
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
   });
@@ -154,28 +154,28 @@ TORCHTPU_LOWERINGS(linalg) {
   }, matmul_op());
   register_lowering({"bmm", "bmm.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 1, 1)};
-  }, padded(same_dtype_matmul(0, true)));
+  }, padded(same_dtype_matmul(0, true), matmul_padding()));
   register_lowering({"dot", "dot.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
-  }, padded(same_dtype_matmul(0)));
+  }, padded(same_dtype_matmul(0), matmul_padding()));
   register_lowering({"vdot", "vdot.out"}, [](LoweringContext& c) {  // conjugates its first operand
     return Values{matmul(c, conj(c.b, c.input(0)), c.input(1), 0, 0)};
-  }, padded(same_dtype_matmul(0)));
-  register_lowering({"addbmm", "addbmm_", "addbmm.out"}, addbmm, padded(same_dtype_matmul(1)));
+  }, padded(same_dtype_matmul(0), matmul_padding()));
+  register_lowering({"addbmm", "addbmm_", "addbmm.out"}, addbmm, padded(same_dtype_matmul(1), matmul_padding()));
   register_lowering({"linalg_cross", "linalg_cross.out"}, cross);
   register_lowering({"mv", "mv.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
-  }, padded(same_dtype_matmul(0, true)));
+  }, padded(same_dtype_matmul(0, true), matmul_padding()));
   // addmm(self, mat1, mat2, *, beta, alpha)
   register_lowering({"addmm", "addmm_", "addmm.out"}, [](LoweringContext& c) {
     return Values{affine(c, matmul(c, c.input(1), c.input(2), 0, 0), 0, 3, 4)};
-  }, padded(same_dtype_matmul(1)));
+  }, padded(same_dtype_matmul(1), matmul_padding()));
   register_lowering({"baddbmm", "baddbmm_", "baddbmm.out"}, [](LoweringContext& c) {
     return Values{affine(c, matmul(c, c.input(1), c.input(2), 1, 1), 0, 3, 4)};
-  }, padded(same_dtype_matmul(1, true)));
+  }, padded(same_dtype_matmul(1, true), matmul_padding()));
   register_lowering({"addmv", "addmv_", "addmv.out"}, [](LoweringContext& c) {
     return Values{affine(c, matmul(c, c.input(1), c.input(2), 0, 0), 0, 3, 4)};
-  }, padded(same_dtype_matmul(1, true)));
+  }, padded(same_dtype_matmul(1, true), matmul_padding()));
 }
 
 // The dtypes CPU's kernels refuse that PyTorch's meta kernels let through (aten/dtype_support.h),

@@ -235,9 +235,9 @@ class _TinyGPT(torch.nn.Module):
         return self.head(x)
 
 
-def varying_length_training_compiles(mode):
-    """The programs compiled at each step of training a _TinyGPT at lengths of one bucket,
-    after checking each step's loss and the final parameters against CPU's."""
+def varying_length_training_compiles(mode, batch=3, lengths=(20, 23, 17, 32, 29, 31, 18, 25)):
+    """The programs compiled at each step of training a _TinyGPT at lengths of one bucket (17..32,
+    its own size included), after checking each step's loss and the final parameters against CPU's."""
     torch.manual_seed(0)
     cpu_model = _TinyGPT()
     tpu_model = _TinyGPT().to("tpu")
@@ -247,8 +247,9 @@ def varying_length_training_compiles(mode):
     g = torch.Generator().manual_seed(1)
     compiled = []
     with torchtpu.eager_mode(mode):
-        for length in [20, 23, 17, 32, 29, 31, 18, 25]:  # one bucket (17..32), its own size included
-            ids, targets = torch.randint(0, 40, (3, length), generator=g), torch.randint(0, 40, (3, length), generator=g)
+        for length in lengths:
+            ids = torch.randint(0, 40, (batch, length), generator=g)
+            targets = torch.randint(0, 40, (batch, length), generator=g)
             torchtpu.metrics.reset()
             losses = {}
             for device, model in models.items():
@@ -276,6 +277,18 @@ def test_training_at_varying_lengths_matches_cpu_and_stops_compiling(mode, tmp_p
     # the weight gradients' programs once: marks are sizes, docs/design.md.) In a fresh process:
     # the model's lines, shared with tests here at other batch sizes, would make the batch vary.
     compiled = _in_a_fresh_process("varying_length_training_compiles", tmp_path, mode)
+    assert compiled[0] > 0 and compiled[1:] == [0] * 7, compiled
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_model_size_equal_to_a_varying_one_compiles_nothing(mode, tmp_path):
+    # At batch 2, B·L equals the qkv projection's width 3·d = 48 at L = 24 and d_ff = 64 at L = 32.
+    # Marks are sizes, so at those lengths the qkv weight looked varying (its output [48, 48] was
+    # stored in a box of [64, 64]) and so did the columns of [B·L, 3·d] and [B·L, d_ff], and each
+    # compiled its own programs. A matmul's unmarked weight now keeps its sizes, and of equal sizes
+    # only the dimension with the stride its storage varied along pads.
+    compiled = _in_a_fresh_process("varying_length_training_compiles", tmp_path, mode, 2,
+                                   [20, 23, 17, 24, 29, 32, 18, 25])
     assert compiled[0] > 0 and compiled[1:] == [0] * 7, compiled
 
 
