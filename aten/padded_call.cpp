@@ -20,13 +20,13 @@ namespace {
 // Per dimension of a tensor reading `storage` with `sizes` and `strides`: whether it keeps its
 // size though that size varies in the call. Marks are sizes (docs/design.md, "Shapes that
 // change"), so a fixed size equal to a varying one looks varying too; two things tell them apart:
-// - an unmarked tensor read exact (`ducks` false: pad_operands tries that first) keeps all its
+// - without `duck_sizing` (a matmul's first try, pad_operands), an unmarked tensor keeps all its
 //   sizes: a weight [3·D, D] beside activations of B·L = 3·D rows;
 // - among dimensions of one size, where one has a stride its storage varied along, the others keep
 //   theirs: [B·L, 3·D] = [384, 384] of a qkv projection at L = 48 varies in its rows only.
 std::vector<bool> fixed_dims(const exec::BufferRef& storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                             bool ducks) {
-  std::vector<bool> fixed(sizes.size(), !ducks && !storage.varies());
+                             bool duck_sizing) {
+  std::vector<bool> fixed(sizes.size(), !duck_sizing && !storage.varies());
   const std::vector<int64_t>& along = storage.varying_strides();
   auto varies_here = [&](size_t d) { return std::find(along.begin(), along.end(), strides[d]) != along.end(); };
   for (size_t d = 0; d < sizes.size() && !along.empty(); ++d)
@@ -52,7 +52,8 @@ std::vector<int64_t> box_of(const PaddingRule& rule, const std::vector<c10::IVal
 // null when PyTorch refuses the boxes (sizes that must match did not pad alike).
 std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, const OpPlan& plan,
                                                const std::vector<c10::IValue>& args,
-                                               const std::vector<int64_t>& varying, bool ducks, int64_t probe = 0) {
+                                               const std::vector<int64_t>& varying, bool duck_sizing,
+                                               int64_t probe = 0) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const MetaResult>> cache;
   const PaddingRule& rule = *plan.entry->options.padding;
@@ -60,7 +61,7 @@ std::shared_ptr<const MetaResult> box_metadata(const c10::OperatorHandle& op, co
   for (size_t i = 0; i < args.size(); ++i)
     result->args.push_back(map_tensors(plan.args[i], args[i], [&](const at::Tensor& t) {
       if (!t.defined() || !on_tpu(t)) return t;
-      std::vector<bool> fixed = fixed_dims(buffer_ref(t), t.sizes(), t.strides(), ducks);
+      std::vector<bool> fixed = fixed_dims(buffer_ref(t), t.sizes(), t.strides(), duck_sizing);
       return at::empty(box_of(rule, args, i, t.sizes(), varying, fixed, probe), t.options().device(c10::kMeta));
     }));
   std::string key = meta_key(plan, result->args);
@@ -165,7 +166,7 @@ std::optional<std::vector<int64_t>> call_varying(const PaddingRule& rule, const 
 // to pad is a view of another type (a padded read gathers elements of its own type).
 std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& rule, const std::vector<c10::IValue>& args,
                                                            const Inputs& in, const std::vector<int64_t>& varying,
-                                                           bool ducks) {
+                                                           bool duck_sizing) {
   std::vector<std::optional<Box>> boxes;
   for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
@@ -174,10 +175,10 @@ std::optional<std::vector<std::optional<Box>>> input_boxes(const PaddingRule& ru
       // may vary with the padded sizes (x[:, -1] of a growing x), are read at run time. An exact one
       // whose box is its size is read as it is: its size only equals a varying one (a weight's
       // d_ff = B·L at L = 64), which must not give it a program of its own.
-      std::vector<bool> fixed = fixed_dims(*o.storage, o.view.sizes, o.view.strides, ducks);
+      std::vector<bool> fixed = fixed_dims(*o.storage, o.view.sizes, o.view.strides, duck_sizing);
       Box box = arg < args.size() ? box_of(rule, args, arg, o.view.sizes, varying, fixed) : o.view.sizes;
-      bool pads = arg < args.size() &&
-                  (o.storage->varies() || (pads_any(rule, args, arg, o.view.sizes, varying, fixed) && box != o.view.sizes));
+      bool pads = arg < args.size() && (o.storage->varies() ||
+                                        (pads_any(rule, args, arg, o.view.sizes, varying, fixed) && box != o.view.sizes));
       if (pads && !holds_own_type(o)) return std::nullopt;
       boxes.push_back(pads ? std::optional<Box>(std::move(box)) : std::nullopt);
     }
@@ -194,10 +195,10 @@ struct ResultBoxes {
 std::optional<ResultBoxes> result_boxes(const c10::OperatorHandle& op, const OpPlan& plan,
                                         const std::vector<c10::IValue>& args, const MetaResult& box_meta,
                                         const std::vector<exec::Operand>& outputs, const std::vector<int64_t>& varying,
-                                        bool ducks) {
+                                        bool duck_sizing) {
   std::vector<at::Tensor> metas = destination_metas(plan, box_meta);
   if (metas.size() != outputs.size()) return std::nullopt;
-  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, ducks, /*probe=*/1);
+  std::shared_ptr<const MetaResult> probe_meta = box_metadata(op, plan, args, varying, duck_sizing, /*probe=*/1);
   std::vector<at::Tensor> probes = probe_meta ? destination_metas(plan, *probe_meta) : std::vector<at::Tensor>{};
   ResultBoxes r;
   r.varying.resize(outputs.size());
@@ -271,13 +272,13 @@ bool pads_result(const ResultBoxes& results, const std::vector<exec::Operand>& o
 
 // Gives each input with a box its padding.
 void pad_inputs(const PaddingRule& rule, const std::vector<c10::IValue>& args, const std::vector<int64_t>& varying,
-                bool ducks, std::vector<std::optional<Box>>& boxes, Inputs& in) {
+                bool duck_sizing, std::vector<std::optional<Box>>& boxes, Inputs& in) {
   for (size_t arg = 0, k = 0; arg < in.count.size(); ++arg)
     for (size_t n = 0; n < in.count[arg]; ++n, ++k) {
       if (!boxes[k]) continue;
       const exec::Operand& o = in.operands[k];
       const std::vector<int64_t>& sizes = o.view.sizes;
-      std::vector<bool> fixed = fixed_dims(*o.storage, sizes, o.view.strides, ducks);
+      std::vector<bool> fixed = fixed_dims(*o.storage, sizes, o.view.strides, duck_sizing);
       in.operands[k].padding = padding_of(std::move(*boxes[k]), sizes, [&](size_t d) {
         return std::binary_search(varying.begin(), varying.end(), sizes[d]) && !fixed[d] &&
                (!rule.paddable || rule.paddable(args, arg, static_cast<int64_t>(d)));
@@ -319,26 +320,26 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   // padded activations), for an op whose meta kernel checks every size that pairs up (a matmul's;
   // attention's does not check its mask) and unless what varies comes from the line's history;
   // else every size of it that varies is padded (a mask made at the exact length).
-  bool ducks = !rule.meta_checks_sizes || seeds_here(rule, in);
+  bool duck_sizing = !rule.meta_checks_sizes || seeds_here(rule, in);
   std::optional<std::vector<std::optional<Box>>> inputs;
   std::shared_ptr<const MetaResult> box_meta;
   bool pads_input = false;
   while (true) {
-    inputs = input_boxes(rule, args, in, varying, ducks);
+    inputs = input_boxes(rule, args, in, varying, duck_sizing);
     if (!inputs) return nullptr;
     pads_input = std::any_of(inputs->begin(), inputs->end(), [](const auto& b) { return b.has_value(); });
     if (!pads_input && !rule.seeds) return nullptr;
-    box_meta = box_metadata(op, plan, args, varying, ducks);
+    box_meta = box_metadata(op, plan, args, varying, duck_sizing);
     if (box_meta) break;
-    if (ducks) return nullptr;
-    ducks = true;  // PyTorch refused an unmarked tensor's exact sizes beside the boxes: pad it too
+    if (duck_sizing) return nullptr;
+    duck_sizing = true;  // PyTorch refused an unmarked tensor's exact sizes beside the boxes: pad it too
   }
-  std::optional<ResultBoxes> results = result_boxes(op, plan, args, *box_meta, outputs, varying, ducks);
+  std::optional<ResultBoxes> results = result_boxes(op, plan, args, *box_meta, outputs, varying, duck_sizing);
   if (!results) return nullptr;
   bool pads_output = false;
   for (size_t k = 0; k < outputs.size(); ++k) pads_output |= pads_result(*results, outputs, k);
   if (!pads_input && !pads_output) return nullptr;  // a seeding op (arange) whose sizes did not vary
-  pad_inputs(rule, args, varying, ducks, *inputs, in);
+  pad_inputs(rule, args, varying, duck_sizing, *inputs, in);
   drop_out_arguments(op.schema(), in);
   pad_results(*results, varying, outputs, in.varying, in.varying_strides);
   const LoweringOptions& options = plan.entry->options;

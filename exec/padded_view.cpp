@@ -254,7 +254,8 @@ Value write_packed(Builder& b, int64_t length, const Value& geometry, const View
   Value flat = b.constant(0, {view.dtype, {std::max(length, n)}});
   Value stride = entry(b, geometry, p.at + k.dim) * b.constant(static_cast<double>(k.row), {DType::kS64, {}});
   for (int64_t o = 0; o < blocks.outer; ++o) {
-    Value block = b.reshape(b.slice(x, {o, 0}, {o + 1, blocks.rows * blocks.width}, {1, 1}), {blocks.rows * blocks.width});
+    int64_t elements = blocks.rows * blocks.width;
+    Value block = b.reshape(b.slice(x, {o, 0}, {o + 1, elements}, {1, 1}), {elements});
     Value start = stride * b.constant(static_cast<double>(o), {DType::kS64, {}});
     flat = b.dynamic_update_slice(flat, block, {start});
   }
@@ -382,8 +383,8 @@ bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& out
   // Programs of one op only: in a fused or lazy window XLA fuses the unmasked buffers into each
   // of their consumers and computes the op again in every one (docs/design.md).
   if (mode() == Mode::kFused || mode() == Mode::kLazy) return false;
-  if (outputs.empty() || !std::all_of(outputs.begin(), outputs.end(), [](const Operand& o) { return o.padding.has_value(); }))
-    return false;
+  auto padded = [](const Operand& o) { return o.padding.has_value(); };
+  if (outputs.empty() || !std::all_of(outputs.begin(), outputs.end(), padded)) return false;
   const std::vector<int64_t>& sizes = outputs[0].view.sizes;
   const std::vector<int64_t>& box = outputs[0].padding->box;
   auto shares = [&](const Operand& o) {

@@ -128,7 +128,7 @@ TORCHTPU_LOWERINGS(linalg) {
   }, padded({}));
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
-  }, padded(same_dtype_matmul(0), matmul_padding()));  // zeros in the padding add nothing to a product (nor below)
+  }, padded(same_dtype_matmul(0), matmul_padding()));  // zeros in the padding add nothing to a product
   register_lowering({"_int_mm", "_int_mm.out"}, [](LoweringContext& c) {  // int8 operands, summed exactly in int32
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
   });
