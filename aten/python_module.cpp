@@ -131,6 +131,7 @@ py::dict cache_stats() {
   out["skipped_background"] = s.skipped_background;
   out["deferred"] = s.deferred;
   out["prefetched"] = s.prefetched;
+  out["started_ahead"] = s.started_ahead;
   py::list compiles;
   for (const auto& c : s.compiles) compiles.append(py::make_tuple(c.what, c.seconds, c.temp_bytes));
   out["compiles"] = compiles;

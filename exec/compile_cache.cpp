@@ -307,6 +307,7 @@ class Cache {
     note_recompile(key, name.what, name.identity);
     auto outcome = std::make_shared<Outcome>();
     ahead_[key] = outcome;
+    stats_.started_ahead++;
     auto work = [this, job = std::move(job)]() mutable {
       ExecutablePtr exe = load(job);
       return exe ? remember(job.key, exe) : compile_for_caller(std::move(job), Tier::kQuick, /*here=*/true);

@@ -27,6 +27,7 @@ struct CacheStats {
   int64_t deferred = 0;                 // of those, waiting to be asked for a second time
   int64_t skipped_background = 0;       // background compiles not started: their window kept changing shape
   int64_t prefetched = 0;               // disk hits loaded ahead of need (exec/prefetch.h)
+  int64_t started_ahead = 0;            // compiles (or loads) started ahead of the op that needs them
   struct Compile {
     std::string what;  // the op or window, with the user's line
     double seconds;

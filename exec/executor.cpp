@@ -414,15 +414,16 @@ bool ends_a_step_part(const std::string& reason) {
   return reason == "backward" || reason == "optimizer step start" || reason == "optimizer step" || reason == "sync";
 }
 
-// Runs `nodes` one by one, each from the single-op cache. Strict mode's waiting ops (their
-// outputs held, to let go of once each ran) compile ahead (CompileAhead); a fused window's ops do
-// not: there it made a varying-length training run's windows ready later (docs/design.md,
-// "Strict mode's first contact"). `kind` tells a profiler why.
-void execute_op_by_op(const std::vector<NodePtr>& nodes, const char* kind,
+// Runs `nodes` one by one, each from the single-op cache, compiling `ahead` (CompileAhead): strict
+// mode's waiting ops (their outputs held, to let go of once each ran) and a fused window cut by a
+// host read, not one that ends a training step's part: compiling ahead there made a varying-length
+// training run's windows ready later (docs/design.md, "Strict mode's first contact"). `kind` tells
+// a profiler why.
+void execute_op_by_op(const std::vector<NodePtr>& nodes, const char* kind, bool ahead_of_time,
                       std::vector<std::vector<ValuePtr>> outputs_held = {}) {
   CompileAhead ahead(nodes);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!outputs_held.empty()) ahead.from(i);
+    if (ahead_of_time) ahead.from(i);
     try {
       execute_single(nodes[i], kind);
     } catch (const runtime::PjrtError& e) {
@@ -437,8 +438,10 @@ void execute_op_by_op(const std::vector<NodePtr>& nodes, const char* kind,
 // pending graph was cut here.
 void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reason) {
   DiscardUnmaterialized discard(nodes);
-  if (m == Mode::kStrict)
-    return execute_op_by_op(nodes, "op (its program was compiling)", std::exchange(deferred().outputs_held, {}));
+  if (m == Mode::kStrict) {
+    std::vector<std::vector<ValuePtr>> held = std::exchange(deferred().outputs_held, {});
+    return execute_op_by_op(nodes, "op (its program was compiling)", !held.empty(), std::move(held));
+  }
   if (nodes.size() == 1) return execute_single(nodes[0]);
   Window w(nodes, Window::Keep::kHeld);
   if (w.results().empty()) return;  // nothing anyone can observe
@@ -470,7 +473,7 @@ void execute_window(std::vector<NodePtr> nodes, Mode m, const std::string& reaso
     record_window(ops);
   } else {
     counters().op_by_op_windows++;
-    execute_op_by_op(nodes, "op (its fused window is compiling)");
+    execute_op_by_op(nodes, "op (its fused window is compiling)", !ends_a_step_part(reason));
   }
 }
 

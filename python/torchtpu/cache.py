@@ -39,7 +39,9 @@ def stats() -> dict:
     background compiles are waited for), ``skipped_background`` (fused windows not compiled
     because their shape kept changing), ``prefetched`` (disk hits
     that a background thread had loaded before they were needed: the executables this command used
-    when it last ran, see docs/design.md), and ``compiles``: ``(what, seconds, temp_bytes)`` for
+    when it last ran, see docs/design.md), ``started_ahead`` (compiles, or disk loads, started on
+    a thread of their own before the op that needs them ran: strict mode's waiting ops, a fused
+    window run op by op after a host read, see docs/modes.md), and ``compiles``: ``(what, seconds, temp_bytes)`` for
     the most recent compiles, ``temp_bytes`` being the memory one run of the program needs for its
     intermediates as XLA planned it (-1 when the plugin does not say)."""
     return dict(_C._cache_stats())

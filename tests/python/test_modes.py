@@ -138,6 +138,28 @@ def test_a_fused_window_cut_by_a_host_read_compiles_when_it_comes_back():
     assert torchtpu.metrics.as_dict()["windows"] == 2 and torchtpu.metrics.as_dict()["op_by_op_windows"] == 0
 
 
+def test_a_fused_window_run_op_by_op_after_a_host_read_compiles_its_ops_ahead():
+    """Run op by op while its own program is not ready, a window cut by a host read (a prompt's
+    prefill, a decoding step) compiles its ops' programs ahead of them, two at a time, as strict mode
+    does; a window that ends a training step's part (here `torchtpu.sync()`) does not (compiling
+    ahead there made a varying-length training run's windows ready later)."""
+    def read(x):
+        return ((x * 3 - 2).exp() * x + 1).sum()
+
+    def a_step(x):
+        return ((x * 6 - 1).exp() * x + 2).sum()
+
+    x = torch.randn(41)  # a size no other test here uses: every op's program is new
+    with torchtpu.eager_mode("fused"):
+        torchtpu.cache.reset_stats()
+        loss = a_step(x.to("tpu"))
+        torchtpu.sync()
+        assert torchtpu.cache.stats()["started_ahead"] == 0
+        torch.testing.assert_close(loss.cpu(), a_step(x))
+        torch.testing.assert_close(read(x.to("tpu")).cpu(), read(x))
+        assert torchtpu.cache.stats()["started_ahead"] > 0
+
+
 def test_zero_fills_of_many_shapes_from_one_line_still_compile():
     """An optimizer's state is one zero fill per parameter shape, from one line: those programs are
     compiled however many shapes there are (without one, the zeros are uploaded from the host)."""
