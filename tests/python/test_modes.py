@@ -128,7 +128,9 @@ def test_a_fused_window_cut_by_a_host_read_compiles_when_it_comes_back():
         assert torchtpu.cache.stats()["deferred"] == 0 and len(_window_compiles(once_then_waited)) == 1
         loss = a_step(x.to("tpu"))
         torchtpu.sync()
-        assert torchtpu.cache.stats()["deferred"] == 0 and torchtpu.cache.stats()["background_pending"] == 1
+        # Compiling in the background at once (it may have finished while the ops ran one by one).
+        stats = torchtpu.cache.stats()
+        assert stats["deferred"] == 0 and (stats["background_pending"] == 1 or len(_window_compiles(a_step)) == 1)
         torch.testing.assert_close(loss.cpu(), a_step(x))
         torchtpu.cache.wait_for_background_compiles()
         assert len(_window_compiles(a_step)) == 1
