@@ -234,7 +234,7 @@ class Cache {
     std::unique_lock<std::mutex> lock(mu_);
     stats_.requests++;
     if (ExecutablePtr exe = memory_.find(key)) {
-      memory_hits_++;
+      if (!counted_ahead_.erase(key)) memory_hits_++;  // a compile ahead counted its miss (or disk hit)
       if (!quick_.empty()) note_run(exe);
       return exe;
     }
@@ -312,7 +312,10 @@ class Cache {
       ExecutablePtr exe = load(job);
       return exe ? remember(job.key, exe) : compile_for_caller(std::move(job), Tier::kQuick, /*here=*/true);
     };
-    on_a_thread(outcome, std::move(work), [this, key] { ahead_.erase(key); });
+    on_a_thread(outcome, std::move(work), [this, key, outcome] {
+      ahead_.erase(key);
+      if (outcome->exe) counted_ahead_.insert(key);
+    });
     lock.unlock();
     used_.note(pkey);
     return true;
@@ -378,6 +381,7 @@ class Cache {
     int64_t pending = stats_.background_pending;
     memory_hits_ = 0;
     prefetched_ = 0;
+    counted_ahead_.clear();
     stats_ = {};
     stats_.background_pending = pending;
   }
@@ -703,6 +707,9 @@ class Cache {
   std::unordered_map<std::string, int64_t> variants_;      // identity -> keys it has had
   std::unordered_set<std::string> compiling_;
   std::unordered_map<std::string, std::shared_ptr<Outcome>> ahead_;  // compile_ahead's, until done
+  // Compiled (or loaded) ahead and not yet asked for: its first request is no memory hit, so that
+  // every request counts one hit or miss.
+  std::unordered_set<std::string> counted_ahead_;
   std::unordered_map<const runtime::Executable*, QuickProgram> quick_;  // until its promotion is queued
   std::deque<Job> queue_, deferred_;  // deferred_: fused windows seen once, oldest first
   std::condition_variable wakeup_, idle_, compiled_;

@@ -1,5 +1,7 @@
 """The first PyTorch slice: tpu tensors are real XLA computations behind PyTorch's device API."""
 
+import time
+
 import pytest
 import torch
 
@@ -105,3 +107,17 @@ def test_synchronize_waits_for_queued_work():
         x = x + x
     torch.tpu.synchronize()
     assert x[0, 0].item() == 1024.0
+
+
+def test_a_program_compiled_ahead_counts_one_request():
+    """Strict mode compiles a waiting op's program ahead of its run; whether that finished before
+    the op asked for it or not, the op's request counts one hit or miss (no memory hit besides)."""
+    with torchtpu.eager_mode("strict"):
+        torchtpu.cache.wait_for_background_compiles()
+        torchtpu.reset_counters()
+        a = torch.ones(9, 11, device="tpu")  # shapes no other test uses: both ops wait
+        b = a * 3
+        time.sleep(0.5)  # the compiles ahead finish before the read runs the ops
+        torch.testing.assert_close(b.cpu(), torch.full((9, 11), 3.0))
+        stats = torchtpu.cache.stats()
+        assert sum(stats["hits"].values()) + stats["misses"] == torchtpu.counters()["executions"] == 2
