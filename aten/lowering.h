@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -159,26 +160,44 @@ struct PaddingRule {
   // position would be stored one row past a bucket, and compile once more per bucket); its
   // lowering fits what it computes into the smaller box.
   bool results_in_buckets = false;
-  // Each result element depends only on the operands' elements at its own position (element-wise
-  // ops): where the padded operands share one layout, the program reads and writes their buffers
-  // as stored instead of gathering boxes (exec::share_storage_order).
-  bool pointwise = false;
+  // Its results are rows independent of one another: the dimensions before `row_dims(args)`,
+  // each result row computed from the same row of the inputs `reads_rows` accepts (all where
+  // unset) and from inputs that hold no rows (a weight, a norm's scale). Where the padded operands
+  // share one layout in those rows, the program reads and writes their buffers as stored instead
+  // of gathering boxes (exec::share_storage_order). Element-wise ops: every dimension is a row.
+  std::function<int64_t(const std::vector<c10::IValue>& args)> row_dims = nullptr;
+  std::function<bool(size_t arg)> reads_rows = nullptr;
   // Its meta kernel checks every pair of sizes that must match (a matmul's contraction): an
   // unmarked operand then keeps sizes that only equal a varying one (a weight [3·D, D] beside
   // activations of B·L = 3·D rows) wherever PyTorch accepts them beside the boxes.
   bool meta_checks_sizes = false;
 };
-// The rule of the matmuls (PaddingRule::meta_checks_sizes).
-inline PaddingRule matmul_padding() {
+// The rule of the matmuls (PaddingRule::meta_checks_sizes). With `reads_rows`, a product of
+// matrices whose result rows are the rows of the arguments it accepts (mm's first, addmm's first two).
+inline PaddingRule matmul_padding(std::function<bool(size_t arg)> reads_rows = nullptr) {
   PaddingRule rule;
   rule.meta_checks_sizes = true;
+  if (reads_rows) {
+    rule.row_dims = [](const std::vector<c10::IValue>&) { return int64_t{1}; };
+    rule.reads_rows = std::move(reads_rows);
+  }
   return rule;
 }
 // The rule of the element-wise families.
 inline PaddingRule pointwise_padding(exec::Fill fill = exec::Fill::kZero) {
   PaddingRule rule;
   rule.fill = fill;
-  rule.pointwise = true;
+  rule.row_dims = [](const std::vector<c10::IValue>&) { return std::numeric_limits<int64_t>::max(); };
+  return rule;
+}
+// The rule of an op over the trailing dimensions of argument 0, from the one `first_dim` gives:
+// the rows before it are independent.
+inline PaddingRule rowwise_padding(std::function<int64_t(const std::vector<c10::IValue>& args)> first_dim,
+                                   std::function<bool(size_t arg)> reads_rows, exec::Fill fill = exec::Fill::kZero) {
+  PaddingRule rule;
+  rule.fill = fill;
+  rule.row_dims = std::move(first_dim);
+  rule.reads_rows = std::move(reads_rows);
   return rule;
 }
 

@@ -303,6 +303,14 @@ void pad_results(ResultBoxes& results, const std::vector<int64_t>& varying, std:
   }
 }
 
+// Per input operand, whether the rule reads it by rows (PaddingRule::reads_rows); empty: all.
+std::vector<bool> reading_rows(const PaddingRule& rule, const Inputs& in) {
+  std::vector<bool> reads;
+  if (!rule.reads_rows) return reads;
+  for (size_t arg = 0; arg < in.count.size(); ++arg) reads.insert(reads.end(), in.count[arg], rule.reads_rows(arg));
+  return reads;
+}
+
 }  // namespace
 
 std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, const OpPlan& plan,
@@ -344,7 +352,8 @@ std::shared_ptr<const MetaResult> pad_operands(const c10::OperatorHandle& op, co
   pad_results(*results, varying, outputs, in.varying, in.varying_strides);
   const LoweringOptions& options = plan.entry->options;
   bool checks = options.device_check && (!options.device_check_when || options.device_check_when(args));
-  if (rule.pointwise && !rule.needs_sizes && !checks) exec::share_storage_order(in.operands, outputs);
+  if (rule.row_dims && !rule.needs_sizes && !checks)
+    exec::share_storage_order(in.operands, outputs, rule.row_dims(args), reading_rows(rule, in));
   return box_meta;
 }
 

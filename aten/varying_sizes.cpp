@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -296,7 +297,7 @@ std::vector<int64_t> pad_elementwise(std::vector<exec::Operand>& inputs, std::ve
         o.padding = padding_of(box_of(o.view.sizes, varying), o.view.sizes, [&](size_t d) {
           return std::binary_search(varying.begin(), varying.end(), o.view.sizes[d]);
         });
-  exec::share_storage_order(inputs, outputs);
+  exec::share_storage_order(inputs, outputs, std::numeric_limits<int64_t>::max());  // a copy: every dimension a row
   return marks(outputs.at(0).view.sizes, varying);
 }
 

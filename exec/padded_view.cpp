@@ -379,7 +379,8 @@ Value write_padded(Builder& b, const std::optional<Value>& flat, int64_t length,
   return b.select(logical, gathered, b.constant(0, {view.dtype, {length}}));
 }
 
-bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& outputs) {
+bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& outputs, int64_t row_dims,
+                         const std::vector<bool>& reads_rows) {
   // Programs of one op only: in a fused or lazy window XLA fuses the unmasked buffers into each
   // of their consumers and computes the op again in every one (docs/design.md).
   if (mode() == Mode::kFused || mode() == Mode::kLazy) return false;
@@ -387,13 +388,25 @@ bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& out
   if (outputs.empty() || !std::all_of(outputs.begin(), outputs.end(), padded)) return false;
   const std::vector<int64_t>& sizes = outputs[0].view.sizes;
   const std::vector<int64_t>& box = outputs[0].padding->box;
+  // The dimensions up to the last padded one lie differently in the buffer and in the box.
+  int64_t last = -1;
+  for (auto* operands : {&inputs, &outputs})
+    for (const Operand& o : *operands) {
+      if (!o.padding) continue;
+      last = std::max(last, o.padding->rows);
+      for (size_t d = 0; d < o.view.sizes.size(); ++d)
+        if (o.view.sizes[d] < o.padding->box[d]) last = std::max(last, static_cast<int64_t>(d));
+    }
+  if (last >= row_dims) return false;  // the op computes across a padded dimension
   auto shares = [&](const Operand& o) {
-    return o.view.is_contiguous() && o.view.offset == 0 && o.view.sizes == sizes && o.padding->box == box;
+    if (!o.view.is_contiguous() || o.view.offset != 0 || o.view.sizes.size() != sizes.size()) return false;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      bool row = static_cast<int64_t>(d) <= last;
+      if (row ? o.view.sizes[d] != sizes[d] || o.padding->box[d] != box[d] : o.view.sizes[d] != o.padding->box[d])
+        return false;
+    }
+    return true;
   };
-  // The dimensions up to the last varying one lie differently in the buffer and in the box.
-  int64_t last = outputs[0].padding->rows;
-  for (size_t d = 0; d < sizes.size(); ++d)
-    if (sizes[d] < box[d]) last = std::max(last, static_cast<int64_t>(d));
   auto broadcasts_after_last = [&](const View& v) {
     size_t rank = sizes.size(), r = v.sizes.size();
     if (r > rank) return false;
@@ -405,8 +418,11 @@ bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& out
     if (!shares(o) || o.view.numel() * static_cast<int64_t>(element_size(o.view.dtype)) !=
                           static_cast<int64_t>(o.storage->nbytes()))
       return false;
-  for (const Operand& o : inputs)
-    if (o.padding ? !shares(o) : !broadcasts_after_last(o.view)) return false;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Operand& o = inputs[k];
+    bool reads = reads_rows.empty() || (k < reads_rows.size() && reads_rows[k]);
+    if (o.padding ? !reads || !shares(o) : reads && !broadcasts_after_last(o.view)) return false;
+  }
   for (auto* operands : {&inputs, &outputs})
     for (Operand& o : *operands)
       if (o.padding) o.padding->in_storage_order = true;

@@ -35,13 +35,16 @@ hlo::Value write_padded(hlo::Builder& b, const std::optional<hlo::Value>& flat, 
 // A padded operand's exact sizes, as an s64[rank] value.
 hlo::Value padded_sizes(hlo::Builder& b, const hlo::Value& geometry, const View& view, const Padding& padding);
 
-// For a pointwise op: lets its padded operands hold their elements in storage order
-// (Padding::in_storage_order) where that gives every element of a result the operands' elements
-// of its own position. That holds where every padded operand is a contiguous view from offset 0
-// of the same sizes and box, every result covers its whole storage, and the unpadded inputs
-// broadcast only along dimensions after the last varying one (a bias, a scalar). Returns whether
-// it did.
-bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& outputs);
+// For an op whose results are rows independent of one another (its dimensions before `row_dims`;
+// every one for an element-wise op), each computed from the same row of the inputs `reads_rows`
+// marks (all where empty) and from inputs that hold no rows (a weight): lets its padded operands
+// hold their elements in storage order (Padding::in_storage_order) where that gives every row of a
+// result the operands' rows of its own position. That holds where the padded dimensions lie in the
+// rows, every padded operand is a contiguous view from offset 0 of the same sizes and box in the
+// rows and unpadded after them, every result covers its whole storage, and the unpadded inputs
+// that read rows broadcast along them (a bias, a scalar). Returns whether it did.
+bool share_storage_order(std::vector<Operand>& inputs, std::vector<Operand>& outputs, int64_t row_dims,
+                         const std::vector<bool>& reads_rows = {});
 
 // Appends the padded operand's part of a cache key (its box and fill, not its exact geometry).
 void append_padded_key(std::string& key, const View& view, const Padding& padding);

@@ -126,9 +126,10 @@ TORCHTPU_LOWERINGS(linalg) {
   register_lowering({"triu", "triu_", "triu.out"}, [](LoweringContext& c) {
     return Values{triangle(c.b, c.input(0), false, c.arg(1).toInt())};
   }, padded({}));
+  // Zeros in the padding add nothing to a product; the rows of `self` are the result's.
   register_lowering({"mm", "mm.out"}, [](LoweringContext& c) {
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
-  }, padded(same_dtype_matmul(0), matmul_padding()));  // zeros in the padding add nothing to a product
+  }, padded(same_dtype_matmul(0), matmul_padding([](size_t arg) { return arg == 0; })));
   register_lowering({"_int_mm", "_int_mm.out"}, [](LoweringContext& c) {  // int8 operands, summed exactly in int32
     return Values{matmul(c, c.input(0), c.input(1), 0, 0)};
   });
@@ -169,7 +170,7 @@ TORCHTPU_LOWERINGS(linalg) {
   // addmm(self, mat1, mat2, *, beta, alpha)
   register_lowering({"addmm", "addmm_", "addmm.out"}, [](LoweringContext& c) {
     return Values{affine(c, matmul(c, c.input(1), c.input(2), 0, 0), 0, 3, 4)};
-  }, padded(same_dtype_matmul(1), matmul_padding()));
+  }, padded(same_dtype_matmul(1), matmul_padding([](size_t arg) { return arg <= 1; })));
   register_lowering({"baddbmm", "baddbmm_", "baddbmm.out"}, [](LoweringContext& c) {
     return Values{affine(c, matmul(c, c.input(1), c.input(2), 1, 1), 0, 3, 4)};
   }, padded(same_dtype_matmul(1, true), matmul_padding()));

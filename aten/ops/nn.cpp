@@ -315,6 +315,15 @@ PaddingRule padded_targets(size_t self_arg, bool needs_sizes) {
   return {exec::Fill::kZero, paddable, needs_sizes};
 }
 
+// softmax and its backward: rows are the dimensions before the one normalized (argument
+// `dim_arg`), read from the arguments before it.
+PaddingRule softmax_rows(size_t dim_arg, exec::Fill fill = exec::Fill::kZero) {
+  auto rows = [dim_arg](const std::vector<c10::IValue>& args) {
+    return c10::maybe_wrap_dim(args[dim_arg].toInt(), args[0].toTensor().dim());
+  };
+  return rowwise_padding(rows, [dim_arg](size_t arg) { return arg < dim_arg; }, fill);
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(nn) {
@@ -326,12 +335,12 @@ TORCHTPU_LOWERINGS(nn) {
     Math m{c.b};
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), false, c.out().dtype)};
-  }, padded({}, {exec::Fill::kLowest}));
+  }, padded({}, softmax_rows(1, exec::Fill::kLowest)));
   register_lowering({"_log_softmax", "_log_softmax.out"}, [](LoweringContext& c) {
     Math m{c.b};
     Value x = cast(c.b, c.input_uncast(0), accumulator(c.out().dtype));
     return Values{softmax(m, x, wrap_dim(c.arg(1).toInt(), x.type.rank()), true, c.out().dtype)};
-  }, padded({}, {exec::Fill::kLowest}));
+  }, padded({}, softmax_rows(1, exec::Fill::kLowest)));
   register_lowering({"_softmax_backward_data", "_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};  // (grad_output, output, dim, input_dtype)
     DType acc = accumulator(c.out().dtype);
@@ -339,7 +348,7 @@ TORCHTPU_LOWERINGS(nn) {
     if (y.type.rank() == 0) return Values{m.k(0, g)};
     int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
     return Values{y * (g - m.reduce_keep(g * y, {dim}, BinaryOp::kAdd, 0))};
-  }, padded({}));  // padded gradients read 0: the sums over a row see only its exact part
+  }, padded({}, softmax_rows(2)));  // padded gradients read 0: the sums over a row see only its exact part
   register_lowering({"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, [](LoweringContext& c) {
     Math m{c.b};
     DType acc = accumulator(c.out().dtype);
@@ -348,7 +357,7 @@ TORCHTPU_LOWERINGS(nn) {
     int64_t dim = wrap_dim(c.arg(2).toInt(), y.type.rank());
     Value sum = m.reduce_keep(g, {dim}, BinaryOp::kAdd, 0);
     return Values{g - c.b.unary(UnaryOp::kExponential, y) * sum};
-  }, padded({}));
+  }, padded({}, softmax_rows(2)));
   // The class dimension is 1 for any rank, so one lowering serves nll_loss and nll_loss2d. Padded,
   // targets past the exact sizes read as class 0 and are given no weight.
   register_lowering({"nll_loss_forward", "nll_loss_forward.output", "nll_loss2d_forward", "nll_loss2d_forward.output"},

@@ -283,6 +283,11 @@ Values weight_norm_backward(LoweringContext& c) {
   return {cast(c.b, grad_v, c.out(0).dtype), cast(c.b, c.b.reshape(grad_g, c.out(1).dims), c.out(1).dtype)};
 }
 
+// layer_norm(input, normalized_shape, ...): the first of the input's normalized dimensions.
+int64_t normalized_from(const std::vector<c10::IValue>& args) {
+  return args[0].toTensor().dim() - static_cast<int64_t>(args[1].toIntList().size());
+}
+
 }  // namespace
 
 TORCHTPU_LOWERINGS(normalization) {
@@ -320,9 +325,10 @@ TORCHTPU_LOWERINGS(normalization) {
     return std::vector<c10::IValue>{y, stat(mean), stat(rstd)};
   };
   // Rows are independent: the input's leading dimensions may be padded, never the normalized ones.
-  layer_norm_dtypes.padding = PaddingRule{exec::Fill::kZero, [](const std::vector<c10::IValue>& args, size_t arg, int64_t dim) {
-    return arg == 0 && dim < args[0].toTensor().dim() - static_cast<int64_t>(args[1].toIntList().size());
-  }};
+  layer_norm_dtypes.padding = rowwise_padding(normalized_from, [](size_t arg) { return arg == 0; });
+  layer_norm_dtypes.padding->paddable = [](const std::vector<c10::IValue>& args, size_t arg, int64_t dim) {
+    return arg == 0 && dim < normalized_from(args);
+  };
   register_lowering({"native_layer_norm", "native_layer_norm.out"}, layer_norm, layer_norm_dtypes);
   // (grad_out, input, normalized_shape, mean, rstd, ...): padded rows read grad_out 0, so they add
   // nothing to the weight's and bias's gradients.

@@ -475,6 +475,52 @@ def test_pointwise_ops_read_padded_operands_as_stored(tmp_path):
     assert mul > 0
 
 
+def rowwise_programs_with_a_gather(dump_dir):
+    """Ops over the rows of activations of varying length [4, L, 24] (a matmul, a linear layer,
+    layer norm, softmax and their backward), and a matmul contracting the rows, each result compared
+    with CPU's: returns how many dumped programs of the row-wise ops gather, and how many of mm's
+    programs do and do not."""
+    os.environ["TORCHTPU_DUMP_PROGRAMS"] = dump_dir
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(0)
+    w, w2, b = torch.randn(24, 16, generator=g), torch.randn(8, 24, generator=g), torch.randn(8, generator=g)
+    scale, shift = torch.randn(24, generator=g), torch.randn(24, generator=g)
+
+    def ops(x, w, w2, b, scale, shift):
+        y = torch.log_softmax(x, -1)
+        flat = x.reshape(-1, 24)
+        return [x @ w, F.linear(x, w2, b), *aten.native_layer_norm(x, [24], scale, shift, 1e-5), torch.softmax(x, -1),
+                y, aten._log_softmax_backward_data(x, y, -1, torch.float32),
+                aten._softmax_backward_data(x, y.exp(), -1, torch.float32), flat.t() @ flat]
+
+    for length in (19, 23, 30):
+        ids = torch.randint(0, 50, (4, length), generator=g)
+        table = torch.randn(50, 24, generator=g)
+        x = F.embedding(ids.to("tpu"), table.to("tpu"))  # padded: the ids' length varies
+        expected = ops(F.embedding(ids, table), w, w2, b, scale, shift)
+        got = ops(x, *(t.to("tpu") for t in (w, w2, b, scale, shift)))
+        for i, (e, t) in enumerate(zip(expected, got)):
+            torch.testing.assert_close(t.cpu(), e, msg=f"length {length}, result {i}")
+    rowwise = {"aten::addmm", "aten::native_layer_norm", "aten::_softmax", "aten::_log_softmax",
+               "aten::_log_softmax_backward_data", "aten::_softmax_backward_data"}
+    programs = [open(os.path.join(dump_dir, f)).read() for f in os.listdir(dump_dir)]
+    named = [(p.split(" at ")[0].split("\n")[0][3:], p) for p in programs]
+    assert {name for name, _ in named} >= rowwise | {"aten::mm"}, [name for name, _ in named]
+    mm = [p for name, p in named if name == "aten::mm"]
+    return [sum("stablehlo.gather" in p for name, p in named if name in rowwise),
+            sum("stablehlo.gather" not in p for p in mm), sum("stablehlo.gather" in p for p in mm)]
+
+
+def test_rowwise_ops_read_padded_operands_as_stored(tmp_path):
+    """An op over rows (a matmul's, layer norm's, softmax's) whose padded operands share one layout
+    in their rows computes on their buffers as stored, like a pointwise op; a matmul contracting
+    the padded rows still reads boxes."""
+    rowwise, mm_as_stored, mm_boxed = _in_a_fresh_process("rowwise_programs_with_a_gather", tmp_path / "cache",
+                                                          str(tmp_path / "dump"))
+    assert rowwise == 0
+    assert mm_as_stored >= 1 and mm_boxed >= 1
+
+
 def test_the_capacity_past_a_pointwise_result_stays_zeros(monkeypatch):
     """log of a padded tensor computes log(0) = -inf past its logical elements; what is stored there
     must still be zeros (a NaN check reads the whole buffer)."""
