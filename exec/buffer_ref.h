@@ -3,6 +3,10 @@
 // XLA buffers are immutable, so a write to any part of a storage produces a whole new flat value
 // and swaps it in here; every tensor aliasing the storage sees the change. The value may still be
 // pending (fused and lazy modes): the storage then holds what a recorded op will produce.
+//
+// A padded value is longer than the storage's bytes (its capacity, exec/padded_view.h), and what
+// lies past them is zeros: every write that makes a value longer (a padded result written whole,
+// a padded upload) zeroes it, and every other write keeps it. Padded reads rely on that.
 #pragma once
 
 #include <cstddef>

@@ -38,6 +38,9 @@ struct Padding {
   // first elements, reshaped. Set where a pointwise op's padded operands all share one layout
   // (exec/padded_view.h, share_storage_order), which then needs no gather and no per-row write.
   bool in_storage_order = false;
+  // An input that is its storage's whole contents: past its last element lies the buffer's tail,
+  // which holds zeros (exec/buffer_ref.h). Set by the executor (attach_geometry).
+  bool covers_storage = false;
 };
 
 struct Operand {

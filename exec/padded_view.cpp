@@ -192,6 +192,13 @@ struct Blocks {
   }
 };
 
+// Whether a packed read's padded positions are its storage's tail, which holds zeros
+// (exec/buffer_ref.h), where the op reads zeros there: then they need no mask. One block, whose
+// rows past the exact size lie past the storage's logical elements.
+bool reads_tail(const Padding& p, const Packing& k, const Blocks& blocks) {
+  return p.fill == Fill::kZero && p.covers_storage && k.dim >= 0 && k.dense() && blocks.outer == 1;
+}
+
 // Each block's first flat position (block o starts at start + o * exact rows * row), as s64[outer, 1].
 Value block_starts(Builder& b, const Value& geometry, const Padding& p, const Packing& k, const Blocks& blocks) {
   Value stride = entry(b, geometry, p.at + k.dim) * b.constant(static_cast<double>(k.row), {DType::kS64, {}});
@@ -229,8 +236,9 @@ Value read_packed(Builder& b, const Value& flat, const Value& geometry, const Vi
   Value x = b.reshape(rows, {blocks.outer, blocks.rows, k.row});
   std::vector<int64_t> dims{blocks.outer, blocks.rows, blocks.width};
   if (!k.dense()) x = b.slice(x, {0, 0, 0}, dims, {1, 1, 1});
-  x = b.reshape(b.select(rows_inside(b, geometry, p, k, blocks), x, fill_value(b, p.fill, view.dtype, dims)),
-                in_order(p.box, k.order));
+  if (!reads_tail(p, k, blocks))
+    x = b.select(rows_inside(b, geometry, p, k, blocks), x, fill_value(b, p.fill, view.dtype, dims));
+  x = b.reshape(x, in_order(p.box, k.order));
   return is_identity(k.order) ? x : b.transpose(x, to_view_order(k));
 }
 
@@ -325,7 +333,13 @@ bool attach_geometry(OpCall& call) {
     }
     device = o.storage->device();
   };
-  for (Operand& o : call.inputs) number(o);
+  for (Operand& o : call.inputs) {
+    number(o);
+    if (o.padding)
+      o.padding->covers_storage = o.view.is_dense() && o.view.offset == 0 &&
+                                  o.view.numel() * static_cast<int64_t>(element_size(o.view.dtype)) ==
+                                      static_cast<int64_t>(o.storage->nbytes());
+  }
   for (Operand& o : call.outputs) number(o);
   if (geometry.empty()) return false;
   call.geometry = recent_geometry().get(device, geometry);
@@ -457,9 +471,10 @@ void append_padded_key(std::string& key, const View& view, const Padding& p) {
     w << ']';
   }  // (a writer's room ends with it: the next one appends after what it wrote)
   if (std::optional<Packing> k = packing(view, p)) {  // its order follows ('<') where not PyTorch's
-    graph::KeyWriter w(key, 4 + 3 * kNumber);
+    graph::KeyWriter w(key, 5 + 3 * kNumber);
     w << 'r';
     w.number(k->dim);
+    if (reads_tail(p, *k, Blocks(p.box, *k))) w << 'z';
     if (!k->dense()) {
       w << 'w';
       w.number(k->row) << '+';

@@ -521,6 +521,50 @@ def test_rowwise_ops_read_padded_operands_as_stored(tmp_path):
     assert mm_as_stored >= 1 and mm_boxed >= 1
 
 
+def sums_over_padded_rows(dump_dir, mode):
+    """Sums over the rows of padded results of several kinds of writes (element-wise in storage
+    order, in place, a row-wise matmul, layer norm, softmax, a copy) and of a view short of its
+    storage's end, each compared with CPU's, in eager mode `mode`: returns how many of the dumped
+    programs of one sum mask the rows they read and how many do not."""
+    os.environ["TORCHTPU_DUMP_PROGRAMS"] = dump_dir
+    torchtpu.set_eager_mode(mode)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(24, 24, generator=g)
+
+    def results(x, w):
+        y = F.gelu(x)
+        y.add_(x)
+        return [y, (x @ w).relu(), F.layer_norm(x, [24]), torch.softmax(x, -1), x.clone()]
+
+    for length in (19, 23, 30):
+        ids = torch.randint(0, 50, (4, length), generator=g)
+        table = torch.randn(50, 24, generator=g) + 3  # no zeros: a stale tail would show in the sums
+        expected = results(F.embedding(ids, table), w)
+        got = results(F.embedding(ids.to("tpu"), table.to("tpu")), w.to("tpu"))
+        for i, (e, t) in enumerate(zip(expected, got)):
+            flat_e, flat_t = e.reshape(-1, 24), t.reshape(-1, 24)
+            for what, summed_e, summed_t in [("rows", flat_e.sum(0), flat_t.sum(0)),
+                                            ("rows of a part", flat_e[:-5].sum(0), flat_t[:-5].sum(0)),
+                                            ("products", flat_e.t() @ flat_e, flat_t.t() @ flat_t)]:
+                # Layer norm rounds differently from CPU's (ulps), which sums of 120 products grow
+                # to 1e-4; a row read from a stale tail would add units.
+                torch.testing.assert_close(summed_t.cpu(), summed_e, rtol=1e-5, atol=1e-4,
+                                           msg=f"length {length}, result {i}, {what}")
+    programs = [open(os.path.join(dump_dir, f)).read() for f in os.listdir(dump_dir)]
+    sums = [p for p in programs if p.startswith("// aten::sum.dim_IntList")]
+    return [sum("stablehlo.select" in p for p in sums), sum("stablehlo.select" not in p for p in sums)]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_sums_over_padded_rows_read_the_storage_tail_as_zeros(tmp_path, mode):
+    """Past a padded storage's logical elements its buffer holds zeros, whatever wrote it: a sum
+    over the rows of a whole storage reads them without a mask (and matches CPU); a sum over part
+    of one still masks the rest. (Fused mode's programs are windows: there only the results count.)"""
+    masked, unmasked = _in_a_fresh_process("sums_over_padded_rows", tmp_path / "cache", str(tmp_path / "dump"), mode)
+    if mode == "strict":
+        assert masked >= 1 and unmasked >= 1
+
+
 def test_the_capacity_past_a_pointwise_result_stays_zeros(monkeypatch):
     """log of a padded tensor computes log(0) = -inf past its logical elements; what is stored there
     must still be zeros (a NaN check reads the whole buffer)."""
