@@ -186,6 +186,8 @@ py::dict lowering_record(const std::string& op) {
     padding["needs_sizes"] = o.padding->needs_sizes;
     padding["seeds"] = o.padding->seeds;
     padding["results_in_buckets"] = o.padding->results_in_buckets;
+    padding["by_rows"] = static_cast<bool>(o.padding->row_dims);  // may run on its buffers as stored
+    padding["meta_checks_sizes"] = o.padding->meta_checks_sizes;
     record["padding"] = padding;
   } else {
     record["padding"] = py::none();

@@ -867,6 +867,8 @@ def test_a_lowered_op_has_one_record_with_its_padding_rule_and_cpu_refusals():
     cat = torchtpu._C._lowering_record("cat")["padding"]
     assert cat["seeds"] and cat["needs_sizes"] and cat["results_in_buckets"]
     assert torchtpu._C._lowering_record("mm")["matmul"]
+    assert torchtpu._C._lowering_record("mm")["padding"]["by_rows"] and not cat["by_rows"]
+    assert torchtpu._C._lowering_record("gelu")["padding"]["by_rows"]
     with pytest.raises(KeyError, match="no_such_op"):
         torchtpu._C._lowering_record("no_such_op")
 
