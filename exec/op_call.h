@@ -35,8 +35,8 @@ struct Padding {
   // fits its box exactly then runs the program of the sizes inside it (exec/padded_view.cpp).
   int64_t rows = -1;
   // The box holds the view's elements in storage order, not at their positions: the flat buffer's
-  // first elements, reshaped. Set where a pointwise op's padded operands all share one layout
-  // (exec/padded_view.h, share_storage_order), which then needs no gather and no per-row write.
+  // first elements, reshaped. Set where the padded operands of an op by rows share one layout in
+  // them (exec/padded_view.h, share_storage_order), which then needs no gather and no per-row write.
   bool in_storage_order = false;
   // An input that is its storage's whole contents: past its last element lies the buffer's tail,
   // which holds zeros (exec/buffer_ref.h). Set by the executor (attach_geometry).

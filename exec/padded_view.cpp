@@ -350,6 +350,8 @@ bool attach_geometry(OpCall& call) {
 
 Value read_padded(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p) {
   if (flat.type.dtype != view.dtype) throw std::logic_error("a padded view must have its storage's element type");
+  // Nothing to read (an empty part of a `cat`): XLA cannot gather or slice from an empty value.
+  if (numel(p.box) == 0 || flat.type.dims.at(0) == 0) return fill_value(b, p.fill, view.dtype, p.box);
   if (p.in_storage_order) return read_in_storage_order(b, flat, view, p);
   if (std::optional<Packing> k = packing(view, p)) return read_packed(b, flat, geometry, view, p, *k);
   auto [index, inside] = box_positions(b, geometry, p);

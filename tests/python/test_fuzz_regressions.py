@@ -241,6 +241,18 @@ def test_integer_division_of_a_padded_tensor_checks_only_its_elements(op, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_padded_cat_with_an_empty_part_reads_nothing_from_it(mode):
+    """A cat at a line whose lengths vary runs padded; an empty part's program gathered from its
+    empty storage, which XLA refuses to compile (found by the fuzzer)."""
+    def cat(a, b):
+        return torch.cat([a, b], dim=0)
+
+    g = torch.Generator().manual_seed(0)
+    for n, m in [(3, 1), (5, 2), (2, 0)]:
+        same_as_cpu(cat, torch.randn(n, 2, 2, generator=g), torch.randn(m, 2, 2, generator=g), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_index_select_into_its_own_index_raises_as_on_cpu(mode):
     same_as_cpu(lambda x, i: torch.index_select(x, 0, i, out=i), torch.tensor([4, 5]), torch.zeros(0, dtype=torch.long),
                 mode=mode)
