@@ -197,6 +197,14 @@ bool is_mask(const at::Tensor& t) {
   return t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
 }
 
+// CPU's check of a mask against the dimensions of `self` it indexes, from `dim` on: the same
+// sizes (one of size 1 does not broadcast).
+void check_mask(const at::Tensor& self, int64_t dim, const at::Tensor& mask) {
+  for (int64_t j = 0; j < mask.dim() && dim + j < self.dim(); ++j)
+    TORCH_CHECK_INDEX(mask.size(j) == self.size(dim + j), "The shape of the mask ", mask.sizes(), " at index ", j,
+                      " does not match the shape of the indexed tensor ", self.sizes(), " at index ", dim + j);
+}
+
 // Index lists as CPU's and CUDA's indexing kernels prepare theirs: index tensors on the CPU
 // (x[cpu_indices] and x[cpu_mask] = v on a tpu x, as on a CUDA one) move to the device, and boolean
 // masks become the long indices of their true positions (computed on the device, as CUDA does);
@@ -213,16 +221,22 @@ bool prepare_index_lists(const OpPlan& plan, const c10::OperatorHandle& op, torc
     int self_device = device_of(std::vector<c10::IValue>(stack->end() - n, stack->end()));
     c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(self_device));
     c10::List<std::optional<at::Tensor>> prepared;
+    const c10::IValue& self = (*stack)[stack->size() - n];
+    int64_t dim = 0;  // the first of self's dimensions the next index indexes
     for (const c10::IValue& e : arg.toListRef()) {
       if (!e.isTensor() || !e.toTensor().defined()) {
         prepared.push_back(std::nullopt);
+        ++dim;
         continue;
       }
       at::Tensor index = e.toTensor().to(device);
       if (!is_mask(index)) {
         prepared.push_back(index);
+        ++dim;
         continue;
       }
+      if (self.isTensor()) check_mask(self.toTensor(), dim, index);
+      dim += index.dim();
       at::Tensor positions = at::nonzero(index);
       for (int64_t d = 0; d < positions.size(1); ++d) prepared.push_back(positions.select(1, d));
     }

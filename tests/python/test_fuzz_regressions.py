@@ -253,6 +253,16 @@ def test_a_padded_cat_with_an_empty_part_reads_nothing_from_it(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [lambda x: x[x[::2]], lambda x: x[:, torch.tensor([True])],
+                                  lambda x: x[x.new_ones(2, 3)], lambda x: x.clone().index_put_((x[:1].clone(),), torch.tensor(False))],
+                         ids=["mask_of_one", "after_a_slice", "two_dims", "index_put"])
+def test_a_mask_whose_sizes_differ_from_the_indexed_dimensions_raises_as_on_cpu(case, mode):
+    """CPU raises IndexError where a boolean mask's sizes differ from those of the dimensions it
+    indexes (one of size 1 does not broadcast); tpu indexed the true positions (found by the fuzzer)."""
+    same_as_cpu(case, torch.tensor([[True, False], [False, True]]), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_index_select_into_its_own_index_raises_as_on_cpu(mode):
     same_as_cpu(lambda x, i: torch.index_select(x, 0, i, out=i), torch.tensor([4, 5]), torch.zeros(0, dtype=torch.long),
                 mode=mode)
