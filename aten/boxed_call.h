@@ -16,6 +16,10 @@ namespace torchtpu::aten {
 
 inline bool on_tpu(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
+// The tpu device a call runs on: its first tpu tensor's, else a tpu device argument's, else the
+// current one.
+int device_of(const std::vector<c10::IValue>& args);
+
 // Applies `f` to every tensor inside an IValue (a Tensor, Tensor[] or Tensor?[]).
 template <typename F>
 void for_each_tensor(const c10::IValue& v, F&& f) {

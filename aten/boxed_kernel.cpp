@@ -6,7 +6,6 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/nonzero.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
@@ -26,6 +25,7 @@
 #include "aten/boxed_call.h"
 #include "aten/ops/lowering_util.h"
 #include "aten/padded_call.h"
+#include "aten/prepared_args.h"
 #include "aten/origin.h"
 #include "aten/scalar_cache.h"
 #include "aten/tensor_operand.h"
@@ -166,18 +166,6 @@ Inputs gather_inputs(const OpPlan& plan, const std::vector<c10::IValue>& args, i
   return in;
 }
 
-int device_of(const std::vector<c10::IValue>& args) {
-  int device = -1;
-  for (const c10::IValue& a : args) {
-    for_each_tensor(a, [&](const at::Tensor& t) {
-      if (device < 0 && t.defined() && on_tpu(t)) device = t.device().index();
-    });
-    if (device < 0 && a.isDevice() && a.toDevice().type() == c10::DeviceType::PrivateUse1)
-      device = a.toDevice().has_index() ? a.toDevice().index() : current_device();
-  }
-  return device < 0 ? current_device() : device;
-}
-
 // A fresh rng_bit_generator state from the op's Generator argument or the device default.
 void add_rng_state(Inputs& in, const std::vector<c10::IValue>& args, int device) {
   at::Generator gen = default_generator(static_cast<c10::DeviceIndex>(device));
@@ -193,82 +181,21 @@ void add_rng_state(Inputs& in, const std::vector<c10::IValue>& args, int device)
   in.count.push_back(1);
 }
 
-bool is_mask(const at::Tensor& t) {
-  return t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
-}
-
-// CPU's check of a mask against the dimensions of `self` it indexes, from `dim` on: the same
-// sizes (one of size 1 does not broadcast).
-void check_mask(const at::Tensor& self, int64_t dim, const at::Tensor& mask) {
-  for (int64_t j = 0; j < mask.dim() && dim + j < self.dim(); ++j)
-    TORCH_CHECK_INDEX(mask.size(j) == self.size(dim + j), "The shape of the mask ", mask.sizes(), " at index ", j,
-                      " does not match the shape of the indexed tensor ", self.sizes(), " at index ", dim + j);
-}
-
-// Index lists as CPU's and CUDA's indexing kernels prepare theirs: index tensors on the CPU
-// (x[cpu_indices] and x[cpu_mask] = v on a tpu x, as on a CUDA one) move to the device, and boolean
-// masks become the long indices of their true positions (computed on the device, as CUDA does);
-// then the op runs again. Returns false when there was nothing to prepare.
-bool prepare_index_lists(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (!plan.has_index_list) return false;
-  size_t n = plan.args.size();
-  for (size_t i = 0; i < n; ++i) {
-    if (plan.args[i].kind != ArgKind::kIndexList) continue;
-    c10::IValue& arg = (*stack)[stack->size() - n + i];
-    bool prepare = false;
-    for_each_tensor(arg, [&](const at::Tensor& t) { prepare |= is_mask(t) || (t.defined() && !on_tpu(t)); });
-    if (!prepare) continue;
-    int self_device = device_of(std::vector<c10::IValue>(stack->end() - n, stack->end()));
-    c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(self_device));
-    c10::List<std::optional<at::Tensor>> prepared;
-    const c10::IValue& self = (*stack)[stack->size() - n];
-    int64_t dim = 0;  // the first of self's dimensions the next index indexes
-    for (const c10::IValue& e : arg.toListRef()) {
-      if (!e.isTensor() || !e.toTensor().defined()) {
-        prepared.push_back(std::nullopt);
-        ++dim;
-        continue;
-      }
-      at::Tensor index = e.toTensor().to(device);
-      if (!is_mask(index)) {
-        prepared.push_back(index);
-        ++dim;
-        continue;
-      }
-      if (self.isTensor()) check_mask(self.toTensor(), dim, index);
-      dim += index.dim();
-      at::Tensor positions = at::nonzero(index);
-      for (int64_t d = 0; d < positions.size(1); ++d) prepared.push_back(positions.select(1, d));
-    }
-    arg = prepared;
-    op.callBoxed(stack);
-    return true;
-  }
-  return false;
-}
-
-// Inputs with a conjugate or negative bit are materialized first (conj_physical, on the device),
-// then the op runs again. Returns false when there was none.
-bool resolve_conjugate_bits(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (!plan.sees_conjugate_bits) return false;
-  size_t n = plan.args.size();
-  bool any = false;
-  for (size_t i = 0; i < n; ++i) {
-    c10::IValue& arg = (*stack)[stack->size() - n + i];
-    if (plan.args[i].written || !arg.isTensor()) continue;
-    const at::Tensor& t = arg.toTensor();
-    if (t.defined() && (t.is_conj() || t.is_neg())) {
-      arg = t.resolve_conj().resolve_neg();
-      any = true;
-    }
-  }
-  if (any) op.callBoxed(stack);
-  return any;
-}
-
 char scalar_kind(const c10::IValue& a) { return a.isDouble() ? 'f' : a.isInt() ? 'i' : a.isBool() ? 'b' : 'c'; }
 
 }  // namespace
+
+int device_of(const std::vector<c10::IValue>& args) {
+  int device = -1;
+  for (const c10::IValue& a : args) {
+    for_each_tensor(a, [&](const at::Tensor& t) {
+      if (device < 0 && t.defined() && on_tpu(t)) device = t.device().index();
+    });
+    if (device < 0 && a.isDevice() && a.toDevice().type() == c10::DeviceType::PrivateUse1)
+      device = a.toDevice().has_index() ? a.toDevice().index() : current_device();
+  }
+  return device < 0 ? current_device() : device;
+}
 
 std::string meta_key(const OpPlan& plan, const std::vector<c10::IValue>& args) {
   const bool scalar_values = plan.entry->options.shape_from_scalars;
@@ -688,7 +615,7 @@ void check_no_overlap(const c10::FunctionSchema& schema, const OpPlan& plan, con
 }
 
 void run_lowered(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (prepare_index_lists(plan, op, stack) || resolve_conjugate_bits(plan, op, stack)) return;
+  if (rerun_with_prepared_args(plan, op, stack)) return;
   const LoweringEntry& entry = *plan.entry;
   const size_t num_args = plan.args.size();
   std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - num_args),

@@ -225,7 +225,6 @@ bool is_identity(const std::vector<int64_t>& order) { return std::is_sorted(orde
 Value read_packed(Builder& b, const Value& flat, const Value& geometry, const View& view, const Padding& p,
                   const Packing& k) {
   int64_t n = numel(p.box), length = flat.type.dims.at(0);
-  if (n == 0) return fill_value(b, p.fill, view.dtype, p.box);  // nothing to read (XLA slices nothing from nothing)
   Blocks blocks(p.box, k);
   // Windows may reach past an exact-size storage's end (XLA would move them back): pad it.
   int64_t reach = k.start + blocks.outer * blocks.rows * k.row;
@@ -273,7 +272,6 @@ Value write_packed(Builder& b, int64_t length, const Value& geometry, const View
 // The storage's first elements as the box, in storage order (Padding::in_storage_order).
 Value read_in_storage_order(Builder& b, const Value& flat, const View& view, const Padding& p) {
   int64_t n = numel(p.box), length = flat.type.dims.at(0);
-  if (n == 0) return fill_value(b, p.fill, view.dtype, p.box);
   Value data = length >= n ? b.slice(flat, {0}, {n}, {1})
                            : b.pad(flat, b.constant(0, {view.dtype, {}}), {0}, {n - length}, {0});
   return b.reshape(data, p.box);
